@@ -1,0 +1,195 @@
+"""Rank collapse along depth (Dong, Cordonnier & Loukas 2021, Section 4 and Fig. 2).
+
+For every variant (SAN, SAN+MLP, SAN+skip, transformer) and init (pretrained,
+random), run the model under that ablation and measure, at every layer l = 0..L
+and for every sequence, how close the token matrix X_l is to rank one:
+
+    r_l = ||res(X_l)||_{1,inf} / ||X_l||_{1,inf},    res(X) = X - 1 x^T,
+
+with x the token mean (the paper's notebook) or the best rank-one fit, in
+several norms, together with effective rank, stable rank and token cosine
+similarity.  The paper shows r_l falling doubly exponentially for a pure
+attention network and staying away from 0 when skip connections are kept.
+
+Metrics are computed inside the trace, layer by layer, so only per-sequence
+numbers leave the model.  ``run`` returns an xarray.Dataset; see
+``probe.results`` for saving it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+
+from probe import metrics
+from probe.ablate import PRESETS, parse_variants
+from probe.errors import ProbeError
+from probe.inputs import Inputs, make_inputs, read_text
+from probe.load import INITS, ProbedModel, load
+from probe.results import command_line, utc_now, versions
+from probe.trace import layer_values
+
+METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
+
+Progress = Callable[[int, int, str], None]
+
+
+def parse_inits(init: str | Sequence[str]) -> list[str]:
+    """``"both"``, one init, or a list -> inits in the order pretrained, random."""
+    wanted = list(INITS) if init == "both" else [init] if isinstance(init, str) else list(init)
+    unknown = [name for name in wanted if name not in INITS]
+    if unknown or not wanted:
+        raise ProbeError(
+            f"unknown init {', '.join(unknown) or init!r}; choose pretrained, random or both"
+        )
+    return [name for name in INITS if name in wanted]
+
+
+def run(
+    model: str | Path | ProbedModel | torch.nn.Module,
+    *,
+    variants: str | Sequence[str] = "all",
+    init: str | Sequence[str] = "both",
+    text: str | Path | None = None,
+    sequences: int = 32,
+    tokens: int = 128,
+    seed: int = 0,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int = 16,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
+    command: str | None = None,
+) -> xr.Dataset:
+    """Probe ``model`` and return the collapse Dataset (see the module docstring).
+
+    ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
+    :class:`~probe.load.ProbedModel` (then only its own init is run).
+    """
+    names = (
+        parse_variants(variants)
+        if isinstance(variants, str)
+        else parse_variants(",".join(variants))
+    )
+    if batch_size < 1:
+        raise ProbeError("--batch-size must be at least 1")
+    if text is not None:
+        read_text(text)  # a bad --text fails before any model is loaded
+    models = _load_all(model, parse_inits(init), seed, device, dtype)
+    first = models[0]
+    limit = first.adapter.max_tokens(first.config)
+    if limit is not None and tokens > limit:
+        raise ProbeError(
+            f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
+        )
+    inputs = make_inputs(
+        first.tokenizer,
+        first.config.vocab_size,
+        text=text,
+        sequences=sequences,
+        tokens=tokens,
+        seed=seed,
+        warn=warn,
+    )
+
+    L = first.n_layers
+    shape = (len(names), len(models), L + 1, inputs.sequences)
+    data = {
+        "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
+        **{name: np.full(shape, np.nan) for name in METRICS[1:]},
+    }
+    batches = _batches(inputs, batch_size)
+    total, done = len(names) * len(models) * len(batches), 0
+    for i, variant in enumerate(names):
+        for j, probed in enumerate(models):
+            for start, ids, mask in batches:
+                per_layer = layer_values(probed, ids, PRESETS[variant], _reduce, mask)
+                stop = start + ids.shape[0]
+                for layer, values in enumerate(per_layer):
+                    for name, value in values.items():
+                        data[name][i, j, layer, start:stop] = value.numpy()
+                done += 1
+                if progress is not None:
+                    progress(done, total, f"{probed.init} {variant}")
+    return _dataset(data, names, models, inputs, command)
+
+
+def _reduce(x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per-layer reduction inside the trace: only per-sequence numbers leave the model."""
+    return {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
+
+
+def _load_all(model, inits, seed, device, dtype) -> list[ProbedModel]:
+    if isinstance(model, ProbedModel):
+        if inits != [model.init]:
+            raise ProbeError(
+                f"this model is loaded with init {model.init!r}; pass init={model.init!r}"
+            )
+        return [model]
+    # Pretrained first: if its weights cannot be had, nothing runs.
+    return [load(model, init=name, seed=seed, device=device, dtype=dtype) for name in inits]
+
+
+def _batches(inputs: Inputs, batch_size: int):
+    return [
+        (
+            start,
+            inputs.input_ids[start : start + batch_size],
+            inputs.attention_mask[start : start + batch_size],
+        )
+        for start in range(0, inputs.sequences, batch_size)
+    ]
+
+
+def _dataset(data, variants, models: list[ProbedModel], inputs: Inputs, command) -> xr.Dataset:
+    first = models[0]
+    dims = ("variant", "init", "layer", "sequence")
+    coords = {
+        "variant": list(variants),
+        "init": [m.init for m in models],
+        "layer": np.arange(first.n_layers + 1),
+        "sequence": np.arange(inputs.sequences),
+        "fit": list(metrics.FITS),
+        "norm": list(metrics.NORMS),
+    }
+    ds = xr.Dataset(
+        {
+            "relative_residual": (dims + ("fit", "norm"), data["relative_residual"]),
+            **{name: (dims, data[name]) for name in METRICS[1:]},
+        },
+        coords=coords,
+    )
+    ds["relative_residual"].attrs["long_name"] = "relative residual ||res(X)|| / ||X||"
+    ds["effective_rank"].attrs["long_name"] = "effective rank (Roy & Vetterli 2007)"
+    ds["stable_rank"].attrs["long_name"] = "stable rank sum s_i^2 / s_1^2"
+    ds["cosine_similarity"].attrs["long_name"] = "mean pairwise cosine similarity of tokens"
+    ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output)"
+    adapter, config = first.adapter, first.config
+    ds.attrs = {
+        "analysis": "collapse",
+        "model": first.name,
+        "family": first.family,
+        "config": config.to_json_string(use_diff=True),
+        "weights": "; ".join(f"{m.init}: {m.weights}" for m in models),
+        "inputs": inputs.kind,
+        "text_source": inputs.text_source,
+        "text_sha256": inputs.text_sha256,
+        "sequences": inputs.sequences,
+        "tokens": inputs.tokens,
+        "seed": first.seed,
+        "dtype": str(first.dtype).removeprefix("torch."),
+        "device": str(first.device),
+        **versions(),
+        "command": command or command_line(),
+        "created": utc_now(),
+        "ablation_table": json.dumps(list(adapter.table)),
+        "n_layers": first.n_layers,
+        "n_heads": adapter.n_heads(config),
+        "hidden_size": adapter.hidden_size(config),
+    }
+    return ds

@@ -1,0 +1,1 @@
+"""The ``probe`` command line (typer)."""

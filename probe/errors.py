@@ -1,0 +1,11 @@
+"""The one exception type that carries a message meant for the user.
+
+Everything the user can get wrong (a model that cannot be loaded, a text that
+is too short, an unknown variant name) raises :class:`ProbeError` with a single
+line that says what happened and what to do.  The CLI prints that line and exits
+with code 2; library users get an ordinary exception.
+"""
+
+
+class ProbeError(ValueError):
+    """A usage error: one line, saying what went wrong and how to go on."""

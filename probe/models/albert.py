@@ -1,0 +1,76 @@
+"""ALBERT (post-LN, one layer shared across depth).
+
+The shared ``AlbertLayer`` is applied L times; each application computes::
+
+    a = LN_attn(x + dense(attention(x)))                 # inside AlbertAttention
+    y = LN_full(ffn_output(act(ffn(a))) + a)             # full_layer_layer_norm
+
+==========  ================================================  ===============================================
+ablation    probe (hook)                                      paper's surgery
+==========  ================================================  ===============================================
+no skip     ``a = LN_attn(dense(attention(x)))``: the         the same
+            attention LayerNorm's input is replaced by the
+            projected attention output (exact)
+no MLP      ``y = a``: ffn, ffn_output and                    ``ffn`` and ``ffn_output`` set to identity, so
+            full_layer_layer_norm are skipped                 the final LN still sees ``a + a = 2a``
+==========  ================================================  ===============================================
+
+The ablation is written on every application of the shared layer: the trace
+loops over ``tracer.iter[:L]`` so each read binds to the matching call.  The
+residual stream X_0 is the output of ``embedding_hidden_mapping_in`` (the
+embeddings projected to the hidden size); configurations with several layer
+groups (``num_hidden_groups > 1``) are not supported.
+"""
+
+from __future__ import annotations
+
+from ..ablate import Ablation
+from ..errors import ProbeError
+from .base import Adapter
+
+
+class AlbertAdapter(Adapter):
+    family = "albert"
+    model_types = ("albert",)
+    table = (
+        {
+            "ablation": "no skip",
+            "probe": "attention sublayer output LN(dense(attn(x))): the attention LayerNorm reads only the projection",
+            "paper": "same",
+        },
+        {
+            "ablation": "no MLP",
+            "probe": "layer output = attention sublayer output (ffn, ffn_output, full_layer_layer_norm skipped)",
+            "paper": "ffn and ffn_output set to identity: the final LayerNorm then sees 2 x the attention output",
+        },
+    )
+
+    def check(self, config) -> None:
+        if config.num_hidden_groups != 1:
+            raise ProbeError(
+                f"ALBERT with num_hidden_groups={config.num_hidden_groups} is not supported; "
+                "probe traces the shared-layer layout of the released checkpoints (one group)"
+            )
+
+    def ablate(self, layer, ablation: Ablation) -> None:
+        if not ablation.attn_skip:
+            attn = layer.attention
+            attn.LayerNorm.input = attn.output_dropout.output  # (batch, token, hidden)
+        if not ablation.mlp:
+            attended = layer.attention.output[0]
+            layer.ffn.skip(attended)
+            layer.activation.skip(attended)
+            layer.ffn_output.skip(attended)
+            layer.full_layer_layer_norm.skip(attended)
+
+    def stream(self, root, tracer, ablation: Ablation):
+        encoder = root.encoder
+        group = encoder.albert_layer_groups[0]
+        yield encoder.embedding_hidden_mapping_in.output
+        # One shared group, called once per layer: iteration i binds every read
+        # and write in the body to the i-th call.
+        for _ in tracer.iter[: self.n_layers(root._module.config)]:
+            if not ablation.is_identity:
+                for layer in group.albert_layers:
+                    self.ablate(layer, ablation)
+            yield group.output

@@ -1,0 +1,87 @@
+"""What every family adapter provides.
+
+An adapter is the only place that knows a family's module paths.  Inside an
+nnsight trace it walks the layers in forward order, writes the ablation as
+interventions on that layer, and hands out the residual stream after it, always
+batch-first ``(batch, token, hidden)``.  Nothing here replaces a module or
+patches code: interventions live only as long as the trace.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, ClassVar
+
+import torch
+
+from ..ablate import Ablation
+
+
+class Adapter:
+    """Base class: a family whose layers form a list, each called once."""
+
+    #: Family name used everywhere (dims, file names, reports).
+    family: ClassVar[str]
+    #: ``config.model_type`` values this adapter accepts.
+    model_types: ClassVar[tuple[str, ...]]
+    #: Rows of the docstring table, kept as data for reports and result attrs.
+    table: ClassVar[tuple[dict[str, str], ...]]
+    #: Extra keyword arguments for the model's forward.
+    forward_kwargs: ClassVar[dict[str, Any]] = {}
+
+    # --- configuration --------------------------------------------------------------
+    def n_layers(self, config) -> int:
+        return config.num_hidden_layers
+
+    def n_heads(self, config) -> int:
+        return config.num_attention_heads
+
+    def hidden_size(self, config) -> int:
+        return config.hidden_size
+
+    def max_tokens(self, config) -> int | None:
+        """Longest sequence the position embeddings allow (None: no limit)."""
+        return getattr(config, "max_position_embeddings", None)
+
+    def check(self, config) -> None:
+        """Raise ProbeError for configurations this adapter cannot trace."""
+
+    # --- inside a trace -------------------------------------------------------------
+    def layers(self, root) -> Any:
+        raise NotImplementedError
+
+    def ablate(self, layer, ablation: Ablation) -> None:
+        """Write ``ablation`` as interventions on one layer (forward order)."""
+        raise NotImplementedError
+
+    def layer_output(self, layer) -> torch.Tensor:
+        return layer.output
+
+    def batch_first(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def stream(self, root, tracer, ablation: Ablation) -> Iterator[torch.Tensor]:
+        """Residual stream X_0 .. X_L, each (batch, token, hidden), under ``ablation``.
+
+        X_0 is the first layer's input (the embeddings' output in the residual
+        space); X_l the output of layer l.  Reads happen in forward order, as
+        nnsight requires.
+        """
+        layers = self.layers(root)
+        yield self.batch_first(_first(layers[0].input))
+        for layer in layers:
+            if not ablation.is_identity:
+                self.ablate(layer, ablation)
+            yield self.batch_first(_first(self.layer_output(layer)))
+
+
+def _first(value):
+    """A layer's hidden states, whether it returns a tensor or a tuple."""
+    return value[0] if isinstance(value, tuple | list) else value
+
+
+def table_markdown(rows) -> str:
+    """The adapter's table as Markdown, for docstrings and the CLI."""
+    lines = ["| ablation | probe | paper's surgery |", "|---|---|---|"]
+    lines += [f"| {r['ablation']} | {r['probe']} | {r['paper']} |" for r in rows]
+    return "\n".join(lines)

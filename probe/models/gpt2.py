@@ -1,0 +1,70 @@
+"""GPT-2 (pre-LN, causal).
+
+One block computes::
+
+    h = x + attn(ln_1(x))          # residual_0 = x
+    y = h + mlp(ln_2(h))
+
+==========  ===================================================  ============================================
+ablation    probe (hook)                                         paper's surgery
+==========  ===================================================  ============================================
+no skip     ``h = attn(ln_1(x))``: the block's ``residual``      not in the paper (GPT-2 was not probed);
+            before the attention is replaced by zeros            probe's definition: drop the identity term
+            (through nnsight's ``.source``; exact)               of the attention residual sum
+no MLP      ``y = h``: ln_2 and mlp are skipped, the MLP         same definition: MLP, its norm and its
+            branch adds zeros                                     residual removed
+==========  ===================================================  ============================================
+
+Pre-LN means that without the skip each layer's input reaches the attention
+only through ``ln_1``, so a SAN here is a stack of LayerNorm -> attention maps.
+The last residual-stream entry is the last block's output *before* ``ln_f``
+(HuggingFace's last ``hidden_states`` entry is after it).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..ablate import Ablation
+from .base import Adapter
+
+
+class GPT2Adapter(Adapter):
+    family = "gpt2"
+    model_types = ("gpt2",)
+    table = (
+        {
+            "ablation": "no skip",
+            "probe": "h = attn(ln_1(x)) instead of x + attn(ln_1(x)) (the block's residual set to zero)",
+            "paper": "not probed in the paper; same definition as for the other families",
+        },
+        {
+            "ablation": "no MLP",
+            "probe": "block output = h (ln_2 and mlp skipped)",
+            "paper": "not probed in the paper; same definition as for the other families",
+        },
+    )
+
+    def n_layers(self, config) -> int:
+        return config.n_layer
+
+    def n_heads(self, config) -> int:
+        return config.n_head
+
+    def hidden_size(self, config) -> int:
+        return config.n_embd
+
+    def max_tokens(self, config) -> int | None:
+        return config.n_positions
+
+    def layers(self, root):
+        return root.h
+
+    def ablate(self, layer, ablation: Ablation) -> None:
+        if not ablation.attn_skip:
+            residual = layer.source.residual_0  # `residual = hidden_states` before ln_1
+            residual.output = torch.zeros_like(residual.output)
+        if not ablation.mlp:
+            h = layer.ln_2.input  # (batch, token, hidden), the attention sublayer's output
+            layer.ln_2.skip(h)
+            layer.mlp.skip(torch.zeros_like(h))

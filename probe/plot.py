@@ -1,0 +1,446 @@
+"""Figures for the "collapse" analysis: pure functions from xarray.Dataset to matplotlib Figure.
+
+`collapse` is the paper's figure (Dong, Cordonnier & Loukas 2021, fig. 2): the
+relative residual r = ||res(X_l)|| / ||X_l|| against depth, one line per
+ablation variant. `collapse_order` and `fit_order` read the *order* of the
+collapse off the same numbers: a slope of 1 in log r(l+1) vs log r(l) is plain
+exponential decay, a slope of 3 is the cubic per-layer contraction that makes
+pure attention lose rank doubly exponentially. `metric` draws the other
+per-layer metrics, `comparison` puts several models side by side and
+`summarise` returns the numbers the reports turn into prose.
+
+Nothing here does I/O or touches pyplot: figures are built from
+matplotlib.figure.Figure (so pyplot's figure manager never holds them) and the
+seaborn style is applied through context managers, which restore rcParams.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+import numpy as np
+import seaborn as sns
+import xarray as xr
+from matplotlib.axes import Axes
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+VARIANTS = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
+INITS = ("random", "pretrained")
+METRICS = ("effective_rank", "stable_rank", "cosine_similarity")
+
+_palette = sns.color_palette("colorblind")
+# Fixed per variant so a colour means the same ablation in every figure and report.
+COLOURS = {
+    "SAN": to_hex(_palette[3]),
+    "SAN+MLP": to_hex(_palette[1]),
+    "SAN+skip": to_hex(_palette[0]),
+    "transformer": to_hex(_palette[2]),
+}
+_OTHER_COLOUR = "#7f7f7f"
+_REFERENCE_COLOUR = "#555555"
+
+# Only pairs with r in [FIT_FLOOR_FACTOR * eps, FIT_UPPER] enter the order fit:
+# below, r is rounding noise; above, the cubic term does not dominate yet.
+FIT_FLOOR_FACTOR = 10.0
+FIT_UPPER = 0.5
+
+_NORM_SUBSCRIPTS = {"l1inf": r"1,\infty", "fro": "F", "spectral": "2", "l1": "1", "linf": r"\infty"}
+_FIT_WORDS = {"mean": "residual to the token mean", "svd": "residual to the best rank-one fit"}
+_METRIC_WORDS = {
+    "relative_residual": "relative residual",
+    "effective_rank": "effective rank",
+    "stable_rank": "stable rank",
+    "cosine_similarity": "mean cosine similarity of tokens",
+}
+
+
+def colour(variant: str) -> str:
+    """The fixed colour of a variant (grey for variants this module does not know)."""
+    return COLOURS.get(variant, _OTHER_COLOUR)
+
+
+def eps(ds: xr.Dataset) -> float:
+    """Machine epsilon of the dtype the probe ran in: below it r is zero for all purposes."""
+    return float(np.finfo(str(ds.attrs.get("dtype", "float64"))).eps)
+
+
+def metric_label(name: str, norm: str = "l1inf") -> str:
+    """Axis label for a metric; the relative residual names its norm."""
+    if name != "relative_residual":
+        return _METRIC_WORDS.get(name, name.replace("_", " "))
+    sub = _NORM_SUBSCRIPTS.get(norm, norm)
+    return rf"relative residual $\|\mathrm{{res}}(X)\|_{{{sub}}} / \|X\|_{{{sub}}}$"
+
+
+def describe_selection(name: str, norm: str, fit: str) -> str:
+    """Words for what was selected, e.g. for captions and figure titles."""
+    if name != "relative_residual":
+        return _METRIC_WORDS.get(name, name)
+    return f"{_FIT_WORDS.get(fit, fit)}, {norm} norm"
+
+
+def ordered(values: Sequence, canonical: Sequence[str]) -> list[str]:
+    """Coordinate values in the canonical order, unknown ones appended as they come."""
+    present = [str(v) for v in values]
+    return [v for v in canonical if v in present] + [v for v in present if v not in canonical]
+
+
+def stats(
+    ds: xr.Dataset, name: str = "relative_residual", norm: str = "l1inf", fit: str = "mean"
+) -> xr.Dataset:
+    """Mean, standard deviation (ddof 0, like seaborn's "sd") and count over sequences.
+
+    Returns a Dataset with variables mean, std, count over (variant, init, layer),
+    variants and inits in canonical order, layers sorted. NaN entries are skipped.
+    """
+    da = ds[name]
+    if "norm" in da.dims:
+        da = da.sel(norm=norm)
+    if "fit" in da.dims:
+        da = da.sel(fit=fit)
+    da = da.sortby("layer").sel(
+        variant=ordered(da.variant.values, VARIANTS), init=ordered(da.init.values, INITS)
+    )
+    # All-NaN slices (a variant not run for an init) are expected, not worth a warning.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return xr.Dataset(
+            {
+                "mean": da.mean("sequence", skipna=True),
+                "std": da.std("sequence", skipna=True, ddof=0),
+                "count": da.count("sequence"),
+            }
+        )
+
+
+def has_data(values: np.ndarray) -> bool:
+    return bool(np.isfinite(values).any())
+
+
+def _model_title(ds: xr.Dataset) -> str:
+    return _plain(str(ds.attrs.get("model", "model")))
+
+
+def _plain(text: str) -> str:
+    """Escape '$' so model names are never parsed as mathtext."""
+    return text.replace("$", r"\$")
+
+
+@contextmanager
+def _style() -> Iterator[None]:
+    # Context managers restore rcParams on exit, so no global state leaks.
+    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
+        yield
+
+
+def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, floor: float) -> None:
+    """One mean line plus a one-sd band per variant that has data in `st` (one init)."""
+    x = st.layer.values
+    for variant in st.variant.values:
+        m = st["mean"].sel(variant=variant).values.astype(float)
+        if not has_data(m):
+            continue
+        s = np.nan_to_num(st["std"].sel(variant=variant).values.astype(float))
+        lo, hi = m - s, m + s
+        if log:
+            # Clip so exact zeros (full collapse) stay visible on the floor.
+            m, lo, hi = (np.clip(a, floor, None) for a in (m, lo, hi))
+        c = colour(str(variant))
+        ok = np.isfinite(m)
+        ax.fill_between(x, lo, hi, where=ok, color=c, alpha=0.18, linewidth=0, interpolate=False)
+        ax.plot(x, m, color=c, marker="o", markersize=3.5, linewidth=1.8, label=str(variant))
+
+
+def _finish_axes(ax: Axes, st: xr.Dataset, name: str, log: bool, floor: float) -> tuple | None:
+    """Labels, x range and scale of one panel; returns the y range it wants, if any."""
+    layers = st.layer.values
+    ax.set_xlabel("layer")
+    ax.set_xlim(layers.min(), max(layers.max(), layers.min() + 1))
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    if log:
+        ax.set_yscale("log")
+    if name != "relative_residual":
+        return None
+    ys = [np.asarray(line.get_ydata(), float) for line in ax.get_lines()]
+    if log:
+        # Down to the lowest mean (at most the floor), up past 1 so lines at r ~ 1 show.
+        return min([*(np.nanmin(y) for y in ys), 0.1]) / 3, 1.5
+    return 0.0, max([1.0, *(np.nanmax(y) for y in ys)])
+
+
+def _share_limits(axes: Sequence[Axes], wanted: Sequence, floors: Sequence[float]) -> None:
+    """Set the shared y range to the union of what the panels want; mark the floors."""
+    wanted = [w for w in wanted if w is not None]
+    if not wanted:
+        return
+    bottom, top = min(w[0] for w in wanted), max(w[1] for w in wanted)
+    axes[0].set_ylim(bottom, top)
+    if axes[0].get_yscale() != "log":
+        return
+    for ax, floor in zip(axes, floors, strict=True):
+        if bottom < 100 * floor:
+            # The precision floor: lines that flatten on it have fully collapsed.
+            ax.axhline(floor, color=_REFERENCE_COLOUR, linewidth=0.8, linestyle=":", label="_eps")
+
+
+def _figure_legend(fig: Figure, axes: Sequence[Axes]) -> None:
+    """One legend for the whole figure, variants in canonical order."""
+    handles: dict[str, object] = {}
+    for ax in axes:
+        for line in ax.get_lines():
+            label = line.get_label()
+            if not label.startswith("_"):
+                handles.setdefault(label, line)
+    labels = ordered(handles, VARIANTS)
+    if labels:
+        fig.legend(
+            [handles[k] for k in labels], labels, loc="outside lower center", ncols=len(labels)
+        )
+
+
+def _panels(
+    ds: xr.Dataset, name: str, norm: str, fit: str, log: bool, title: str
+) -> tuple[Figure, list[Axes]]:
+    st = stats(ds, name, norm, fit)
+    inits = list(st.init.values)
+    floor = eps(ds)
+    with _style():
+        fig = Figure(figsize=(1.0 + 4.6 * len(inits), 4.0), layout="constrained")
+        axes = list(fig.subplots(1, len(inits), sharey=True, squeeze=False)[0])
+        wanted = []
+        for ax, init in zip(axes, inits, strict=True):
+            one = st.sel(init=init)
+            _draw_variants(ax, one, log, floor)
+            wanted.append(_finish_axes(ax, one, name, log, floor))
+            ax.set_title(f"init: {_plain(str(init))}")
+        _share_limits(axes, wanted, [floor] * len(axes))
+        axes[0].set_ylabel(metric_label(name, norm))
+        fig.suptitle(title)
+        _figure_legend(fig, axes)
+    return fig, axes
+
+
+def collapse(
+    ds: xr.Dataset,
+    metric: str = "relative_residual",
+    norm: str = "l1inf",
+    fit: str = "mean",
+    log: bool = False,
+) -> Figure:
+    """The paper's figure: `metric` against layer, one panel per init, one line per variant.
+
+    Lines are the mean over sequences with a band of one standard deviation. The
+    relative residual is drawn on 0..1 (log=False) or on a log axis clipped at
+    the dtype's epsilon (log=True), so exact zeros stay on the plot.
+    """
+    where = describe_selection(metric, norm, fit)
+    title = f"{_model_title(ds)}: {where}"
+    return _panels(ds, metric, norm, fit, log, title)[0]
+
+
+def metric(ds: xr.Dataset, name: str) -> Figure:
+    """Effective rank, stable rank or cosine similarity against layer (layout of `collapse`)."""
+    if name not in METRICS:
+        raise ValueError(f"unknown metric {name!r}; expected one of {', '.join(METRICS)}")
+    title = f"{_model_title(ds)}: {_METRIC_WORDS[name]}"
+    return _panels(ds, name, "l1inf", "mean", False, title)[0]
+
+
+def fit_order(
+    ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean", upper: float = FIT_UPPER
+) -> xr.DataArray:
+    """Least-squares slope of log r(l+1) against log r(l), per (variant, init).
+
+    r is the mean relative residual over sequences. Only consecutive pairs whose
+    both ends lie in [FIT_FLOOR_FACTOR * eps, upper] count; with fewer than two
+    such pairs (or no spread in r(l)) the order is NaN.
+    """
+    st = stats(ds, "relative_residual", norm, fit)
+    low = FIT_FLOOR_FACTOR * eps(ds)
+    out = np.full((st.sizes["variant"], st.sizes["init"]), np.nan)
+    for i, variant in enumerate(st.variant.values):
+        for j, init in enumerate(st.init.values):
+            m = st["mean"].sel(variant=variant, init=init).values.astype(float)
+            x, y = m[:-1], m[1:]
+            with np.errstate(invalid="ignore"):
+                ok = (x >= low) & (x <= upper) & (y >= low) & (y <= upper)
+            if ok.sum() < 2:
+                continue
+            lx, ly = np.log(x[ok]), np.log(y[ok])
+            if np.ptp(lx) > 0:
+                out[i, j] = np.polyfit(lx, ly, 1)[0]
+    return xr.DataArray(
+        out,
+        coords={"variant": st.variant.values, "init": st.init.values},
+        dims=("variant", "init"),
+        name="order",
+        attrs={"norm": norm, "fit": fit, "floor": low, "upper": upper},
+    )
+
+
+def _order_label(variant: str, order: float) -> str:
+    return f"{variant}: slope {order:.2f}" if np.isfinite(order) else f"{variant}: slope n/a"
+
+
+def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Figure:
+    """log r(l+1) against log r(l) per variant, with reference slopes 1 and 3.
+
+    Each point is one layer transition of the mean r; the legend carries the
+    slope from `fit_order`. Slope 1 (r(l+1) = r(l)) is exponential decay,
+    slope 3 (r(l+1) = r(l)^3) the cubic contraction of pure attention.
+    """
+    st = stats(ds, "relative_residual", norm, fit)
+    orders = fit_order(ds, norm, fit)
+    floor = eps(ds)
+    fit_low = FIT_FLOOR_FACTOR * floor
+    inits = list(st.init.values)
+    with _style():
+        fig = Figure(figsize=(1.0 + 4.4 * len(inits), 4.8), layout="constrained")
+        axes = list(fig.subplots(1, len(inits), squeeze=False)[0])
+        for ax, init in zip(axes, inits, strict=True):
+            lows = [0.1]
+            for variant in st.variant.values:
+                m = st["mean"].sel(variant=variant, init=init).values.astype(float)
+                x, y = m[:-1], m[1:]
+                ok = np.isfinite(x) & np.isfinite(y)
+                if not ok.any():
+                    continue
+                with np.errstate(invalid="ignore"):
+                    fitted = ok & (np.minimum(x, y) >= fit_low) & (np.maximum(x, y) <= FIT_UPPER)
+                x, y = np.clip(x, floor, None), np.clip(y, floor, None)
+                lows += [x[ok].min(), y[ok].min()]
+                c = colour(str(variant))
+                label = _order_label(str(variant), float(orders.sel(variant=variant, init=init)))
+                # The whole path faintly, hollow markers: pairs outside the fit window.
+                ax.plot(
+                    x[ok],
+                    y[ok],
+                    color=c,
+                    alpha=0.45,
+                    linewidth=0.9,
+                    marker="o",
+                    markersize=4,
+                    markerfacecolor="none",
+                    label=label if not fitted.any() else "_path",
+                )
+                if fitted.any():
+                    ax.plot(
+                        x[fitted],
+                        y[fitted],
+                        color=c,
+                        marker="o",
+                        markersize=4.5,
+                        linewidth=1.6,
+                        label=label,
+                    )
+            low = min(lows) / 3
+            ref = np.logspace(np.log10(low), 0, 64)
+            ax.plot(
+                ref,
+                ref,
+                color=_REFERENCE_COLOUR,
+                linestyle="--",
+                linewidth=0.9,
+                label="slope 1 (exponential)",
+            )
+            ax.plot(
+                ref,
+                ref**3,
+                color=_REFERENCE_COLOUR,
+                linestyle=":",
+                linewidth=1.1,
+                label="slope 3 (doubly exponential)",
+            )
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_xlim(low, 1.5)
+            ax.set_ylim(low, 1.5)
+            ax.set_aspect("equal", adjustable="box")
+            ax.set_xlabel("r at layer l")
+            ax.set_ylabel("r at layer l+1")
+            ax.set_title(f"init: {_plain(str(init))}")
+            # Upper left is y > x at small r: empty unless r grows, so the legend hides nothing.
+            ax.legend(loc="upper left", fontsize="small")
+        fig.suptitle(
+            f"{_model_title(ds)}: order of collapse ({describe_selection('relative_residual', norm, fit)})"
+        )
+    return fig
+
+
+def comparison(
+    datasets: Sequence[xr.Dataset],
+    metric: str = "relative_residual",
+    log: bool = True,
+    init: str | None = None,
+    norm: str = "l1inf",
+    fit: str = "mean",
+) -> Figure:
+    """One panel per model on shared axes, one line per variant.
+
+    `init=None` picks "pretrained" where a model has it and its first init
+    otherwise; a named init missing from a dataset is an error.
+    """
+    if not datasets:
+        raise ValueError("comparison needs at least one dataset")
+    with _style():
+        fig = Figure(figsize=(1.0 + 3.8 * len(datasets), 4.0), layout="constrained")
+        axes = list(fig.subplots(1, len(datasets), sharex=True, sharey=True, squeeze=False)[0])
+        wanted = []
+        for ax, ds in zip(axes, datasets, strict=True):
+            st = stats(ds, metric, norm, fit)
+            chosen = pick_init(ds, init)
+            one = st.sel(init=chosen)
+            # Each model is clipped at its own dtype's floor (float32 and float64 may mix).
+            _draw_variants(ax, one, log, eps(ds))
+            wanted.append(_finish_axes(ax, one, metric, log, eps(ds)))
+            ax.set_title(f"{_model_title(ds)}\ninit: {_plain(chosen)}", fontsize="medium")
+        _share_limits(axes, wanted, [eps(ds) for ds in datasets])
+        axes[0].set_xlim(0, max(int(ds.layer.max()) for ds in datasets))
+        axes[0].set_ylabel(metric_label(metric, norm))
+        _figure_legend(fig, axes)
+    return fig
+
+
+def pick_init(ds: xr.Dataset, init: str | None) -> str:
+    """The init a comparison panel shows (see `comparison`)."""
+    present = ordered(ds.init.values, INITS)
+    if init is None:
+        return "pretrained" if "pretrained" in present else present[0]
+    if init not in present:
+        raise ValueError(f"{ds.attrs.get('model', 'dataset')!r} has no init {init!r}")
+    return init
+
+
+def summarise(
+    ds: xr.Dataset, threshold: float = 1e-3, norm: str = "l1inf", fit: str = "mean"
+) -> dict[str, dict[str, dict]]:
+    """Numbers for the report's prose, as {variant: {init: {...}}} of plain Python values.
+
+    Per variant and init with data: "first_below" (first layer whose mean r is
+    under `threshold`, None if never), "final" (mean r at the last layer with
+    data), "final_layer", and "order" (`fit_order`, None where undefined).
+    """
+    st = stats(ds, "relative_residual", norm, fit)
+    orders = fit_order(ds, norm, fit)
+    layers = st.layer.values
+    out: dict[str, dict[str, dict]] = {}
+    for variant in st.variant.values:
+        for init in st.init.values:
+            m = st["mean"].sel(variant=variant, init=init).values.astype(float)
+            finite = np.isfinite(m)
+            if not finite.any():
+                continue
+            below = np.flatnonzero(finite & (m < threshold))
+            last = np.flatnonzero(finite)[-1]
+            order = float(orders.sel(variant=variant, init=init))
+            out.setdefault(str(variant), {})[str(init)] = {
+                "first_below": int(layers[below[0]]) if below.size else None,
+                "final": float(m[last]),
+                "final_layer": int(layers[last]),
+                "order": order if np.isfinite(order) else None,
+            }
+    return out

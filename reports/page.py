@@ -1,0 +1,66 @@
+"""The HTML page every report shares: template, inlined CSS and probe:* meta tags.
+
+Pages are self-contained: the stylesheet is package data read with
+importlib.resources and inlined, and the template's Content-Security-Policy
+refuses every fetch, so a report opened anywhere never makes a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from functools import cache
+from html import escape
+from importlib.resources import files
+from string import Template
+from urllib.parse import quote
+
+# The order of the meta tags, so pages diff cleanly; the index reads them back.
+META_KEYS = ("model", "analysis", "family", "variants", "init", "created", "result")
+
+
+def esc(value: object) -> str:
+    """HTML-escape anything shown on a page (attrs and coords may hold any character)."""
+    return escape(str(value), quote=True)
+
+
+def href(name: str) -> str:
+    """A link to a file relative to the page (or a local file: URI), escaped for an attribute.
+
+    Percent-encoding ":" keeps a file name from ever reading as a scheme
+    (http:, javascript:); "/" stays so relative paths like ../results/x.nc
+    work, and a leading "//" (a protocol-relative, i.e. remote, URL) is cut
+    to "/". A file: URI, for a result outside the report's folder, is local.
+    """
+    name = str(name)
+    if name.startswith("file:/"):
+        return esc(quote(name, safe="/:%"))
+    url = quote(name, safe="/")
+    if url.startswith("//"):
+        url = "/" + url.lstrip("/")
+    return esc(url)
+
+
+@cache
+def _resource(folder: str, name: str) -> str:
+    return files(__package__).joinpath(folder, name).read_text(encoding="utf-8")
+
+
+def css() -> str:
+    return _resource("static", "report.css")
+
+
+def meta_tags(meta: Mapping[str, object]) -> str:
+    """<meta name="probe:KEY" content="..."> for the keys the index understands."""
+    return "\n".join(
+        f'<meta name="probe:{key}" content="{esc(meta.get(key, ""))}">' for key in META_KEYS
+    )
+
+
+def page(title: str, body: str, meta: Mapping[str, object] | None = None) -> str:
+    """A full HTML document; `title` is plain text, `body` is already HTML."""
+    return Template(_resource("templates", "page.html")).substitute(
+        title=esc(title),
+        meta=meta_tags(meta) if meta is not None else "",
+        css=css().strip(),
+        body=body,
+    )

@@ -1,0 +1,42 @@
+"""Matplotlib figures as inline SVG strings, safe to put several on one HTML page.
+
+Matplotlib writes ids like "figure_1", "axes_1" and one glyph id per
+character ("DejaVuSans-30") in every file, so two inline SVGs on a page would
+resolve each other's `url(#...)` and `xlink:href="#..."` references. Each
+figure's ids therefore get a page-unique prefix. Text is drawn as paths so the
+figure looks the same without any font on the reader's machine.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+
+import matplotlib as mpl
+from matplotlib.figure import Figure
+
+from .page import esc
+
+_ID = re.compile(r'\bid="([^"]+)"')
+_REFERENCE = re.compile(r'(url\(#|href="#)([^)"]+)')
+_COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
+_METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
+
+
+def figure_svg(fig: Figure, prefix: str, label: str = "") -> str:
+    """`fig` as an <svg> element (no XML prolog or doctype), its ids prefixed by `prefix`."""
+    buffer = io.StringIO()
+    # A fixed hash salt makes the output deterministic: same data, same report.
+    with mpl.rc_context({"svg.hashsalt": "probe", "svg.fonttype": "path"}):
+        fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
+    text = buffer.getvalue()
+    text = text[text.index("<svg") :]
+    # The RDF metadata only names matplotlib; comments repeat the figure's text.
+    text = _METADATA.sub("", _COMMENT.sub("", text))
+    ids = set(_ID.findall(text))
+    text = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"', text)
+    text = _REFERENCE.sub(
+        lambda m: m.group(1) + (prefix + m.group(2) if m.group(2) in ids else m.group(2)), text
+    )
+    attributes = ' role="img"' + (f' aria-label="{esc(label)}"' if label else "")
+    return text.replace("<svg ", f"<svg{attributes} ", 1).strip()

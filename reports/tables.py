@@ -1,0 +1,146 @@
+"""The numbers behind the figures, as HTML tables.
+
+Cells show rounded numbers for reading and carry the exact values in
+data-mean / data-std attributes, so a table can be checked (or scraped)
+without parsing the rounded text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import xarray as xr
+
+from probe.plot import VARIANTS, colour, ordered, stats
+
+from .page import esc
+
+
+def fmt(value: float, digits: int = 3) -> str:
+    """Rounded for reading; NaN (not run, or no data) shows as an en dash."""
+    return "–" if not np.isfinite(value) else f"{value:.{digits}g}"
+
+
+def order_text(value: float) -> str:
+    """Orders with two decimals, as in the figure's legend."""
+    return "–" if not np.isfinite(value) else f"{value:.2f}"
+
+
+def stat_cell(mean: float, std: float) -> str:
+    text = fmt(mean) if not np.isfinite(std) else f"{fmt(mean)} ± {fmt(std, 2)}"
+    return f'<td class="num" data-mean="{mean!r}" data-std="{std!r}">{text}</td>'
+
+
+def variant_label(variant: str) -> str:
+    """A variant's name with its figure colour, so tables read like legends."""
+    return (
+        f'<span class="variant"><span class="swatch" style="background:{colour(variant)}">'
+        f"</span>{esc(variant)}</span>"
+    )
+
+
+def _wrap(table: str) -> str:
+    return f'<div class="table-scroll">{table}</div>'
+
+
+def stats_table(st: xr.Dataset) -> str:
+    """Mean ± std over sequences: one row per layer, columns grouped by init then variant."""
+    inits, variants = list(st.init.values), list(st.variant.values)
+    head_init = "".join(f'<th colspan="{len(variants)}">init: {esc(init)}</th>' for init in inits)
+    head_variant = "".join(
+        f'<th class="num">{variant_label(str(v))}</th>' for _ in inits for v in variants
+    )
+    rows = []
+    for layer in st.layer.values:
+        cells = "".join(
+            stat_cell(
+                float(st["mean"].sel(init=i, variant=v, layer=layer)),
+                float(st["std"].sel(init=i, variant=v, layer=layer)),
+            )
+            for i in inits
+            for v in variants
+        )
+        rows.append(f'<tr><th class="num">{int(layer)}</th>{cells}</tr>')
+    return _wrap(
+        '<table class="stats"><thead>'
+        f'<tr><th rowspan="2">layer</th>{head_init}</tr><tr>{head_variant}</tr>'
+        f"</thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def orders_table(orders: xr.DataArray) -> str:
+    """Fitted order of collapse (slope of log r(l+1) vs log r(l)) per variant and init."""
+    inits = list(orders.init.values)
+    head = "".join(f'<th class="num">init: {esc(i)}</th>' for i in inits)
+    rows = []
+    for variant in orders.variant.values:
+        cells = "".join(
+            f'<td class="num" data-order="{float(orders.sel(variant=variant, init=i))!r}">'
+            f"{order_text(float(orders.sel(variant=variant, init=i)))}</td>"
+            for i in inits
+        )
+        rows.append(f"<tr><td>{variant_label(str(variant))}</td>{cells}</tr>")
+    return _wrap(
+        f'<table class="orders"><thead><tr><th>variant</th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def norms_table(ds: xr.Dataset) -> str:
+    """Final-layer mean r in every norm and fit: does the picture depend on the norm?
+
+    Means only (the std is in the per-layer tables): ten columns must fit the page.
+    """
+    fits = [str(f) for f in ds.fit.values]
+    norms = [str(n) for n in ds.norm.values]
+    per = {(f, n): stats(ds, "relative_residual", n, f) for f in fits for n in norms}
+    last = int(ds.layer.max())
+    first = next(iter(per.values()))
+    head_fit = "".join(f'<th colspan="{len(norms)}">fit: {esc(f)}</th>' for f in fits)
+    head_norm = "".join(f'<th class="num">{esc(n)}</th>' for _ in fits for n in norms)
+    rows = []
+    for variant in first.variant.values:
+        for init in first.init.values:
+            cells = "".join(
+                stat_cell(
+                    float(per[f, n]["mean"].sel(variant=variant, init=init, layer=last)),
+                    float("nan"),
+                )
+                for f in fits
+                for n in norms
+            )
+            rows.append(
+                f"<tr><td>{variant_label(str(variant))}</td><td>{esc(init)}</td>{cells}</tr>"
+            )
+    return _wrap(
+        '<table class="norms"><thead>'
+        f'<tr><th rowspan="2">variant</th><th rowspan="2">init</th>{head_fit}</tr>'
+        f"<tr>{head_norm}</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def final_table(datasets: Sequence[xr.Dataset], norm: str = "l1inf", fit: str = "mean") -> str:
+    """Final-layer mean ± std of r per model and init (rows) and variant (columns)."""
+    per = [stats(ds, "relative_residual", norm, fit) for ds in datasets]
+    variants = ordered(dict.fromkeys(v for st in per for v in st.variant.values), VARIANTS)
+    head = "".join(f'<th class="num">{variant_label(v)}</th>' for v in variants)
+    rows = []
+    for ds, st in zip(datasets, per, strict=True):
+        last = int(st.layer.max())
+        for init in st.init.values:
+            cells = []
+            for v in variants:
+                if v not in st.variant.values:
+                    cells.append(stat_cell(float("nan"), float("nan")))
+                    continue
+                one = st.sel(variant=v, init=init, layer=last)
+                cells.append(stat_cell(float(one["mean"]), float(one["std"])))
+            rows.append(
+                f"<tr><td>{esc(ds.attrs.get('model', ''))}</td><td>{esc(init)}</td>"
+                f'<td class="num">{last}</td>{"".join(cells)}</tr>'
+            )
+    return _wrap(
+        '<table class="final"><thead><tr><th>model</th><th>init</th>'
+        f'<th class="num">layer</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+    )

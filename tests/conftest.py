@@ -1,0 +1,69 @@
+"""Shared fixtures: tiny random models of every family, saved as local folders.
+
+Hub weights cannot be downloaded here, so every loading path is exercised on
+folders written by ``save_pretrained``.  HF_HUB_OFFLINE keeps the tests from
+probing the network.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+from tests.reference.tiny import FAMILIES, tiny_model  # noqa: E402
+
+SLOW = os.environ.get("PROBE_SLOW", "0") not in ("", "0")
+
+
+def pytest_collection_modifyitems(config, items):
+    if SLOW:
+        return
+    skip = pytest.mark.skip(reason="slow check; set PROBE_SLOW=1 to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def tiny_folders(tmp_path_factory) -> dict[str, str]:
+    """family -> a save_pretrained folder of a tiny random model (float32, no tokenizer)."""
+    root = tmp_path_factory.mktemp("tiny")
+    folders = {}
+    for family in FAMILIES:
+        folder = root / f"tiny-{family}"
+        tiny_model(family, seed=1, dtype=torch.float32).save_pretrained(folder)
+        folders[family] = str(folder)
+    return folders
+
+
+@pytest.fixture(scope="session")
+def minilm_tokenizer():
+    from transformers import AutoTokenizer
+
+    from probe.load import minilm_path
+
+    return AutoTokenizer.from_pretrained(minilm_path())
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_with_tokenizer(tmp_path_factory, minilm_tokenizer) -> str:
+    """A tiny BERT over the real bert-base-uncased vocabulary, saved with its tokenizer."""
+    from transformers import BertConfig, BertModel
+
+    folder = tmp_path_factory.mktemp("tok") / "tiny-bert-tok"
+    config = BertConfig(
+        vocab_size=minilm_tokenizer.vocab_size,
+        hidden_size=32,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=256,
+    )
+    torch.manual_seed(3)
+    BertModel(config).save_pretrained(folder)
+    minilm_tokenizer.save_pretrained(folder)
+    return str(folder)

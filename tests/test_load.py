@@ -1,0 +1,155 @@
+"""Loading: local folders, random init from bundled configs, the embedded MiniLM, clear errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+
+import pytest
+import torch
+
+import probe
+from probe.load import bundled_configs, minilm_path
+from tests.reference.tiny import FAMILIES, tiny_model
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_local_folder_pretrained_loads_the_saved_weights(family, tiny_folders):
+    probed = probe.load(tiny_folders[family])
+    assert probed.family == family and probed.init == "pretrained"
+    assert probed.model.config._attn_implementation == "eager"
+    saved = tiny_model(family, seed=1, dtype=torch.float32).state_dict()
+    loaded = probed.model.state_dict()
+    assert set(saved) == set(loaded)
+    assert all(torch.equal(saved[key], loaded[key]) for key in saved)
+    assert "local folder" in probed.weights
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_random_init_is_fixed_by_the_seed(family, tiny_folders):
+    a = probe.load(tiny_folders[family], init="random", seed=7)
+    b = probe.load(tiny_folders[family], init="random", seed=7)
+    c = probe.load(tiny_folders[family], init="random", seed=8)
+    pretrained = probe.load(tiny_folders[family])
+    pa, pb, pc, pp = (list(m.model.parameters()) for m in (a, b, c, pretrained))
+    assert all(torch.equal(x, y) for x, y in zip(pa, pb, strict=True))
+    assert any(not torch.equal(x, y) for x, y in zip(pa, pc, strict=True))
+    assert any(not torch.equal(x, y) for x, y in zip(pa, pp, strict=True))
+
+
+def test_random_init_leaves_the_global_rng_alone(tiny_folders):
+    torch.manual_seed(123)
+    want = torch.rand(3)
+    torch.manual_seed(123)
+    probe.load(tiny_folders["bert"], init="random")
+    assert torch.equal(torch.rand(3), want)
+
+
+def test_family_comes_from_the_config_not_the_name(tiny_folders, tmp_path):
+    folder = tmp_path / "gpt2-but-really-bert"
+    shutil.copytree(tiny_folders["bert"], folder)
+    assert probe.load(folder).family == "bert"
+
+
+def test_bundled_configs_cover_the_canonical_ids():
+    from transformers import AutoConfig
+
+    assert set(bundled_configs()) == {
+        "bert-base-uncased",
+        "bert-base-cased",
+        "albert-base-v2",
+        "xlnet-base-cased",
+        "gpt2",
+    }
+    for name, path in bundled_configs().items():
+        config = AutoConfig.for_model(**json.loads(path.read_text()))
+        assert config.num_hidden_layers == 12 and config.hidden_size == 768, name
+
+
+def test_random_init_of_a_hub_id_works_offline():
+    probed = probe.load("gpt2", init="random")
+    assert probed.family == "gpt2" and probed.n_layers == 12 and probed.tokenizer is None
+    assert "random init (seed 0)" in probed.weights
+
+
+def test_pretrained_hub_id_offline_is_one_clear_error():
+    start = time.monotonic()
+    with pytest.raises(probe.ProbeError) as info:
+        probe.load("bert-base-uncased")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "--init random" in message and "local save_pretrained folder" in message
+    assert time.monotonic() - start < 10  # no retry loop against an unreachable hub
+
+
+def test_minilm_alias_is_the_embedded_checkpoint():
+    probed = probe.load("minilm")
+    assert probed.family == "bert" and probed.n_layers == 6
+    assert probed.config.hidden_size == 384 and probed.config.num_attention_heads == 12
+    assert probed.tokenizer is not None
+    assert str(minilm_path()) in probed.weights
+    long_name = probe.load("sentence-transformers/all-MiniLM-L6-v2")
+    first = next(long_name.model.parameters())
+    assert torch.equal(first, next(probed.model.parameters()))
+
+
+def test_unsupported_family_lists_the_supported_ones(tmp_path):
+    from transformers import RobertaConfig
+
+    RobertaConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2).save_pretrained(
+        tmp_path
+    )
+    with pytest.raises(
+        probe.ProbeError,
+        match="unsupported model family 'roberta'; supported: bert, albert, xlnet, gpt2",
+    ):
+        probe.load(tmp_path, init="random")
+
+
+@pytest.mark.parametrize(
+    "setup, match",
+    [
+        (lambda p: None, "without config.json"),
+        (lambda p: (p / "config.json").write_text("{not json"), "cannot read"),
+    ],
+)
+def test_broken_folders(tmp_path, setup, match):
+    setup(tmp_path)
+    with pytest.raises(probe.ProbeError, match=match):
+        probe.load(tmp_path)
+
+
+def test_folder_without_weights(tiny_folders, tmp_path):
+    shutil.copy(f"{tiny_folders['bert']}/config.json", tmp_path / "config.json")
+    with pytest.raises(probe.ProbeError, match="cannot load pretrained weights from folder"):
+        probe.load(tmp_path)
+    assert probe.load(tmp_path, init="random").family == "bert"  # the config alone is enough
+
+
+def test_corrupt_weights(tiny_folders, tmp_path):
+    shutil.copy(f"{tiny_folders['bert']}/config.json", tmp_path / "config.json")
+    (tmp_path / "model.safetensors").write_bytes(b"\x00garbage")
+    with pytest.raises(probe.ProbeError, match="cannot load pretrained weights"):
+        probe.load(tmp_path)
+
+
+def test_missing_path_and_bad_options(tiny_folders):
+    with pytest.raises(probe.ProbeError, match="no such model folder"):
+        probe.load("./does/not/exist")
+    with pytest.raises(probe.ProbeError, match="unknown init"):
+        probe.load(tiny_folders["bert"], init="trained")
+    with pytest.raises(probe.ProbeError, match="unknown dtype"):
+        probe.load(tiny_folders["bert"], dtype="float16")
+    if not torch.cuda.is_available():
+        with pytest.raises(probe.ProbeError, match="no CUDA device"):
+            probe.load(tiny_folders["bert"], device="cuda")
+
+
+def test_dtype_float64(tiny_folders):
+    assert probe.load(tiny_folders["xlnet"], dtype="float64").dtype == torch.float64
+
+
+def test_folder_without_tokenizer_files_has_no_tokenizer(tiny_folders, tiny_bert_with_tokenizer):
+    assert probe.load(tiny_folders["bert"]).tokenizer is None
+    assert probe.load(tiny_bert_with_tokenizer).tokenizer is not None
