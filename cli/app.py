@@ -173,6 +173,12 @@ def list_models() -> None:
     )
 
 
+from .report_cmd import compare, report_app  # noqa: E402  (commands register in order)
+
+app.command("compare")(compare)
+app.add_typer(report_app, name="report")
+
+
 def main() -> None:
     app()
 

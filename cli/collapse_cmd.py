@@ -9,9 +9,8 @@ from rich.table import Table
 
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from probe.results import command_line
 
-from .console import err, out, progress_bar, warn
+from .console import command_line, err, out, progress_bar, warn
 from .output import write_comparison, write_index, write_result
 
 

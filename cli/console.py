@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from contextlib import contextmanager
 
@@ -14,6 +15,9 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 USAGE = 2
+
+#: The arguments of the running command, for the "reproduce with" line of results.
+invocation: list[str] = []
 
 
 def fail(message: str, code: int = USAGE):
@@ -30,6 +34,7 @@ class OneLineErrors(typer.core.TyperGroup):
     """A command group whose usage errors are one line and exit 2, never a traceback."""
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        invocation[:] = list(sys.argv[1:] if args is None else args)
         try:
             result = super().main(
                 args=args,
@@ -72,5 +77,6 @@ def progress_bar(enabled: bool = True):
         yield update
 
 
-def stdout_is_piped() -> bool:
-    return not sys.stdout.isatty()
+def command_line() -> str:
+    """The running command as a user would type it."""
+    return shlex.join(["probe", *invocation])

@@ -12,7 +12,7 @@ on stock HuggingFace models, with nnsight hooks instead of patched model code.
 
 from importlib import metadata
 
-from . import metrics
+from . import accessor, metrics, plot
 from .ablate import PRESETS, SAN, SAN_MLP, SAN_SKIP, TRANSFORMER, VARIANTS, Ablation
 from .errors import ProbeError
 from .load import ProbedModel, load, wrap
@@ -37,7 +37,9 @@ __all__ = [
     "hidden_states",
     "layer_values",
     "load",
+    "accessor",
     "metrics",
+    "plot",
     "open_result",
     "save_result",
     "wrap",

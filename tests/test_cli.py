@@ -47,20 +47,11 @@ def test_readme_example(command, tmp_path, tiny_bert_with_tokenizer, monkeypatch
     args = [tiny_bert_with_tokenizer if a == "./my-checkpoint" else a for a in args]
     if args[0] == "collapse" and not SLOW:
         args += ["--sequences", "2", "--tokens", "16"]
-    if args[0] in ("compare", "report") and not list(tmp_path.glob("probe-reports/*.nc")):
+    if args[0] in ("compare", "report"):  # the results the README's examples name
         invoke("collapse", "minilm", "--init", "pretrained", "--sequences", "2", "--tokens", "8")
         invoke("collapse", "gpt2", "--init", "random", "--sequences", "2", "--tokens", "8")
-        args = [_existing(tmp_path, a) for a in args]
     result = invoke(*args)
     assert result.exit_code == 0, result.output
-
-
-def _existing(tmp_path: Path, arg: str) -> str:
-    """README placeholders for result files -> files the test just wrote."""
-    if arg.endswith(".nc"):
-        files = sorted(tmp_path.glob("probe-reports/*.nc"))
-        return str(files[0] if "minilm" in arg else files[-1])
-    return arg
 
 
 def test_collapse_prints_table_and_writes_files(tiny_folders, tmp_path):
@@ -85,7 +76,9 @@ def test_collapse_prints_table_and_writes_files(tiny_folders, tmp_path):
     assert f"result: {nc}" in result.output.replace("\n", "")
     ds = probe.open_result(nc)
     assert list(ds.variant.values) == ["SAN"] and list(ds.init.values) == ["random"]
-    assert ds.attrs["command"].startswith("probe collapse") or ds.attrs["command"]
+    assert ds.attrs["command"].startswith(
+        f"probe collapse {tiny_folders['bert']} --init random --no-skip"
+    )
     assert (tmp_path / "collapse-tiny-bert-random-float32.html").is_file()
     assert (tmp_path / "index.html").is_file()
 
@@ -214,3 +207,90 @@ def test_out_is_a_file(tmp_path, tiny_folders):
     target.write_text("x")
     result = invoke("collapse", tiny_folders["bert"], "--out", target)
     assert result.exit_code == 2 and "is a file" in result.output
+
+
+def _two_results(folder: Path, tiny_folders) -> list[Path]:
+    for family in ("bert", "gpt2"):
+        result = invoke(
+            "collapse",
+            tiny_folders[family],
+            "--init",
+            "random",
+            "--sequences",
+            "2",
+            "--tokens",
+            "6",
+            "--out",
+            folder,
+        )
+        assert result.exit_code == 0, result.output
+    return sorted(folder.glob("*.nc"))
+
+
+def test_collapse_of_several_models_writes_a_comparison(tiny_folders, tmp_path):
+    result = invoke(
+        "collapse",
+        tiny_folders["bert"],
+        tiny_folders["albert"],
+        "--init",
+        "random",
+        "--sequences",
+        "2",
+        "--tokens",
+        "6",
+        "--out",
+        tmp_path,
+    )
+    assert result.exit_code == 0, result.output
+    comparison = tmp_path / "comparison-tiny-bert-tiny-albert.html"
+    assert comparison.is_file()
+    index = (tmp_path / "index.html").read_text()
+    assert comparison.name in index and "collapse-tiny-albert-random-float32.html" in index
+
+
+def test_compare_and_report_commands(tiny_folders, tmp_path, monkeypatch):
+    files = _two_results(tmp_path, tiny_folders)
+    result = invoke("compare", *files, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "comparison-tiny-bert-tiny-gpt2.html").is_file()
+
+    monkeypatch.setenv("COLUMNS", "300")  # rich would fold long paths at 80 columns
+    listed = invoke("report", "list", tmp_path)
+    assert listed.exit_code == 0 and "tiny-gpt2" in listed.output and "comparison" in listed.output
+
+    (tmp_path / "collapse-tiny-gpt2-random-float32.html").unlink()
+    rebuilt = invoke("report", "build", tmp_path / "collapse-tiny-gpt2-random-float32.nc")
+    assert rebuilt.exit_code == 0, rebuilt.output
+    html = (tmp_path / "collapse-tiny-gpt2-random-float32.html").read_text()
+    assert 'href="collapse-tiny-gpt2-random-float32.nc"' in html
+
+    opened = []
+    monkeypatch.setenv("DISPLAY", ":99")
+    monkeypatch.setattr("webbrowser.open", lambda url: opened.append(url) or True)
+    result = invoke("report", "open", "latest", "--dir", tmp_path)
+    assert result.exit_code == 0 and opened and opened[0].startswith("file://")
+    newest = result.output.strip().splitlines()[0]
+    assert Path(newest).name.startswith("comparison-")  # written last, listed first
+
+    monkeypatch.delenv("DISPLAY")
+    monkeypatch.delenv("WAYLAND_DISPLAY", raising=False)
+    result = invoke("report", "open", tmp_path / "collapse-tiny-bert-random-float32.nc")
+    assert result.exit_code == 0 and "no browser here" in result.output and len(opened) == 1
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["report", "list", "nowhere"], "no report folder nowhere"),
+        (["report", "open", "missing.html"], "no such report"),
+        (["report", "build", "missing.nc"], "no such result file"),
+        (["compare", "missing.nc"], "no such result file"),
+        (["compare", "README.md"], "is not a probe result"),
+    ],
+)
+def test_report_errors_are_one_line(args, message, monkeypatch):
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    result = invoke(*args)
+    assert result.exit_code == 2
+    assert result.output.startswith("probe: error:") and message in result.output
+    assert len(result.output.strip().splitlines()) == 1

@@ -1,0 +1,64 @@
+"""``ds.probe``: a probe result in a notebook.
+
+Registered on ``import probe``.  Displaying ``ds.probe`` in Jupyter shows a
+compact HTML summary of a collapse result (model, inputs, the layer at which each
+variant falls under 1e-3, the final relative residual) above the paper's figure
+on a log axis; ``ds.probe.plot()`` returns that figure and ``ds.probe.summary()``
+the numbers behind the text.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+
+import xarray as xr
+from matplotlib.figure import Figure
+
+from . import plot
+
+
+@xr.register_dataset_accessor("probe")
+class ProbeAccessor:
+    def __init__(self, ds: xr.Dataset) -> None:
+        self._ds = ds
+
+    def plot(self, log: bool = True, **kwargs) -> Figure:
+        """The paper's figure (relative residual against layer)."""
+        return plot.collapse(self._ds, log=log, **kwargs)
+
+    def summary(self, threshold: float = 1e-3) -> dict:
+        return plot.summarise(self._ds, threshold=threshold)
+
+    def _repr_html_(self) -> str:
+        ds = self._ds
+        if ds.attrs.get("analysis") != "collapse" or "relative_residual" not in ds:
+            return ds._repr_html_()
+        attrs = {
+            key: html.escape(str(ds.attrs.get(key, "?")))
+            for key in ("model", "family", "inputs", "dtype")
+        }
+        rows = []
+        for variant, by_init in self.summary().items():
+            for init, numbers in by_init.items():
+                below = numbers["first_below"]
+                rows.append(
+                    f"<tr><td>{html.escape(variant)}</td><td>{html.escape(init)}</td>"
+                    f"<td>{'never' if below is None else below}</td><td>{numbers['final']:.3g}</td></tr>"
+                )
+        shape = f"{ds.sizes['sequence']} x {ds.attrs.get('tokens', '?')} tokens"
+        return (
+            f"<div><b>probe collapse</b> · {attrs['model']} ({attrs['family']}) · {shape}, "
+            f"{attrs['inputs']}, {attrs['dtype']}"
+            "<table><thead><tr><th>variant</th><th>init</th><th>layer where r &lt; 1e-3</th>"
+            f"<th>final r</th></tr></thead><tbody>{''.join(rows)}</tbody></table>"
+            f'<img alt="relative residual against layer" src="data:image/png;base64,{_png(self.plot())}"/>'
+            "</div>"
+        )
+
+
+def _png(fig: Figure) -> str:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=80, bbox_inches="tight")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
