@@ -36,10 +36,12 @@ _palette = sns.color_palette("colorblind")
 # Fixed per variant so a colour means the same ablation in every figure and report.
 COLOURS = {
     "SAN": to_hex(_palette[3]),
-    "SAN+MLP": to_hex(_palette[1]),
+    "SAN+MLP": to_hex(_palette[4]),
     "SAN+skip": to_hex(_palette[0]),
     "transformer": to_hex(_palette[2]),
 }
+# SAN and SAN+MLP often lie on top of each other: a dashed line keeps both visible.
+LINESTYLES = {"SAN+MLP": "--"}
 _OTHER_COLOUR = "#7f7f7f"
 _REFERENCE_COLOUR = "#555555"
 
@@ -152,7 +154,17 @@ def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, floor: float) -> None:
         c = colour(str(variant))
         ok = np.isfinite(m)
         ax.fill_between(x, lo, hi, where=ok, color=c, alpha=0.18, linewidth=0, interpolate=False)
-        ax.plot(x, m, color=c, marker="o", markersize=3.5, linewidth=1.8, label=str(variant))
+        style = LINESTYLES.get(str(variant), "-")
+        ax.plot(
+            x,
+            m,
+            color=c,
+            linestyle=style,
+            marker="o",
+            markersize=3.5,
+            linewidth=1.8,
+            label=str(variant),
+        )
 
 
 def _finish_axes(ax: Axes, st: xr.Dataset, name: str, log: bool, floor: float) -> tuple | None:

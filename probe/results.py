@@ -62,23 +62,11 @@ def netcdf_safe(attrs: dict) -> dict:
 
 def save_result(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     """Write ``ds`` to ``path`` atomically (temporary file, then rename)."""
-    path = Path(path)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ProbeError(f"cannot create the output folder {path.parent}: {err.strerror}") from None
     ds = ds.copy()
     ds.attrs = netcdf_safe(ds.attrs)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".nc.part", dir=path.parent)
-    os.close(fd)
-    try:
+    with _atomic(path) as tmp:
         ds.to_netcdf(tmp, engine=ENGINE)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    return path
+    return Path(path)
 
 
 def open_result(path: str | os.PathLike) -> xr.Dataset:
@@ -100,15 +88,25 @@ def open_result(path: str | os.PathLike) -> xr.Dataset:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically, like :func:`save_result`."""
+    with _atomic(path) as tmp:
+        Path(tmp).write_text(text, encoding="utf-8")
+    return Path(path)
+
+
+@contextlib.contextmanager
+def _atomic(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".part", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ProbeError(f"cannot create the output folder {path.parent}: {err.strerror}") from None
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".part", dir=path.parent)
+    os.close(fd)
+    try:
+        yield tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    return path

@@ -21,6 +21,11 @@ def invoke(*args):
     return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
 
 
+def small(*args, out, sequences=2, tokens=6):
+    """`probe collapse ARGS` on a short input, writing into `out`."""
+    return invoke("collapse", *args, "--sequences", sequences, "--tokens", tokens, "--out", out)
+
+
 def readme_commands() -> list[str]:
     """Every `probe ...` line inside the README's shell code blocks."""
     blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", README.read_text(), flags=re.S)
@@ -55,19 +60,15 @@ def test_readme_example(command, tmp_path, tiny_bert_with_tokenizer, monkeypatch
 
 
 def test_collapse_prints_table_and_writes_files(tiny_folders, tmp_path):
-    result = invoke(
-        "collapse",
+    result = small(
         tiny_folders["bert"],
         "--init",
         "random",
         "--no-skip",
         "--no-mlp",
-        "--sequences",
-        "3",
-        "--tokens",
-        "8",
-        "--out",
-        tmp_path,
+        out=tmp_path,
+        sequences=3,
+        tokens=8,
     )
     assert result.exit_code == 0, result.output
     assert "random · relative residual (l1inf, residual to the mean)" in result.output
@@ -93,18 +94,8 @@ def test_collapse_prints_table_and_writes_files(tiny_folders, tmp_path):
     ],
 )
 def test_variant_selection(flags, variants, tiny_folders, tmp_path):
-    result = invoke(
-        "collapse",
-        tiny_folders["gpt2"],
-        "--init",
-        "random",
-        "--sequences",
-        "2",
-        "--tokens",
-        "6",
-        "--out",
-        tmp_path,
-        *flags,
+    result = small(
+        tiny_folders["gpt2"], "--init", "random", *flags, out=tmp_path, sequences=2, tokens=6
     )
     assert result.exit_code == 0, result.output
     ds = probe.open_result(next(tmp_path.glob("*.nc")))
@@ -112,21 +103,17 @@ def test_variant_selection(flags, variants, tiny_folders, tmp_path):
 
 
 def test_metric_norm_fit_and_float64(tiny_folders, tmp_path):
-    result = invoke(
-        "collapse",
+    result = small(
         tiny_folders["xlnet"],
         "--init",
         "both",
-        "--sequences",
-        "2",
-        "--tokens",
-        "6",
         "--metric",
         "effective-rank",
         "--dtype",
         "float64",
-        "--out",
-        tmp_path,
+        out=tmp_path,
+        sequences=2,
+        tokens=6,
     )
     assert result.exit_code == 0, result.output
     assert (
@@ -135,21 +122,17 @@ def test_metric_norm_fit_and_float64(tiny_folders, tmp_path):
     )
     ds = probe.open_result(tmp_path / "collapse-tiny-xlnet-random-pretrained-float64.nc")
     assert ds.attrs["dtype"] == "float64"
-    result = invoke(
-        "collapse",
+    result = small(
         tiny_folders["xlnet"],
         "--init",
         "random",
-        "--sequences",
-        "2",
-        "--tokens",
-        "6",
         "--norm",
         "fro",
         "--fit",
         "svd",
-        "--out",
-        tmp_path,
+        out=tmp_path,
+        sequences=2,
+        tokens=6,
     )
     assert "relative residual (fro, residual to the svd)" in result.output
 
@@ -211,35 +194,20 @@ def test_out_is_a_file(tmp_path, tiny_folders):
 
 def _two_results(folder: Path, tiny_folders) -> list[Path]:
     for family in ("bert", "gpt2"):
-        result = invoke(
-            "collapse",
-            tiny_folders[family],
-            "--init",
-            "random",
-            "--sequences",
-            "2",
-            "--tokens",
-            "6",
-            "--out",
-            folder,
-        )
+        result = small(tiny_folders[family], "--init", "random", out=folder, sequences=2, tokens=6)
         assert result.exit_code == 0, result.output
     return sorted(folder.glob("*.nc"))
 
 
 def test_collapse_of_several_models_writes_a_comparison(tiny_folders, tmp_path):
-    result = invoke(
-        "collapse",
+    result = small(
         tiny_folders["bert"],
         tiny_folders["albert"],
         "--init",
         "random",
-        "--sequences",
-        "2",
-        "--tokens",
-        "6",
-        "--out",
-        tmp_path,
+        out=tmp_path,
+        sequences=2,
+        tokens=6,
     )
     assert result.exit_code == 0, result.output
     comparison = tmp_path / "comparison-tiny-bert-tiny-albert.html"

@@ -29,7 +29,7 @@ class Adapter:
     #: Extra keyword arguments for the model's forward.
     forward_kwargs: ClassVar[dict[str, Any]] = {}
 
-    # --- configuration --------------------------------------------------------------
+    # --- configuration (HF's attribute_map gives every family these names) ------------
     def n_layers(self, config) -> int:
         return config.num_hidden_layers
 

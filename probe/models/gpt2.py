@@ -45,18 +45,6 @@ class GPT2Adapter(Adapter):
         },
     )
 
-    def n_layers(self, config) -> int:
-        return config.n_layer
-
-    def n_heads(self, config) -> int:
-        return config.n_head
-
-    def hidden_size(self, config) -> int:
-        return config.n_embd
-
-    def max_tokens(self, config) -> int | None:
-        return config.n_positions
-
     def layers(self, root):
         return root.h
 

@@ -47,17 +47,8 @@ class XLNetAdapter(Adapter):
         },
     )
 
-    def n_layers(self, config) -> int:
-        return config.n_layer
-
-    def n_heads(self, config) -> int:
-        return config.n_head
-
-    def hidden_size(self, config) -> int:
-        return config.d_model
-
     def max_tokens(self, config) -> int | None:
-        return None  # relative positions
+        return None  # relative positions: no table to run out of
 
     def layers(self, root):
         return root.layer
