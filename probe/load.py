@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import functools
 import importlib.util
 import io
 import json
@@ -244,6 +245,7 @@ def _hub_kwargs(location) -> dict:
     return {"local_files_only": True}
 
 
+@functools.lru_cache(maxsize=1)
 def _hub_reachable(timeout: float = 3.0) -> bool:
     if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
         return False

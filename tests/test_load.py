@@ -153,3 +153,26 @@ def test_dtype_float64(tiny_folders):
 def test_folder_without_tokenizer_files_has_no_tokenizer(tiny_folders, tiny_bert_with_tokenizer):
     assert probe.load(tiny_folders["bert"]).tokenizer is None
     assert probe.load(tiny_bert_with_tokenizer).tokenizer is not None
+
+
+def test_albert_with_several_layer_groups_is_refused(tmp_path):
+    from transformers import AlbertConfig
+
+    AlbertConfig(
+        num_hidden_layers=4,
+        num_hidden_groups=2,
+        hidden_size=16,
+        num_attention_heads=2,
+        embedding_size=8,
+    ).save_pretrained(tmp_path)
+    with pytest.raises(probe.ProbeError, match="num_hidden_groups=2 is not supported"):
+        probe.load(tmp_path, init="random")
+
+
+def test_wrap_needs_a_hf_model_of_a_supported_family():
+    with pytest.raises(probe.ProbeError, match="HuggingFace model"):
+        probe.wrap(torch.nn.Linear(2, 2))
+    sdpa = tiny_model("bert")
+    sdpa.config._attn_implementation = "sdpa"
+    with pytest.raises(probe.ProbeError, match="attn_implementation='eager'"):
+        probe.wrap(sdpa)
