@@ -117,7 +117,7 @@ def make_collapse_dataset(
         "torch_version": "2.5.0",
         "transformers_version": "5.0.0",
         "nnsight_version": "0.8.0",
-        "command": f"probe collapse {model} " + " ".join(f"--init {i}" for i in inits),
+        "command": f"probe collapse {model} --init {inits[0] if len(inits) == 1 else 'both'}",
         "created": created,
         "ablation_table": json.dumps(ABLATIONS),
         "n_layers": layers,
