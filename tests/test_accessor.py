@@ -19,7 +19,10 @@ def test_summary_html_has_the_numbers_and_the_figure():
     assert html.escape('odd<name>&"q"') in text and "odd<name>" not in text
     summary = plot.summarise(ds)
     san = summary["SAN"]["random"]
-    assert f"<td>SAN</td><td>random</td><td>{san['first_below']}</td><td>{san['final']:.3g}</td>" in text
+    assert (
+        f"<td>SAN</td><td>random</td><td>{san['first_below']}</td><td>{san['final']:.3g}</td>"
+        in text
+    )
     assert "never" in text  # the transformer variant never falls under 1e-3
 
 

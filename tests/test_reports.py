@@ -89,9 +89,7 @@ def test_title_and_command(html):
     title = "Rank collapse in tiny-bert (bert, init: random, pretrained)"
     assert f"<title>{title}</title>" in html
     assert f"<h1>{title}</h1>" in html
-    assert (
-        "<pre><code>probe collapse tiny-bert --init random --init pretrained</code></pre>" in html
-    )
+    assert "<pre><code>probe collapse tiny-bert --init both</code></pre>" in html
 
 
 def test_figures_are_inline_svg_with_unique_ids(html):
