@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 
@@ -177,7 +178,7 @@ def test_wrap_needs_a_hf_model_of_a_supported_family():
 
 def test_an_unreachable_hub_is_not_asked(monkeypatch):
     """Offline, only the local cache is consulted (huggingface_hub would retry for ~25 s)."""
-    from probe import load as load_module
+    load_module = importlib.import_module("probe.load")  # `probe.load` is also the function
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     load_module._hub_reachable.cache_clear()
