@@ -12,8 +12,6 @@ from typing import Annotated
 
 import typer
 
-from probe.errors import ProbeError
-
 from .console import OneLineErrors, fail, out
 
 app = typer.Typer(
@@ -117,25 +115,22 @@ def collapse(
     if variants is not None and (no_skip or no_mlp):
         fail("use either --variants or --no-skip/--no-mlp, not both")
     chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
-    try:
-        run_collapse(
-            models,
-            variants=chosen,
-            init=init.value,
-            text=text,
-            sequences=sequences,
-            tokens=tokens,
-            metric=metric.value.replace("-", "_"),
-            norm=norm.value,
-            fit=fit.value,
-            seed=seed,
-            device=device,
-            dtype=dtype.value,
-            batch_size=batch_size,
-            out_dir=out_dir,
-        )
-    except ProbeError as exc:
-        fail(str(exc))
+    run_collapse(
+        models,
+        variants=chosen,
+        init=init.value,
+        text=text,
+        sequences=sequences,
+        tokens=tokens,
+        metric=metric.value.replace("-", "_"),
+        norm=norm.value,
+        fit=fit.value,
+        seed=seed,
+        device=device,
+        dtype=dtype.value,
+        batch_size=batch_size,
+        out_dir=out_dir,
+    )
 
 
 @app.command("models")

@@ -11,6 +11,8 @@ import typer.core
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from probe.errors import ProbeError
+
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -31,7 +33,11 @@ def warn(message: str) -> None:
 
 
 class OneLineErrors(typer.core.TyperGroup):
-    """A command group whose usage errors are one line and exit 2, never a traceback."""
+    """A command group whose usage errors are one line and exit 2, never a traceback.
+
+    ProbeError, the library's user-facing error, is turned into that line here,
+    once, so commands call the library without wrapping it.
+    """
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         invocation[:] = list(sys.argv[1:] if args is None else args)
@@ -50,6 +56,8 @@ class OneLineErrors(typer.core.TyperGroup):
                 raise SystemExit(0) from None
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             fail(f"{exc.format_message()}{hint}", code=getattr(exc, "exit_code", USAGE))
+        except ProbeError as exc:
+            fail(str(exc))
         except typer.Exit as exc:
             raise SystemExit(exc.exit_code) from None
         except (typer.Abort, KeyboardInterrupt):

@@ -11,7 +11,6 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from probe.errors import ProbeError
 from probe.reports import index_entries
 from probe.results import open_result
 
@@ -76,10 +75,7 @@ def build_report(
     ] = None,
 ) -> None:
     """Render a report again from its result file, and rewrite the folder's index."""
-    try:
-        ds = open_result(result)
-    except ProbeError as exc:
-        fail(str(exc))
+    ds = open_result(result)
     folder = out_dir or result.parent
     html = write_report(ds, result, folder)
     out.print(f"report: {html}")
@@ -95,10 +91,7 @@ def compare(
     ] = DEFAULT_DIR,
 ) -> None:
     """Compare results of several models in one report, one panel per model."""
-    try:
-        datasets = [open_result(path) for path in results]
-    except ProbeError as exc:
-        fail(str(exc))
+    datasets = [open_result(path) for path in results]
     analyses = {ds.attrs.get("analysis") for ds in datasets}
     if analyses != {"collapse"}:
         fail(f"can only compare collapse results; got {', '.join(sorted(map(str, analyses)))}")

@@ -94,9 +94,7 @@ def test_collapse_prints_table_and_writes_files(tiny_folders, tmp_path):
     ],
 )
 def test_variant_selection(flags, variants, tiny_folders, tmp_path):
-    result = small(
-        tiny_folders["gpt2"], "--init", "random", *flags, out=tmp_path, sequences=2, tokens=6
-    )
+    result = small(tiny_folders["gpt2"], "--init", "random", *flags, out=tmp_path)
     assert result.exit_code == 0, result.output
     ds = probe.open_result(next(tmp_path.glob("*.nc")))
     assert list(ds.variant.values) == variants
@@ -112,8 +110,6 @@ def test_metric_norm_fit_and_float64(tiny_folders, tmp_path):
         "--dtype",
         "float64",
         out=tmp_path,
-        sequences=2,
-        tokens=6,
     )
     assert result.exit_code == 0, result.output
     assert (
@@ -131,8 +127,6 @@ def test_metric_norm_fit_and_float64(tiny_folders, tmp_path):
         "--fit",
         "svd",
         out=tmp_path,
-        sequences=2,
-        tokens=6,
     )
     assert "relative residual (fro, residual to the svd)" in result.output
 
@@ -194,7 +188,7 @@ def test_out_is_a_file(tmp_path, tiny_folders):
 
 def _two_results(folder: Path, tiny_folders) -> list[Path]:
     for family in ("bert", "gpt2"):
-        result = small(tiny_folders[family], "--init", "random", out=folder, sequences=2, tokens=6)
+        result = small(tiny_folders[family], "--init", "random", out=folder)
         assert result.exit_code == 0, result.output
     return sorted(folder.glob("*.nc"))
 
@@ -206,8 +200,6 @@ def test_collapse_of_several_models_writes_a_comparison(tiny_folders, tmp_path):
         "--init",
         "random",
         out=tmp_path,
-        sequences=2,
-        tokens=6,
     )
     assert result.exit_code == 0, result.output
     comparison = tmp_path / "comparison-tiny-bert-tiny-albert.html"
