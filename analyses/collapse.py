@@ -30,11 +30,10 @@ from probe import metrics
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
-from probe.load import INITS, ProbedModel, load
+from probe.load import ProbedModel, load
+from probe.names import INITS, METRICS
 from probe.results import command_line, utc_now, versions
 from probe.trace import layer_values
-
-METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
 
 Progress = Callable[[int, int, str], None]
 

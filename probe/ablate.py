@@ -12,6 +12,11 @@ The definitions are the same for every family:
 * ``mlp=False`` ("no MLP") makes the layer's output equal to its attention
   sublayer's output: the MLP, its residual and its norm are all removed.
 
+``surgery="paper"`` asks instead for the surgery the paper's own code applied,
+family by family, so that its curves can be reproduced.  It differs from
+probe's definition only for ALBERT's "no MLP" (see ``probe/models/albert.py``);
+for the families the paper did not probe (GPT-2) it is probe's definition.
+
 The paper's four networks are the named presets (Dong et al. 2021, Fig. 2):
 
 =============  =========  =====
@@ -26,8 +31,9 @@ transformer    yes        yes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
+from . import names
 from .errors import ProbeError
 
 
@@ -37,14 +43,27 @@ class Ablation:
 
     attn_skip: bool = True
     mlp: bool = True
+    #: ``"probe"``: the uniform definitions above; ``"paper"``: per family, the surgery
+    #: the paper's code applied (each adapter's table says where the two differ).
+    surgery: str = "probe"
+
+    def __post_init__(self) -> None:
+        if self.surgery not in names.SURGERIES:
+            raise ProbeError(
+                f"unknown surgery {self.surgery!r}; choose {' or '.join(names.SURGERIES)}"
+            )
 
     @property
     def name(self) -> str:
         """The paper's name for this combination (``SAN``, ``SAN+MLP``, ...)."""
         for name, preset in PRESETS.items():
-            if preset == self:
+            if (preset.attn_skip, preset.mlp) == (self.attn_skip, self.mlp):
                 return name
         raise AssertionError("every combination of two flags has a preset")
+
+    def with_surgery(self, surgery: str) -> Ablation:
+        """The same variant under another definition (``"probe"`` or ``"paper"``)."""
+        return replace(self, surgery=surgery)
 
     @property
     def is_identity(self) -> bool:
@@ -56,14 +75,11 @@ SAN_MLP = Ablation(attn_skip=False, mlp=True)
 SAN_SKIP = Ablation(attn_skip=True, mlp=False)
 TRANSFORMER = Ablation()
 
-#: The paper's variants in the order its figures use.
-PRESETS: dict[str, Ablation] = {
-    "SAN": SAN,
-    "SAN+MLP": SAN_MLP,
-    "SAN+skip": SAN_SKIP,
-    "transformer": TRANSFORMER,
-}
-VARIANTS: tuple[str, ...] = tuple(PRESETS)
+#: The paper's variants, named and ordered as in probe.names.VARIANTS.
+PRESETS: dict[str, Ablation] = dict(
+    zip(names.VARIANTS, (SAN, SAN_MLP, SAN_SKIP, TRANSFORMER), strict=True)
+)
+VARIANTS: tuple[str, ...] = names.VARIANTS
 
 
 def parse_variants(spec: str) -> list[str]:

@@ -35,11 +35,12 @@ from typing import Any
 
 import torch
 
+from . import names
 from .errors import ProbeError
 from .models import Adapter, adapter_for
+from .names import INITS
 
-INITS = ("pretrained", "random")
-DTYPES = {"float32": torch.float32, "float64": torch.float64}
+DTYPES = {name: getattr(torch, name) for name in names.DTYPES}
 MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
 
 
@@ -167,6 +168,8 @@ def wrap(
     target_device = param.device if device is None else _device(device)
     if model.training or target_dtype != param.dtype or target_device != param.device:
         model = copy.deepcopy(model).to(device=target_device, dtype=target_dtype).eval()
+    else:
+        model = _same_weights_copy(model)
     return ProbedModel(
         name=name or type(model).__name__,
         model=model,
@@ -177,6 +180,17 @@ def wrap(
         tokenizer=tokenizer,
         source="module passed by the caller",
     )
+
+
+def _same_weights_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A new module tree over the very same parameter and buffer tensors.
+
+    nnsight installs a controller as an instance-level ``forward`` on every module
+    it wraps; doing that on this copy leaves the caller's modules exactly as they
+    were, while no weight is duplicated (the tensors are shared, not copied).
+    """
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo=shared)
 
 
 # --- where the files are -------------------------------------------------------------

@@ -49,8 +49,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-NORMS = ("l1inf", "fro", "spectral", "l1", "linf")
-FITS = ("mean", "svd")
+from .names import FITS, NORMS
 
 _F64 = torch.float64
 

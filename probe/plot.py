@@ -28,9 +28,8 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-VARIANTS = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
-INITS = ("random", "pretrained")
-METRICS = ("effective_rank", "stable_rank", "cosine_similarity")
+from .names import INITS, VARIANTS
+from .names import PLAIN_METRICS as METRICS
 
 _palette = sns.color_palette("colorblind")
 # Fixed per variant so a colour means the same ablation in every figure and report.

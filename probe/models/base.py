@@ -26,6 +26,8 @@ class Adapter:
     model_types: ClassVar[tuple[str, ...]]
     #: Rows of the docstring table, kept as data for reports and result attrs.
     table: ClassVar[tuple[dict[str, str], ...]]
+    #: What ``--surgery paper`` does in this family, next to probe's definition.
+    paper_surgery: ClassVar[str] = "the paper's surgery is probe's definition in this family"
     #: Extra keyword arguments for the model's forward.
     forward_kwargs: ClassVar[dict[str, Any]] = {}
 

@@ -45,6 +45,8 @@ class GPT2Adapter(Adapter):
         },
     )
 
+    paper_surgery = "not probed in the paper: --surgery paper applies probe's definition"
+
     def layers(self, root):
         return root.h
 

@@ -131,13 +131,20 @@ def _albert_layer_without_mlp(layer, hidden_states, attention_mask=None, **kwarg
     return layer.attention(hidden_states, attention_mask, **kwargs)[0]
 
 
-def _albert_surgery(model: AlbertModel, *, attn_skip: bool, mlp: bool) -> list[nn.Module]:
+def _albert_surgery(
+    model: AlbertModel, *, attn_skip: bool, mlp: bool, paper: bool = False
+) -> list[nn.Module]:
     # With num_hidden_groups=1, inner_group_num=1 this is the one shared AlbertLayer;
     # patching the module ablates it on every application.
     layers = [layer for group in model.encoder.albert_layer_groups for layer in group.albert_layers]
     for layer in layers:
         layer.attention.forward = partial(_albert_attention, layer.attention, residual=attn_skip)
-        if not mlp:
+        if not mlp and paper:
+            # The paper's code: ffn and ffn_output become identities; the activation,
+            # the MLP's residual and full_layer_layer_norm keep running.
+            layer.ffn.forward = _identity
+            layer.ffn_output.forward = _identity
+        elif not mlp:
             layer.forward = partial(_albert_layer_without_mlp, layer)
     return layers
 
@@ -261,21 +268,27 @@ def reference_hidden_states(
     *,
     attn_skip: bool = True,
     mlp: bool = True,
+    surgery: str = "probe",
 ) -> list[torch.Tensor]:
     """The residual stream of ``model`` under the ablation, one (batch, token, hidden) tensor per layer.
 
     Returns ``[layer-0 input, layer-1 output, ..., layer-L output]`` (see the module
     docstring for what each entry is per family).  ``model`` is left untouched.
-    Raises ValueError for a model that is not one of the four base models or for a
-    malformed batch.
+    ``surgery="paper"`` applies the paper's own surgery where it differs from the
+    project's definition (ALBERT without MLP: ``ffn`` and ``ffn_output`` identities);
+    the other families have no such difference.  Raises ValueError for a model that is
+    not one of the four base models or for a malformed batch.
     """
+    if surgery not in ("probe", "paper"):
+        raise ValueError(f"surgery must be 'probe' or 'paper', got {surgery!r}")
     family = model_family(model)
     _check_inputs(input_ids, attention_mask)
 
     work = copy.deepcopy(model)
     _strip_overrides(work)
     work.eval()
-    layers = _SURGERY[family](work, attn_skip=bool(attn_skip), mlp=bool(mlp))
+    extra = {"paper": True} if family == "albert" and surgery == "paper" else {}
+    layers = _SURGERY[family](work, attn_skip=bool(attn_skip), mlp=bool(mlp), **extra)
 
     states: list[torch.Tensor] = []
 

@@ -1,0 +1,31 @@
+"""The words probe uses everywhere, defined once.
+
+Dims, CLI option values, plot labels, report headings and file names all take
+their vocabulary from here, in this order.  The module imports nothing, so the
+command line can build its choices from it without loading torch.
+"""
+
+from __future__ import annotations
+
+#: The paper's four networks, in the order of its figures (Dong et al. 2021, Fig. 2).
+VARIANTS: tuple[str, ...] = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
+#: Weights a model is probed with; pretrained first everywhere (it loads first, so
+#: weights that cannot be had stop a run before any work).
+INITS: tuple[str, ...] = ("pretrained", "random")
+#: Per-layer, per-sequence quantities of a collapse result, the main one first.
+METRICS: tuple[str, ...] = (
+    "relative_residual",
+    "effective_rank",
+    "stable_rank",
+    "cosine_similarity",
+)
+#: Metrics with neither norm nor fit.
+PLAIN_METRICS: tuple[str, ...] = METRICS[1:]
+#: Matrix norms of the relative residual; l1inf is the paper's composite norm.
+NORMS: tuple[str, ...] = ("l1inf", "fro", "spectral", "l1", "linf")
+#: What the residual is taken against: the token mean (the paper's notebook) or the best rank-one fit.
+FITS: tuple[str, ...] = ("mean", "svd")
+#: Precisions a model can run in.
+DTYPES: tuple[str, ...] = ("float32", "float64")
+#: Ablation definitions: probe's, uniform across families, or the paper's own code's per family.
+SURGERIES: tuple[str, ...] = ("probe", "paper")
