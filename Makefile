@@ -24,9 +24,9 @@ $(STAMP): pyproject.toml Makefile
 demo: $(STAMP)
 	$(BIN)/probe collapse minilm --init pretrained --out $(OUT)
 	$(BIN)/probe collapse bert-base-uncased albert-base-v2 xlnet-base-cased gpt2 --init random --out $(OUT)
-	$(BIN)/probe compare $(OUT)/collapse-minilm-pretrained-float32.nc \
-		$(OUT)/collapse-bert-base-uncased-random-float32.nc $(OUT)/collapse-albert-base-v2-random-float32.nc \
-		$(OUT)/collapse-xlnet-base-cased-random-float32.nc $(OUT)/collapse-gpt2-random-float32.nc --out $(OUT)
+	$(BIN)/probe compare $(OUT)/collapse-minilm-pretrained-float32-*.nc \
+		$(OUT)/collapse-bert-base-uncased-random-float32-*.nc $(OUT)/collapse-albert-base-v2-random-float32-*.nc \
+		$(OUT)/collapse-xlnet-base-cased-random-float32-*.nc $(OUT)/collapse-gpt2-random-float32-*.nc --out $(OUT)
 	@echo "results and reports are in $(OUT)/ (open $(OUT)/index.html)"
 
 lint: $(STAMP)

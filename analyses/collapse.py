@@ -19,7 +19,9 @@ numbers leave the model.  ``run`` returns an xarray.Dataset; see
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -30,16 +32,16 @@ from probe import metrics
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
-from probe.load import ProbedModel, load
-from probe.names import INITS, METRICS
-from probe.results import command_line, utc_now, versions
+from probe.load import ProbedModel, check_seed, load
+from probe.names import INITS, METRICS, SURGERIES
+from probe.results import settings_id, utc_now, versions
 from probe.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
 
 
 def parse_inits(init: str | Sequence[str]) -> list[str]:
-    """``"both"``, one init, or a list -> inits in the order pretrained, random."""
+    """``"both"``, one init, or a list -> inits in the order of probe.names.INITS."""
     wanted = list(INITS) if init == "both" else [init] if isinstance(init, str) else list(init)
     unknown = [name for name in wanted if name not in INITS]
     if unknown or not wanted:
@@ -49,7 +51,26 @@ def parse_inits(init: str | Sequence[str]) -> list[str]:
     return [name for name in INITS if name in wanted]
 
 
-def run(
+@dataclass
+class Plan:
+    """Everything a collapse run needs, checked and loaded, before any forward pass."""
+
+    models: list[ProbedModel]
+    variants: list[str]
+    inputs: Inputs
+    surgery: str
+    batch_size: int
+    command: str
+    settings: dict = field(default_factory=dict)
+
+    @property
+    def steps(self) -> int:
+        """Forward passes the run makes (variants x inits x batches), for progress bars."""
+        batches = -(-self.inputs.sequences // self.batch_size)
+        return len(self.variants) * len(self.models) * batches
+
+
+def prepare(
     model: str | Path | ProbedModel | torch.nn.Module,
     *,
     variants: str | Sequence[str] = "all",
@@ -61,25 +82,30 @@ def run(
     device: str | None = None,
     dtype: str | None = None,
     batch_size: int = 16,
-    progress: Progress | None = None,
+    surgery: str = "probe",
+    allow_missing_weights: bool = False,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
-) -> xr.Dataset:
-    """Probe ``model`` and return the collapse Dataset (see the module docstring).
+) -> Plan:
+    """Check every setting, load the models and make the inputs; no forward pass yet.
 
-    ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
-    :class:`~probe.load.ProbedModel` (then only its own init is run).
+    Everything that can be wrong with a request (an unknown model, weights that do
+    not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
+    command probing several models fails before it computes anything.
     """
     names = (
         parse_variants(variants)
         if isinstance(variants, str)
-        else parse_variants(",".join(variants))
+        else parse_variants(",".join(variants) if variants else "")
     )
     if batch_size < 1:
         raise ProbeError("--batch-size must be at least 1")
+    if surgery not in SURGERIES:
+        raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
+    check_seed(seed)
     if text is not None:
         read_text(text)  # a bad --text fails before any model is loaded
-    models = _load_all(model, parse_inits(init), seed, device, dtype)
+    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights)
     first = models[0]
     limit = first.adapter.max_tokens(first.config)
     if limit is not None and tokens > limit:
@@ -95,27 +121,103 @@ def run(
         seed=seed,
         warn=warn,
     )
+    settings = {
+        "model": first.name,
+        "init": [m.init for m in models],
+        "variants": names,
+        "surgery": surgery,
+        "seed": first.seed,
+        "sequences": inputs.sequences,
+        "tokens": inputs.tokens,
+        "text": inputs.text_sha256 or inputs.text_source,
+        "dtype": str(first.dtype).removeprefix("torch."),
+        "device": first.device.type,
+        "batch_size": batch_size,
+        "allow_missing_weights": allow_missing_weights,
+    }
+    if command is None:
+        command = _equivalent_command(model, settings, text)
+    return Plan(models, names, inputs, surgery, batch_size, command, settings)
 
-    L = first.n_layers
+
+def execute(plan: Plan, progress: Progress | None = None) -> xr.Dataset:
+    """Run a prepared plan: every variant and init, batch by batch; the Dataset."""
+    models, names, inputs = plan.models, plan.variants, plan.inputs
+    L = models[0].n_layers
     shape = (len(names), len(models), L + 1, inputs.sequences)
     data = {
         "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
         **{name: np.full(shape, np.nan) for name in METRICS[1:]},
     }
-    batches = _batches(inputs, batch_size)
-    total, done = len(names) * len(models) * len(batches), 0
+    batches = _batches(inputs, plan.batch_size)
+    done = 0
     for i, variant in enumerate(names):
+        ablation = PRESETS[variant].with_surgery(plan.surgery)
         for j, probed in enumerate(models):
             for start, ids, mask in batches:
-                per_layer = layer_values(probed, ids, PRESETS[variant], _reduce, mask)
+                per_layer = layer_values(probed, ids, ablation, _reduce, mask)
                 stop = start + ids.shape[0]
                 for layer, values in enumerate(per_layer):
                     for name, value in values.items():
                         data[name][i, j, layer, start:stop] = value.numpy()
                 done += 1
                 if progress is not None:
-                    progress(done, total, f"{probed.init} {variant}")
-    return _dataset(data, names, models, inputs, command)
+                    progress(done, plan.steps, f"{probed.name} · {probed.init} · {variant}")
+    return _dataset(data, plan)
+
+
+def run(
+    model: str | Path | ProbedModel | torch.nn.Module,
+    *,
+    progress: Progress | None = None,
+    **options,
+) -> xr.Dataset:
+    """Probe ``model`` and return the collapse Dataset (see the module docstring).
+
+    ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
+    :class:`~probe.load.ProbedModel` (then only its own init is run).  The
+    options are those of :func:`prepare`.
+    """
+    return execute(prepare(model, **options), progress)
+
+
+def _equivalent_command(model, settings: dict, text) -> str:
+    """The CLI command with the same settings, for the "reproduce with" line of a library run."""
+    if isinstance(model, ProbedModel | torch.nn.Module):
+        return (
+            "probe.analyses.collapse.run(<a model passed by the caller>, "
+            + ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != "model")
+            + ")"
+        )
+    init = settings["init"]
+    args = [
+        "probe",
+        "collapse",
+        str(model),
+        "--init",
+        "both" if len(init) == 2 else init[0],
+        "--variants",
+        ",".join(settings["variants"]),
+        "--sequences",
+        str(settings["sequences"]),
+        "--tokens",
+        str(settings["tokens"]),
+        "--seed",
+        str(settings["seed"]),
+        "--dtype",
+        settings["dtype"],
+        "--batch-size",
+        str(settings["batch_size"]),
+    ]
+    if text is not None:
+        args += ["--text", str(text)]
+    if settings["surgery"] != "probe":
+        args += ["--surgery", settings["surgery"]]
+    if settings["device"] != "cpu":
+        args += ["--device", settings["device"]]
+    if settings["allow_missing_weights"]:
+        args.append("--allow-missing-weights")
+    return shlex.join(args)
 
 
 def _reduce(x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -123,7 +225,7 @@ def _reduce(x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
     return {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
 
 
-def _load_all(model, inits, seed, device, dtype) -> list[ProbedModel]:
+def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedModel]:
     if isinstance(model, ProbedModel):
         if inits != [model.init]:
             raise ProbeError(
@@ -131,7 +233,17 @@ def _load_all(model, inits, seed, device, dtype) -> list[ProbedModel]:
             )
         return [model]
     # Pretrained first: if its weights cannot be had, nothing runs.
-    return [load(model, init=name, seed=seed, device=device, dtype=dtype) for name in inits]
+    return [
+        load(
+            model,
+            init=name,
+            seed=seed,
+            device=device,
+            dtype=dtype,
+            allow_missing_weights=allow_missing,
+        )
+        for name in inits
+    ]
 
 
 def _batches(inputs: Inputs, batch_size: int):
@@ -145,7 +257,8 @@ def _batches(inputs: Inputs, batch_size: int):
     ]
 
 
-def _dataset(data, variants, models: list[ProbedModel], inputs: Inputs, command) -> xr.Dataset:
+def _dataset(data, plan: Plan) -> xr.Dataset:
+    models, variants, inputs = plan.models, plan.variants, plan.inputs
     first = models[0]
     dims = ("variant", "init", "layer", "sequence")
     coords = {
@@ -175,6 +288,12 @@ def _dataset(data, variants, models: list[ProbedModel], inputs: Inputs, command)
         "family": first.family,
         "config": config.to_json_string(use_diff=True),
         "weights": "; ".join(f"{m.init}: {m.weights}" for m in models),
+        "weights_warning": "; ".join(
+            f"{m.init} weights come from an incomplete checkpoint (--allow-missing-weights): "
+            "some tensors are at random init, see 'weights'"
+            for m in models
+            if m.incomplete
+        ),
         "inputs": inputs.kind,
         "text_source": inputs.text_source,
         "text_sha256": inputs.text_sha256,
@@ -184,11 +303,22 @@ def _dataset(data, variants, models: list[ProbedModel], inputs: Inputs, command)
         "dtype": str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
         **versions(),
-        "command": command or command_line(),
+        "command": plan.command,
         "created": utc_now(),
+        "surgery": plan.surgery,
+        "surgery_note": _surgery_note(plan.surgery, adapter),
         "ablation_table": json.dumps(list(adapter.table)),
         "n_layers": first.n_layers,
         "n_heads": adapter.n_heads(config),
         "hidden_size": adapter.hidden_size(config),
+        "residual_stream": adapter.stream_note,
+        "settings": json.dumps(plan.settings, sort_keys=True),
+        "settings_id": settings_id(plan.settings),
     }
     return ds
+
+
+def _surgery_note(surgery: str, adapter) -> str:
+    if surgery == "probe":
+        return "probe's definitions: no skip drops the identity term of the attention residual sum; no MLP makes the layer output its attention sublayer's output"
+    return f"the paper's surgery as its code applied it: {adapter.paper_surgery}"

@@ -12,13 +12,15 @@ from typing import Annotated
 
 import typer
 
+from probe import names
+
 from .console import OneLineErrors, fail, out
 
 app = typer.Typer(
     cls=OneLineErrors,
     name="probe",
-    help="Rank collapse in transformers: ablate skip connections and MLPs, measure how fast tokens become one.",
     no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
     add_completion=False,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -27,35 +29,41 @@ app = typer.Typer(
 DEFAULT_OUT = Path("probe-reports")
 
 
-class Init(str, Enum):
-    pretrained = "pretrained"
-    random = "random"
-    both = "both"
+def _choices(name: str, values, extra=()) -> type[Enum]:
+    """A typer choice type built from the library's own tuple (CLI spelling: - for _)."""
+    spelled = [v.replace("_", "-") for v in (*values, *extra)]
+    return Enum(name, {v: v for v in spelled}, type=str)
 
 
-class Dtype(str, Enum):
-    float32 = "float32"
-    float64 = "float64"
+Init = _choices("Init", names.INITS, ("both",))
+Dtype = _choices("Dtype", names.DTYPES)
+Metric = _choices("Metric", names.METRICS)
+Norm = _choices("Norm", names.NORMS)
+Fit = _choices("Fit", names.FITS)
+Surgery = _choices("Surgery", names.SURGERIES)
+
+OutDir = Annotated[Path, typer.Option("--out", help="Folder for results and reports.")]
+Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 
 
-class Metric(str, Enum):
-    relative_residual = "relative-residual"
-    effective_rank = "effective-rank"
-    stable_rank = "stable-rank"
-    cosine_similarity = "cosine-similarity"
+def _version(value: bool) -> None:
+    if value:
+        from probe import __version__
+
+        out.print(f"probe {__version__}")
+        raise typer.Exit()
 
 
-class Norm(str, Enum):
-    l1inf = "l1inf"
-    fro = "fro"
-    spectral = "spectral"
-    l1 = "l1"
-    linf = "linf"
-
-
-class Fit(str, Enum):
-    mean = "mean"
-    svd = "svd"
+@app.callback()
+def main_options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Rank collapse in transformers: ablate skip connections and MLPs, measure how fast tokens become one."""
 
 
 @app.command()
@@ -79,7 +87,7 @@ def collapse(
     variants: Annotated[
         str | None, typer.Option(help="all, or a comma list of SAN,SAN+MLP,SAN+skip,transformer.")
     ] = None,
-    init: Annotated[Init, typer.Option(help="Weights: pretrained, random, or both.")] = Init.both,
+    init: Annotated[Init, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
     text: Annotated[
         Path | None,
         typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
@@ -88,49 +96,90 @@ def collapse(
     tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
     metric: Annotated[
         Metric, typer.Option(help="Metric shown in the printed table.")
-    ] = Metric.relative_residual,
+    ] = "relative-residual",
     norm: Annotated[
-        Norm, typer.Option(help="Norm of the relative residual in the table (l1inf: the paper's).")
-    ] = Norm.l1inf,
+        Norm | None,
+        typer.Option(
+            help="Norm of the relative residual in the table [default: l1inf, the paper's]."
+        ),
+    ] = None,
     fit: Annotated[
-        Fit,
-        typer.Option(help="Residual to the token mean (the paper's) or to the best rank-one fit."),
-    ] = Fit.mean,
-    seed: Annotated[int, typer.Option(help="Seed for random init and synthetic inputs.")] = 0,
+        Fit | None,
+        typer.Option(
+            help="Residual to the token mean (the paper's, default) or to the best rank-one fit."
+        ),
+    ] = None,
+    seed: Annotated[
+        int,
+        typer.Option(
+            min=0, max=2**63 - 1, help="Seed for random init and synthetic inputs (0 to 2^63-1)."
+        ),
+    ] = 0,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     dtype: Annotated[
         Dtype,
         typer.Option(help="Precision of the model run (float64 shows the collapse past 1e-7)."),
-    ] = Dtype.float32,
+    ] = "float32",
     batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 16,
-    out_dir: Annotated[
-        Path, typer.Option("--out", help="Folder for results and reports.")
-    ] = DEFAULT_OUT,
+    surgery: Annotated[
+        Surgery,
+        typer.Option(
+            help="probe: the same ablation definitions for every family; paper: per family, "
+            "the surgery the paper's code applied (differs for ALBERT without MLP)."
+        ),
+    ] = "probe",
+    allow_missing_weights: Annotated[
+        bool,
+        typer.Option(
+            "--allow-missing-weights",
+            help="Probe a checkpoint that lacks tensors (they stay at random init; "
+            "the result and report say so).",
+        ),
+    ] = False,
+    quiet: Quiet = False,
+    out_dir: OutDir = DEFAULT_OUT,
 ) -> None:
     """Measure rank collapse per layer for the paper's four variants."""
     from probe.ablate import variant_from_flags
 
     from .collapse_cmd import run_collapse
+    from .console import settings, warn
 
+    settings["quiet"] = quiet
     if variants is not None and (no_skip or no_mlp):
         fail("use either --variants or --no-skip/--no-mlp, not both")
+    if variants is not None and not variants.strip():
+        fail("--variants is empty; give 'all' or a comma list of " + ",".join(names.VARIANTS))
+    metric_name = _value(metric).replace("-", "_")
+    if metric_name != "relative_residual":
+        for option, given in (("--norm", norm), ("--fit", fit)):
+            if given is not None:
+                warn(
+                    f"{option} applies to the relative residual only; ignored for --metric {_value(metric)}"
+                )
     chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
     run_collapse(
         models,
         variants=chosen,
-        init=init.value,
+        init=_value(init),
         text=text,
         sequences=sequences,
         tokens=tokens,
-        metric=metric.value.replace("-", "_"),
-        norm=norm.value,
-        fit=fit.value,
+        metric=metric_name,
+        norm=_value(norm) if norm is not None else "l1inf",
+        fit=_value(fit) if fit is not None else "mean",
         seed=seed,
         device=device,
-        dtype=dtype.value,
+        dtype=_value(dtype),
         batch_size=batch_size,
+        surgery=_value(surgery),
+        allow_missing_weights=allow_missing_weights,
         out_dir=out_dir,
     )
+
+
+def _value(choice) -> str:
+    return choice.value if isinstance(choice, Enum) else str(choice)
 
 
 @app.command("models")

@@ -1,4 +1,9 @@
-"""``probe collapse``: probe each model, print its table, write result, report and index."""
+"""``probe collapse``: check and load everything, probe each model, write results and reports.
+
+Order matters for trust: every model, text and output folder is checked (and
+every model loaded) before the first forward pass, so a typo in the third model
+never leaves the first one's result behind with no index and no comparison.
+"""
 
 from __future__ import annotations
 
@@ -8,21 +13,25 @@ import xarray as xr
 from rich.table import Table
 
 from probe.analyses import collapse
-from probe.errors import ProbeError
 
-from .console import command_line, err, out, progress_bar, warn
-from .output import write_comparison, write_index, write_result
+from .console import Reporter, command_line, err, out, warn
+from .output import check_out_dir, write_comparison, write_index, write_result
 
 
 def run_collapse(
     models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options
 ) -> None:
-    _check_out_dir(out_dir)
+    check_out_dir(out_dir)
     command = command_line()
-    results: list[tuple[xr.Dataset, Path]] = []
+    reporter = Reporter()
+    plans = []
     for model in models:
-        with progress_bar() as update:
-            ds = collapse.run(model, progress=update, warn=warn, command=command, **options)
+        with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
+            plans.append(collapse.prepare(model, warn=warn, command=command, **options))
+    results: list[tuple[xr.Dataset, Path]] = []
+    with reporter.bar(sum(plan.steps for plan in plans)):
+        datasets = [collapse.execute(plan, progress=reporter.update) for plan in plans]
+    for ds in datasets:
         nc, html = write_result(ds, out_dir)
         results.append((ds, nc))
         print_table(ds, metric, norm, fit)
@@ -34,15 +43,6 @@ def run_collapse(
     out.print(f"index: {write_index(out_dir)}")
 
 
-def _check_out_dir(out_dir: Path) -> None:
-    if out_dir.exists() and not out_dir.is_dir():
-        raise ProbeError(f"--out {out_dir} is a file; give a folder")
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ProbeError(f"cannot create --out {out_dir}: {exc.strerror}") from None
-
-
 def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> xr.DataArray:
     values = ds[metric]
     if metric == "relative_residual":
@@ -51,14 +51,20 @@ def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") 
 
 
 def print_table(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> None:
-    """One table per init: layers down, variants across, mean over sequences (± std)."""
+    """One table per init: layers down, variants across, mean ± std over sequences."""
     values = select(ds, metric, norm, fit)
     mean, std = values.mean("sequence"), values.std("sequence")
     label = metric.replace("_", " ") + (
         f" ({norm}, residual to the {fit})" if metric == "relative_residual" else ""
     )
+    spread = f"mean ± std over {ds.sizes['sequence']} sequences"
     for init in ds.init.values:
-        table = Table(title=f"{ds.attrs['model']} · {init} · {label}", title_justify="left")
+        table = Table(
+            title=f"{ds.attrs['model']} · {init} · {label}",
+            caption=spread,
+            title_justify="left",
+            caption_justify="left",
+        )
         table.add_column("layer", justify="right")
         for variant in ds.variant.values:
             table.add_column(str(variant), justify="right")
@@ -75,3 +81,5 @@ def print_table(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "me
             "probe: note: no tokenizer could be loaded; inputs are seeded random token ids",
             markup=False,
         )
+    if ds.attrs.get("weights_warning"):
+        warn(str(ds.attrs["weights_warning"]))

@@ -1,15 +1,24 @@
-"""How the CLI talks: one-line errors with exit code 2, rich tables, a progress bar."""
+"""How the CLI talks: one-line errors, clean interrupts, rich tables, progress.
+
+Exit codes: 0 done, 2 a usage error (one line on stderr, ``probe: error: ...``),
+130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM.  On an interrupt the
+one line says which files were written and that nothing else was: results and
+their reports are written as one unit (``probe.results.write_together``), so a
+result never appears without its report.
+"""
 
 from __future__ import annotations
 
 import shlex
+import signal
 import sys
+import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import typer
 import typer.core
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 from probe.errors import ProbeError
 
@@ -17,19 +26,47 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 USAGE = 2
+SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 #: The arguments of the running command, for the "reproduce with" line of results.
 invocation: list[str] = []
+#: Files this command has put in place so far (results, reports, index), in order.
+written: list[Path] = []
+#: ``--quiet``: no progress output at all.
+settings = {"quiet": False}
 
 
 def fail(message: str, code: int = USAGE):
     """Print ``probe: error: message`` on one line and exit."""
-    err.print(f"probe: error: {message}", markup=False)
+    err.print(f"probe: error: {' '.join(str(message).split())}", markup=False)
     raise SystemExit(code)
 
 
 def warn(message: str) -> None:
     err.print(f"probe: warning: {message}", markup=False)
+
+
+def wrote(*paths: Path) -> None:
+    written.extend(Path(p) for p in paths)
+
+
+class Interrupted(Exception):
+    """SIGINT or SIGTERM arrived; carries the exit code."""
+
+    def __init__(self, code: int) -> None:
+        super().__init__(code)
+        self.code = code
+
+
+def _on_sigterm(signum, frame):
+    raise Interrupted(SIGNAL_EXIT[signal.SIGTERM])
+
+
+def _interrupted_line() -> str:
+    if not written:
+        return "interrupted; nothing was written"
+    names = ", ".join(str(p) for p in dict.fromkeys(written))
+    return f"interrupted; written before the interrupt: {names}; nothing else was written"
 
 
 class OneLineErrors(typer.core.TyperGroup):
@@ -39,8 +76,17 @@ class OneLineErrors(typer.core.TyperGroup):
     once, so commands call the library without wrapping it.
     """
 
+    def invoke(self, ctx):
+        # Catch Ctrl-C inside the command, before click turns it into a bare Abort.
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            raise Interrupted(SIGNAL_EXIT[signal.SIGINT]) from None
+
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         invocation[:] = list(sys.argv[1:] if args is None else args)
+        written.clear()
+        previous = _install(signal.SIGTERM, _on_sigterm)
         try:
             result = super().main(
                 args=args,
@@ -60,29 +106,102 @@ class OneLineErrors(typer.core.TyperGroup):
             fail(str(exc))
         except typer.Exit as exc:
             raise SystemExit(exc.exit_code) from None
+        except Interrupted as exc:
+            fail(_interrupted_line(), code=exc.code)
         except (typer.Abort, KeyboardInterrupt):
-            fail("interrupted; nothing was written", code=130)
+            fail(_interrupted_line(), code=SIGNAL_EXIT[signal.SIGINT])
+        finally:
+            _install(signal.SIGTERM, previous)
         raise SystemExit(result if isinstance(result, int) else 0)
 
 
-@contextmanager
-def progress_bar(enabled: bool = True):
-    """Yield ``update(done, total, label)``; a bar on a terminal, silence elsewhere."""
-    if not enabled or not err.is_terminal:
-        yield lambda done, total, label: None
-        return
-    columns = (
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-    )
-    with Progress(*columns, TimeElapsedColumn(), console=err, transient=True) as bar:
-        task = bar.add_task("probing", total=None)
+def _install(signum, handler):
+    """Set a signal handler where Python allows it (the main thread), returning the old one."""
+    try:
+        return signal.signal(signum, handler)
+    except (ValueError, TypeError):  # not the main thread, or no previous Python handler
+        return None
 
-        def update(done: int, total: int, label: str) -> None:
-            bar.update(task, completed=done, total=total, description=label)
 
-        yield update
+class Reporter:
+    """Progress of one whole command: a spinner while models load, then one bar.
+
+    On a terminal the bar counts every forward pass of the command (models x inits
+    x variants x batches) with elapsed time and ETA.  Elsewhere (batch jobs, logs)
+    it prints one plain line per model and variant with the elapsed time.
+    ``--quiet`` silences both; errors and warnings still go to stderr.
+    """
+
+    def __init__(self, total: int = 0, quiet: bool | None = None) -> None:
+        self.quiet = settings["quiet"] if quiet is None else quiet
+        self.terminal = err.is_terminal
+        self.total = total
+        self.done = 0
+        self.start = time.monotonic()
+        self._label = ""
+        self._bar = None
+        self._task = None
+
+    @contextmanager
+    def loading(self, words: str):
+        """A spinner with ``words`` while something slow without steps runs."""
+        if self.quiet:
+            yield
+            return
+        if not self.terminal:
+            err.print(f"probe: {words}", markup=False)
+            yield
+            return
+        with err.status(words, spinner="dots"):
+            yield
+
+    @contextmanager
+    def bar(self, total: int):
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+            TimeRemainingColumn,
+        )
+
+        self.total, self.done, self.start = total, 0, time.monotonic()
+        if self.quiet or not self.terminal:
+            yield self
+            self._plain_line()
+            return
+        columns = (
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TextColumn("ETA"),
+            TimeRemainingColumn(),
+        )
+        with Progress(*columns, console=err, transient=True) as progress:
+            self._bar = progress
+            self._task = progress.add_task("probing", total=total)
+            try:
+                yield self
+            finally:
+                self._bar = self._task = None
+
+    def update(self, done_in_part: int, total_in_part: int, label: str) -> None:
+        """Callback for an analysis: one more step of ``label`` finished."""
+        if label != self._label:
+            self._plain_line()
+            self._label, self._label_start = label, time.monotonic()
+        self.done += 1
+        if self._bar is not None:
+            self._bar.update(self._task, completed=self.done, description=label)
+
+    def _plain_line(self) -> None:
+        if self.quiet or self.terminal or not self._label:
+            return
+        seconds = time.monotonic() - self._label_start
+        err.print(f"probe: {self._label} done in {seconds:.1f} s", markup=False)
+        self._label = ""
 
 
 def command_line() -> str:

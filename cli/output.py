@@ -1,11 +1,20 @@
-"""Writing what a command produced: the result file, its report, the folder's index."""
+"""Writing what a command produced: the result file, its report, the folder's index.
+
+Every folder is checked before any computation (``check_out_dir``); a result and
+its report are put in place together, or not at all; every write first removes
+temporary files that a killed run left behind.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from pathlib import Path
 
 import xarray as xr
 
+from probe.errors import ProbeError
 from probe.reports import (
     comparison_name,
     index_entries,
@@ -14,14 +23,45 @@ from probe.reports import (
     render_index,
     report_name,
 )
-from probe.results import save_result, utc_now, write_text_atomic
+from probe.results import utc_now, write_netcdf, write_text_atomic, write_together
+
+from .console import wrote
+
+
+def check_out_dir(folder: Path, option: str = "--out") -> Path:
+    """Create ``folder`` if needed and make sure a file can be written in it."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise ProbeError(f"{option} {folder} is a file; give a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe_file = tempfile.mkstemp(prefix=".probe-write-check-", dir=folder)
+    except OSError as exc:
+        raise ProbeError(
+            f"cannot write to {option} {folder}: {exc.strerror}; choose a folder you can write to"
+        ) from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe_file)
+    return folder
+
+
+def result_paths(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
+    name = report_name(ds)
+    return out_dir / f"{name}.nc", out_dir / f"{name}.html"
 
 
 def write_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
-    """DIR/<name>.nc and DIR/<name>.html; returns both paths."""
-    name = report_name(ds)
-    nc = save_result(ds, out_dir / f"{name}.nc")
-    html = write_text_atomic(out_dir / f"{name}.html", render(ds, result_file=nc.name))
+    """DIR/<name>.nc and DIR/<name>.html, as one unit; returns both paths."""
+    nc, html = result_paths(ds, out_dir)
+    page = render(ds, result_file=nc.name)
+    write_together(
+        {
+            nc: lambda tmp: write_netcdf(ds, tmp),
+            html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
+        }
+    )
+    wrote(nc, html)
     return nc, html
 
 
@@ -29,17 +69,23 @@ def write_report(ds: xr.Dataset, nc: Path, out_dir: Path) -> Path:
     """Render the report of an existing result file into ``out_dir``."""
     name = nc.stem
     rel = Path(_relative(nc, out_dir))
-    return write_text_atomic(out_dir / f"{name}.html", render(ds, result_file=str(rel)))
+    html = write_text_atomic(out_dir / f"{name}.html", render(ds, result_file=str(rel)))
+    wrote(html)
+    return html
 
 
 def write_comparison(datasets: list[xr.Dataset], files: list[Path], out_dir: Path) -> Path:
     name = comparison_name(datasets)
     html = render_comparison(datasets, [_relative(f, out_dir) for f in files], created=utc_now())
-    return write_text_atomic(out_dir / f"{name}.html", html)
+    path = write_text_atomic(out_dir / f"{name}.html", html)
+    wrote(path)
+    return path
 
 
 def write_index(out_dir: Path) -> Path:
-    return write_text_atomic(out_dir / "index.html", render_index(index_entries(out_dir)))
+    path = write_text_atomic(out_dir / "index.html", render_index(index_entries(out_dir)))
+    wrote(path)
+    return path
 
 
 def _relative(path: Path, folder: Path) -> str:

@@ -1,7 +1,12 @@
-"""``probe report list|open|build`` and ``probe compare``: reports from result files."""
+"""``probe report list|open|build`` and ``probe compare``: reports from result files.
+
+Heavy modules (xarray, matplotlib, seaborn) are imported inside the commands, so
+``probe --help`` starts at once.
+"""
 
 from __future__ import annotations
 
+import glob
 import os
 import sys
 import webbrowser
@@ -9,17 +14,20 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
-from probe.reports import index_entries
-from probe.results import open_result
+from probe.errors import ProbeError
 
 from .console import fail, out
-from .output import write_comparison, write_index, write_report
 
 DEFAULT_DIR = Path("probe-reports")
 
-report_app = typer.Typer(help="List, open and rebuild reports.", no_args_is_help=True)
+report_app = typer.Typer(
+    help="List, open and rebuild reports.",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+Folder = Annotated[Path | None, typer.Option("--out", help="Folder of reports [probe-reports].")]
 
 
 def _folder(folder: Path) -> Path:
@@ -30,22 +38,40 @@ def _folder(folder: Path) -> Path:
 
 @report_app.command("list")
 def list_reports(
-    folder: Annotated[Path, typer.Argument(help="Folder of reports.")] = DEFAULT_DIR,
+    folder: Annotated[
+        Path | None, typer.Argument(help="Folder of reports [probe-reports].", show_default=False)
+    ] = None,
+    out_dir: Folder = None,
 ) -> None:
-    """List the reports in a folder, newest first."""
-    entries = index_entries(_folder(folder))
+    """List the reports in a folder, newest first, with the settings that tell them apart."""
+    from rich.table import Table
+
+    from probe.reports import index_entries
+
+    if folder is not None and out_dir is not None and folder != out_dir:
+        fail("give the folder once: as an argument or with --out")
+    folder = _folder(folder or out_dir or DEFAULT_DIR)
+    entries = index_entries(folder)
     if not entries:
         out.print(f"no reports in {folder}")
         return
-    table = Table(title=f"reports in {folder}", title_justify="left")
-    for column in ("created", "model", "analysis", "variants", "init"):
-        table.add_column(column)
-    table.add_column("file", overflow="fold")
+    table = Table(
+        title=f"reports in {folder}",
+        title_justify="left",
+        caption="id: the settings hash at the end of each file name",
+        caption_justify="left",
+    )
+    table.add_column("created", no_wrap=True)
+    table.add_column("model", overflow="fold", ratio=2)
+    table.add_column("init", overflow="fold")
+    table.add_column("settings", overflow="fold", ratio=3)
+    table.add_column("id", no_wrap=True)
     for e in entries:
-        when = e["created"][:16].replace("T", " ")
-        table.add_row(
-            when, e["model"], e["analysis"], e["variants"].replace(",", ", "), e["init"], e["file"]
-        )
+        when = e["created"][5:16].replace("T", " ")  # MM-DD HH:MM
+        what = e["settings"]
+        if e["analysis"] != "collapse":
+            what = e["analysis"] + (f" · {what}" if what else "")
+        table.add_row(when, e["model"], e["init"].replace(",", ", "), what, e["id"])
     out.print(table)
 
 
@@ -54,12 +80,10 @@ def open_report(
     target: Annotated[
         str, typer.Argument(help="A report (.html), its result (.nc), or `latest`.")
     ] = "latest",
-    folder: Annotated[
-        Path, typer.Option("--dir", help="Folder searched for `latest`.")
-    ] = DEFAULT_DIR,
+    out_dir: Folder = None,
 ) -> None:
     """Open a report in the default browser; where there is none, print its path."""
-    path = _resolve(target, folder)
+    path = _resolve(target, out_dir or DEFAULT_DIR)
     out.print(str(path))
     if _has_display() and webbrowser.open(path.resolve().as_uri()):
         return
@@ -68,18 +92,28 @@ def open_report(
 
 @report_app.command("build")
 def build_report(
-    result: Annotated[Path, typer.Argument(help="A result file written by probe (.nc).")],
+    results: Annotated[
+        list[Path],
+        typer.Argument(help="Result files written by probe (.nc).", metavar="RESULT"),
+    ],
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Folder for the report [default: the result's folder]."),
+        typer.Option("--out", help="Folder for the reports [default: each result's folder]."),
     ] = None,
 ) -> None:
-    """Render a report again from its result file, and rewrite the folder's index."""
-    ds = open_result(result)
-    folder = out_dir or result.parent
-    html = write_report(ds, result, folder)
-    out.print(f"report: {html}")
-    out.print(f"index: {write_index(folder)}")
+    """Render reports again from their result files, and rewrite the folder's index."""
+    from probe.results import open_result
+
+    from .output import check_out_dir, write_index, write_report
+
+    results = _expand(results)
+    folders = {result: check_out_dir(out_dir or result.parent) for result in results}
+    datasets = [open_result(result) for result in results]
+    _require_collapse(datasets, results)
+    for (result, folder), ds in zip(folders.items(), datasets, strict=True):
+        out.print(f"report: {write_report(ds, result, folder)}")
+    for folder in dict.fromkeys(folders.values()):
+        out.print(f"index: {write_index(folder)}")
 
 
 def compare(
@@ -91,16 +125,54 @@ def compare(
     ] = DEFAULT_DIR,
 ) -> None:
     """Compare results of several models in one report, one panel per model."""
+    from probe.results import open_result
+
+    from .output import check_out_dir, write_comparison, write_index
+
+    results = _expand(results)
+    if len(results) < 2:
+        fail("compare needs at least two result files; `probe report build` renders one")
+    resolved = [path.resolve() for path in results]
+    twice = sorted({str(p) for p in results if resolved.count(Path(p).resolve()) > 1})
+    if twice:
+        fail(f"{', '.join(twice)} given more than once; compare different results")
+    check_out_dir(out_dir)
     datasets = [open_result(path) for path in results]
-    analyses = {ds.attrs.get("analysis") for ds in datasets}
-    if analyses != {"collapse"}:
-        fail(f"can only compare collapse results; got {', '.join(sorted(map(str, analyses)))}")
+    _require_collapse(datasets, results)
     html = write_comparison(datasets, list(results), out_dir)
     out.print(f"comparison: {html}")
     out.print(f"index: {write_index(out_dir)}")
 
 
+def _expand(paths: list[Path]) -> list[Path]:
+    """Expand glob patterns the shell left alone (quoted, or on Windows), in sorted order."""
+    expanded: list[Path] = []
+    for path in paths:
+        text = str(path)
+        if not path.exists() and any(c in text for c in "*?["):
+            matches = sorted(Path(p) for p in glob.glob(text))
+            if not matches:
+                raise ProbeError(f"no result file matches {text}")
+            expanded += matches
+        else:
+            expanded.append(path)
+    return expanded
+
+
+def _require_collapse(datasets, paths) -> None:
+    from probe.results import check_schema
+
+    for ds, path in zip(datasets, paths, strict=True):
+        if ds.attrs.get("analysis") != "collapse":
+            raise ProbeError(
+                f"{path} is a {ds.attrs.get('analysis')} result; this command renders collapse results"
+            )
+        check_schema(ds, path)
+
+
 def _resolve(target: str, folder: Path) -> Path:
+    from probe.reports import index_entries
+
     if target == "latest":
         entries = index_entries(_folder(folder))
         if not entries:

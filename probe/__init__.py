@@ -8,39 +8,77 @@ on stock HuggingFace models, with nnsight hooks instead of patched model code.
     >>> from probe.analyses import collapse
     >>> ds = collapse.run("minilm", init="pretrained")
     >>> probe.save_result(ds, "minilm.nc")
+
+The names below are imported on first use (PEP 562), so that ``import probe``
+and the ``probe`` command start without loading torch; ``ds.probe`` is
+registered as soon as results are saved, opened or computed.
 """
 
+from __future__ import annotations
+
+import importlib
+import sys
+import types
 from importlib import metadata
 
-from . import accessor, metrics, plot
-from .ablate import PRESETS, SAN, SAN_MLP, SAN_SKIP, TRANSFORMER, VARIANTS, Ablation
 from .errors import ProbeError
-from .load import ProbedModel, load, wrap
-from .results import open_result, save_result
-from .trace import hidden_states, layer_values
 
 try:
     __version__ = metadata.version("probe")
 except metadata.PackageNotFoundError:  # running from a source tree
     __version__ = "0.0.0"
 
-__all__ = [
-    "PRESETS",
-    "SAN",
-    "SAN_MLP",
-    "SAN_SKIP",
-    "TRANSFORMER",
-    "VARIANTS",
-    "Ablation",
-    "ProbeError",
-    "ProbedModel",
-    "hidden_states",
-    "layer_values",
-    "load",
-    "accessor",
-    "metrics",
-    "plot",
-    "open_result",
-    "save_result",
-    "wrap",
-]
+#: public name -> the submodule that defines it (None: the name is the submodule).
+_LAZY = {
+    "PRESETS": "ablate",
+    "SAN": "ablate",
+    "SAN_MLP": "ablate",
+    "SAN_SKIP": "ablate",
+    "TRANSFORMER": "ablate",
+    "VARIANTS": "ablate",
+    "Ablation": "ablate",
+    "ProbedModel": "load",
+    "load": "load",
+    "wrap": "load",
+    "open_result": "results",
+    "save_result": "results",
+    "hidden_states": "trace",
+    "layer_values": "trace",
+    "accessor": None,
+    "metrics": None,
+    "plot": None,
+    "paths": None,
+    "names": None,
+}
+
+__all__ = ["ProbeError", "__version__", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'probe' has no attribute {name!r}")
+    module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
+    value = module if _LAZY[name] is None else getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+class _Probe(types.ModuleType):
+    """``probe.load`` is the loader function, also once the module ``probe.load`` is imported.
+
+    Importing a submodule sets it as an attribute of its package; for a name that is
+    both (``load``), the function wins, as it did when it was imported eagerly.  The
+    module itself stays in ``sys.modules["probe.load"]``.
+    """
+
+    def __setattr__(self, name: str, value) -> None:
+        if _LAZY.get(name) == name and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Probe

@@ -49,6 +49,8 @@ def read_text(path: str | Path | None) -> tuple[str, str]:
     if path is None:
         return sample_text(), SAMPLE
     path = Path(path)
+    if path.is_dir():
+        raise ProbeError(f"--text {path} is a directory; give a UTF-8 text file")
     if not path.is_file():
         raise ProbeError(f"no such text file: {path}")
     try:

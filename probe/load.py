@@ -68,6 +68,11 @@ class ProbedModel:
     _envoy: Any = field(default=None, repr=False)
 
     @property
+    def incomplete(self) -> bool:
+        """Loaded with --allow-missing-weights from a checkpoint that lacked tensors."""
+        return INCOMPLETE in self.weights
+
+    @property
     def family(self) -> str:
         return self.adapter.family
 
@@ -105,8 +110,12 @@ def load(
     seed: int = 0,
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
+    allow_missing_weights: bool = False,
 ) -> ProbedModel:
     """Load ``name_or_path`` for probing (see the module docstring).
+
+    A checkpoint that lacks tensors the model needs, or holds tensors of the wrong
+    shape, is refused unless ``allow_missing_weights``; then ``weights`` records it.
 
     An ``nn.Module`` (an HF base model of a supported family) is wrapped as it
     is; it is never changed: where it is in training mode or ``device``/``dtype``
@@ -116,6 +125,7 @@ def load(
         return wrap(name_or_path, init=init, seed=seed, device=device, dtype=dtype)
     if init not in INITS:
         raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    check_seed(seed)
     torch_dtype = _dtype(dtype)
     torch_device = _device(device)
     name = str(name_or_path)
@@ -130,8 +140,8 @@ def load(
         model = _random_model(config, seed)
         weights = f"random init (seed {seed}) from the config of {where}"
     else:
-        model = _pretrained_model(name, location, config)
-        weights = f"pretrained weights from {where}"
+        model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
+        weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
     model = model.to(device=torch_device, dtype=torch_dtype).eval()
     return ProbedModel(
         name=name,
@@ -191,6 +201,16 @@ def _same_weights_copy(model: torch.nn.Module) -> torch.nn.Module:
     """
     shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
     return copy.deepcopy(model, memo=shared)
+
+
+MAX_SEED = 2**63 - 1
+
+
+def check_seed(seed: int) -> int:
+    """Seeds are non-negative 64-bit integers (what torch's generators and netCDF hold)."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
+        raise ProbeError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+    return seed
 
 
 # --- where the files are -------------------------------------------------------------
@@ -286,24 +306,89 @@ def _random_model(config, seed: int) -> torch.nn.Module:
         return AutoModel.from_config(config, attn_implementation="eager")
 
 
-def _pretrained_model(name: str, location, config) -> torch.nn.Module:
+def _pretrained_model(
+    name: str, location, config, adapter: Adapter, allow_missing: bool
+) -> tuple[torch.nn.Module, str]:
+    """The base model with its checkpoint's weights, and a note on what did not load."""
     from transformers import AutoModel
 
+    where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
     try:
         with _quiet():
-            return AutoModel.from_pretrained(
+            model, info = AutoModel.from_pretrained(
                 location,
                 config=config,
                 attn_implementation="eager",
                 dtype=torch.float32,
+                output_loading_info=True,
+                # Mismatched shapes are reported below, in probe's words, not raised.
+                ignore_mismatched_sizes=True,
                 **_hub_kwargs(location),
             )
     except Exception as err:  # any failure to read weights: OSError, SafetensorError, ...
-        where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
         raise ProbeError(
             f"cannot load pretrained weights from {where} ({_one_line(err)}); "
             "use `--init random`, a complete save_pretrained folder, or the network"
         ) from None
+    return model, _check_loading(model, info, adapter, where, allow_missing)
+
+
+def _check_loading(model, info: dict, adapter: Adapter, where: str, allow_missing: bool) -> str:
+    """Refuse checkpoints that leave any tensor the probe uses at random init.
+
+    Missing tensors of modules no probe computation reads (``adapter.unused_modules``,
+    e.g. BERT's pooler) and tensors of task heads the base model has no place for
+    (``cls.*``, ``lm_head.*``) are allowed and only recorded.  A missing,
+    shape-mismatched or unexpected tensor *inside* the base model stops the run,
+    unless ``allow_missing`` (``--allow-missing-weights``) opts in; then the note
+    says so and ends up in the result and its report.
+    """
+    children = {child for child, _ in model.named_children()}
+    unused = tuple(f"{m}." for m in adapter.unused_modules)
+    missing = sorted(k for k in info.get("missing_keys", ()) if not k.startswith(unused))
+    mismatched = sorted(str(k[0]) for k in info.get("mismatched_keys", ()))
+    unexpected = sorted(info.get("unexpected_keys", ()))
+    inside = [k for k in unexpected if k.split(".", 1)[0] in children]
+    heads = [k for k in unexpected if k not in inside]
+    problems = [
+        (what, keys)
+        for what, keys in (
+            ("missing", missing),
+            ("shape-mismatched", mismatched),
+            ("unexpected", inside),
+        )
+        if keys
+    ]
+    notes = []
+    if heads:
+        prefixes = sorted({k.split(".", 1)[0] for k in heads})
+        notes.append(
+            f"ignored {len(heads)} tensors of task heads the base model does not have "
+            f"({', '.join(p + '.*' for p in prefixes)})"
+        )
+    if not problems:
+        return "; ".join(notes)
+    summary = "; ".join(f"{len(keys)} {what} ({_first_few(keys)})" for what, keys in problems)
+    if not allow_missing:
+        raise ProbeError(
+            f"the checkpoint in {where} does not fit the model: {summary}; those tensors "
+            "would run at random init. Fix the checkpoint, or pass --allow-missing-weights "
+            "to probe it anyway (the result will say so)"
+        )
+    notes.insert(0, incomplete_note(summary))
+    return "; ".join(notes)
+
+
+INCOMPLETE = "INCOMPLETE CHECKPOINT"
+
+
+def incomplete_note(summary: str) -> str:
+    return f"{INCOMPLETE} (--allow-missing-weights): {summary}; those tensors are at random init"
+
+
+def _first_few(keys: list[str], n: int = 3) -> str:
+    shown = ", ".join(keys[:n])
+    return shown + (f", ... {len(keys) - n} more" if len(keys) > n else "")
 
 
 TOKENIZER_FILES = (

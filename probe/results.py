@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import hashlib
+import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
@@ -44,6 +48,16 @@ def command_line() -> str:
     return shlex.join(argv)
 
 
+def settings_id(settings: dict) -> str:
+    """A short stable hash of everything that changes a result's numbers.
+
+    It goes into file names, so two runs that differ in any setting never write
+    the same path, and a rerun with the same settings replaces its own result.
+    """
+    canonical = json.dumps(settings, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:8]
+
+
 def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 
@@ -62,11 +76,16 @@ def netcdf_safe(attrs: dict) -> dict:
 
 def save_result(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     """Write ``ds`` to ``path`` atomically (temporary file, then rename)."""
+    with _atomic(path) as tmp:
+        write_netcdf(ds, tmp)
+    return Path(path)
+
+
+def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> None:
+    """``ds`` as netCDF-4 at ``path`` (not atomic: see save_result and write_together)."""
     ds = ds.copy()
     ds.attrs = netcdf_safe(ds.attrs)
-    with _atomic(path) as tmp:
-        ds.to_netcdf(tmp, engine=ENGINE)
-    return Path(path)
+    ds.to_netcdf(path, engine=ENGINE)
 
 
 def open_result(path: str | os.PathLike) -> xr.Dataset:
@@ -86,6 +105,33 @@ def open_result(path: str | os.PathLike) -> xr.Dataset:
     return loaded
 
 
+#: Variables (and their dims) a result of each analysis must hold to be rendered.
+SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
+    "collapse": {
+        "relative_residual": ("variant", "init", "layer", "sequence", "fit", "norm"),
+        "effective_rank": ("variant", "init", "layer", "sequence"),
+        "stable_rank": ("variant", "init", "layer", "sequence"),
+        "cosine_similarity": ("variant", "init", "layer", "sequence"),
+    },
+}
+
+
+def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None:
+    """Raise ProbeError naming the first variable a result of its analysis lacks."""
+    analysis = str(ds.attrs.get("analysis"))
+    for name, dims in SCHEMAS.get(analysis, {}).items():
+        if name not in ds.data_vars:
+            raise ProbeError(
+                f"{path} is a {analysis} result without the variable {name!r}: "
+                "it was damaged or edited; run the probe again"
+            )
+        if set(ds[name].dims) != set(dims):
+            raise ProbeError(
+                f"{path}: {name} has dims ({', '.join(ds[name].dims)}), expected "
+                f"({', '.join(dims)}); run the probe again"
+            )
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically, like :func:`save_result`."""
     with _atomic(path) as tmp:
@@ -93,16 +139,105 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-@contextlib.contextmanager
-def _atomic(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
-    path = Path(path)
+def write_together(writers: dict[Path, Callable[[str], None]]) -> list[Path]:
+    """Write several files as one unit: all or none of them appear.
+
+    Each writer fills a temporary file beside its target; only when every one has
+    succeeded are they renamed into place, with SIGINT and SIGTERM held back for
+    the few renames so that an interrupt cannot leave a result without its report.
+    """
+    temps: dict[Path, str] = {}
+    try:
+        for path, write in writers.items():
+            temps[Path(path)] = _temp_beside(Path(path))
+            write(temps[Path(path)])
+        with _signals_held():
+            for path, tmp in temps.items():
+                os.replace(tmp, path)
+    except BaseException:
+        for tmp in temps.values():
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise
+    return list(temps)
+
+
+PART = ".part"
+
+
+def clean_parts(folder: str | os.PathLike) -> list[Path]:
+    """Remove temporary files that a killed probe left in ``folder`` (never another live run's)."""
+    removed = []
+    for part in Path(folder).glob(f".*{PART}"):
+        pid = part.name.rsplit(".", 3)[-3] if part.name.count(".") >= 3 else ""
+        if pid.isdigit() and _alive(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            part.unlink()
+            removed.append(part)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _temp_beside(path: Path) -> str:
+    """An empty temporary file next to ``path``: ``.<name>.<pid>.<random>.part``.
+
+    The pid lets a later run tell a file left by a killed process from one being
+    written right now; the mode follows the umask, as for any file a tool writes.
+    """
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise ProbeError(f"cannot create the output folder {path.parent}: {err.strerror}") from None
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".part", dir=path.parent)
+    clean_parts(path.parent)
+    try:
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{path.name}.{os.getpid()}.", suffix=PART, dir=path.parent
+        )
+    except OSError as err:
+        raise ProbeError(f"cannot write to {path.parent}: {err.strerror}") from None
     os.close(fd)
+    os.chmod(tmp, 0o666 & ~_umask())
+    return tmp
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """Defer SIGINT and SIGTERM until the block is done (main thread, POSIX only)."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, ValueError):  # not POSIX, or not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+@contextlib.contextmanager
+def _atomic(path: str | os.PathLike):
+    """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
+    path = Path(path)
+    tmp = _temp_beside(path)
     try:
         yield tmp
         os.replace(tmp, path)
@@ -110,3 +245,7 @@ def _atomic(path: str | os.PathLike):
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
+
+
+# ``ds.probe`` for every Dataset, from the moment results are written or read.
+from . import accessor as _accessor  # noqa: E402,F401

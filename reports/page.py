@@ -15,7 +15,17 @@ from string import Template
 from urllib.parse import quote
 
 # The order of the meta tags, so pages diff cleanly; the index reads them back.
-META_KEYS = ("model", "analysis", "family", "variants", "init", "created", "result")
+META_KEYS = (
+    "model",
+    "analysis",
+    "family",
+    "variants",
+    "init",
+    "created",
+    "result",
+    "settings",
+    "id",
+)
 
 
 def esc(value: object) -> str:

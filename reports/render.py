@@ -28,7 +28,7 @@ from probe.plot import (
 )
 
 from .figures import Figures, numbers
-from .naming import report_name
+from .naming import report_name, settings_summary
 from .page import esc, href, page
 from .provenance import ablation_table, provenance_table
 from .tables import norms_table, orders_table, stats_table
@@ -51,6 +51,8 @@ def metadata(ds: xr.Dataset, result_file: str) -> dict[str, str]:
         "init": ",".join(ordered(ds.init.values, INITS)),
         "created": str(ds.attrs.get("created", "")),
         "result": result_file,
+        "settings": settings_summary(ds.attrs),
+        "id": str(ds.attrs.get("settings_id", "")),
     }
 
 
@@ -65,17 +67,29 @@ def _header(ds: xr.Dataset, title: str, result_file: str) -> str:
         f"{a.get('sequences', ds.sizes.get('sequence', '?'))} sequences "
         f"of {a.get('tokens', '?')} tokens ({a.get('inputs', '?')})",
         str(a.get("dtype", "")),
+        f"surgery: {a.get('surgery', 'probe')}",
         f"created {a.get('created', '?')}",
         f"probe {a.get('probe_version', '?')}",
     ]
     links = [("#summary", "summary"), ("#collapse", "rank collapse"), ("#order", "order")]
     links += [("#metrics", "metrics"), ("#ablations", "ablations"), ("#provenance", "provenance")]
     nav = "".join(f'<a href="{target}">{words}</a>' for target, words in links)
+    warnings = [a.get("weights_warning"), _surgery_warning(a)]
+    notes = "".join(f'<p class="warning">{esc(w)}</p>' for w in warnings if w)
     return (
         f"<header><h1>{esc(title)}</h1>"
         f'<p class="subtitle">{" · ".join(esc(f) for f in facts)}</p>'
         f'<nav class="toc">{nav}<a href="{href(result_file)}">data ({esc(result_file)})</a></nav>'
-        "</header>"
+        f"{notes}</header>"
+    )
+
+
+def _surgery_warning(attrs) -> str:
+    if str(attrs.get("surgery", "probe")) == "probe":
+        return ""
+    return (
+        "Ablations follow the paper's own surgery, not probe's uniform definitions: "
+        f"{attrs.get('surgery_note', '')}."
     )
 
 

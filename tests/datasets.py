@@ -111,9 +111,11 @@ def make_collapse_dataset(
         "nnsight_version": "0.8.0",
         "command": f"probe collapse {model} --init {inits[0] if len(inits) == 1 else 'both'}",
         "created": created,
+        "surgery": "probe",
         "ablation_table": json.dumps(ABLATIONS),
         "n_layers": layers,
         "n_heads": 2,
         "hidden_size": hidden,
+        "settings_id": f"{seed:08x}",
     }
     return ds

@@ -51,6 +51,7 @@ class AlbertAdapter(Adapter):
             "paper": "ffn and ffn_output set to identity: the activation, the MLP's residual and the final LayerNorm stay, so the layer outputs LN(gelu(a) + a)",
         },
     )
+    unused_modules = ("pooler",)  # the [CLS] head; the residual stream never passes it
     paper_surgery = "differs for no MLP: ffn and ffn_output become identities, the layer outputs LN(gelu(a) + a)"
 
     def check(self, config) -> None:

@@ -28,6 +28,14 @@ class Adapter:
     table: ClassVar[tuple[dict[str, str], ...]]
     #: What ``--surgery paper`` does in this family, next to probe's definition.
     paper_surgery: ClassVar[str] = "the paper's surgery is probe's definition in this family"
+    #: Child modules of the base model that no probe computation reads: tensors missing
+    #: from a checkpoint there are allowed (a BERT checkpoint of a task model has no pooler).
+    unused_modules: ClassVar[tuple[str, ...]] = ()
+    #: What "the residual stream after layer l" is in this family (post-LN families
+    #: expose the normalised layer output, not the pre-LN sum).
+    stream_note: ClassVar[str] = (
+        "X_l is layer l's output after its final LayerNorm (post-LN); X_0 the first layer's input"
+    )
     #: Extra keyword arguments for the model's forward.
     forward_kwargs: ClassVar[dict[str, Any]] = {}
 

@@ -43,6 +43,8 @@ class BertAdapter(Adapter):
         },
     )
 
+    unused_modules = ("pooler",)  # the [CLS] head; the residual stream never passes it
+
     def layers(self, root):
         return root.encoder.layer
 

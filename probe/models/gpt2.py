@@ -45,6 +45,10 @@ class GPT2Adapter(Adapter):
         },
     )
 
+    stream_note = (
+        "X_l is block l's output, the residual sum before the next block's ln_1 (pre-LN); "
+        "X_L is taken before ln_f; X_0 the token plus position embeddings"
+    )
     paper_surgery = "not probed in the paper: --surgery paper applies probe's definition"
 
     def layers(self, root):

@@ -1,0 +1,142 @@
+"""Every command against a table of bad inputs: exit code 2, one line, no traceback, no file.
+
+The table is the place to add a case whenever a user finds a new way to get a
+traceback or a misleading message.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import probe
+from cli.app import app
+from tests.datasets import make_collapse_dataset
+
+runner = CliRunner()
+REPO = Path(__file__).resolve().parents[1]
+# A folder that exists but that nobody, root included, can create files in.
+UNWRITABLE = "/proc"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory) -> dict[str, str]:
+    folder = tmp_path_factory.mktemp("inputs")
+    good = folder / "good.nc"
+    probe.save_result(make_collapse_dataset(), good)
+    other = folder / "other.nc"
+    probe.save_result(make_collapse_dataset(model="other", seed=1), other)
+    damaged = folder / "damaged.nc"
+    probe.save_result(make_collapse_dataset().drop_vars("stable_rank"), damaged)
+    empty = folder / "empty.txt"
+    empty.write_text("  \n")
+    latin = folder / "latin1.txt"
+    latin.write_bytes("caf\xe9 ".encode("latin-1") * 50)
+    a_file = folder / "a-file"
+    a_file.write_text("x")
+    (folder / "textdir").mkdir()
+    return {
+        "good": str(good),
+        "other": str(other),
+        "damaged": str(damaged),
+        "empty": str(empty),
+        "latin": str(latin),
+        "a_file": str(a_file),
+        "textdir": str(folder / "textdir"),
+    }
+
+
+# (arguments, a piece of the one line); {name} is filled from the files fixture,
+# {tiny} is a tiny random BERT folder, OUT is the test's (empty) output folder.
+CASES = [
+    # collapse: models
+    (["collapse", "bert-base-uncased"], "cannot get the weights of bert-base-uncased"),
+    (["collapse", "./nowhere"], "no such model folder"),
+    (
+        ["collapse", "{tiny}", "./nowhere", "--init", "random", "--tokens", "8"],
+        "no such model folder",
+    ),
+    (["collapse", "{textdir}"], "without config.json"),
+    (["collapse"], "Missing argument"),
+    # collapse: options
+    (["collapse", "gpt2", "--init", "ranom"], "--init"),
+    (["collapse", "gpt2", "--bogus"], "No such option: --bogus"),
+    (["collapse", "gpt2", "--init", "random", "--variants", "SAN,XYZ"], "unknown variant XYZ"),
+    (["collapse", "gpt2", "--init", "random", "--variants", ""], "--variants is empty"),
+    (["collapse", "gpt2", "--init", "random", "--variants", " , "], "unknown variant"),
+    (
+        ["collapse", "gpt2", "--init", "random", "--no-skip", "--variants", "SAN"],
+        "either --variants",
+    ),
+    (["collapse", "gpt2", "--init", "random", "--seed", str(2**64)], "--seed"),
+    (["collapse", "gpt2", "--init", "random", "--seed", "-1"], "--seed"),
+    (["collapse", "gpt2", "--init", "random", "--sequences", "0"], "--sequences"),
+    (["collapse", "gpt2", "--init", "random", "--tokens", "1"], "--tokens"),
+    (["collapse", "gpt2", "--init", "random", "--batch-size", "0"], "--batch-size"),
+    (["collapse", "gpt2", "--init", "random", "--dtype", "float16x"], "--dtype"),
+    (["collapse", "gpt2", "--init", "random", "--surgery", "nope"], "--surgery"),
+    (["collapse", "gpt2", "--init", "random", "--device", "cuda"], "no CUDA device"),
+    (["collapse", "gpt2", "--init", "random", "--device", "tpu:x"], "unknown device"),
+    (["collapse", "minilm", "--tokens", "600"], "at most 512 tokens"),
+    # collapse: text
+    (["collapse", "minilm", "--text", "missing.txt"], "no such text file"),
+    (["collapse", "minilm", "--text", "{textdir}"], "is a directory"),
+    (["collapse", "minilm", "--text", "{empty}"], "is empty"),
+    (["collapse", "minilm", "--text", "{latin}"], "is not UTF-8"),
+    (
+        ["collapse", "gpt2", "--init", "random", "--text", "README.md"],
+        "needs the model's tokenizer",
+    ),
+    # collapse: output folder
+    (["collapse", "gpt2", "--init", "random", "--out", "{a_file}"], "is a file"),
+    (["collapse", "gpt2", "--init", "random", "--out", UNWRITABLE], "cannot write to --out"),
+    # compare
+    (["compare", "missing.nc", "{good}"], "no such result file"),
+    (["compare", "README.md", "{good}"], "is not a probe result"),
+    (["compare", "{good}"], "at least two result files"),
+    (["compare", "{good}", "{good}"], "given more than once"),
+    (["compare", "{good}", "{damaged}"], "without the variable 'stable_rank'"),
+    (["compare", "{good}", "{other}", "--out", UNWRITABLE], "cannot write to --out"),
+    (["compare", "nothing-*.nc", "{good}"], "no result file matches"),
+    # report
+    (["report", "list", "nowhere"], "no report folder nowhere"),
+    (["report", "list", "nowhere", "--out", "elsewhere"], "give the folder once"),
+    (["report", "open", "missing.html"], "no such report"),
+    (["report", "open", "latest", "--out", "nowhere"], "no report folder"),
+    (["report", "build", "missing.nc"], "no such result file"),
+    (["report", "build", "{damaged}"], "without the variable 'stable_rank'"),
+    (["report", "build", "{good}", "--out", UNWRITABLE], "cannot write to --out"),
+    (["report", "frobnicate"], "No such command"),
+    (["models", "--bogus"], "No such option"),
+    (["frobnicate"], "No such command"),
+]
+
+
+@pytest.mark.parametrize(("args", "message"), CASES, ids=[" ".join(a) for a, _ in CASES])
+def test_bad_input(args, message, files, tiny_folders, tmp_path, monkeypatch):
+    monkeypatch.chdir(REPO)
+    out = tmp_path / "out"
+    out.mkdir()
+    filled = [a.format(tiny=tiny_folders["bert"], **files) for a in args]
+    if args[0] == "collapse" and "--out" not in args and len(args) > 1:
+        filled += ["--out", str(out)]
+    if args[0] == "collapse":
+        filled += ["--quiet"] if len(args) > 1 else []
+    result = runner.invoke(app, filled, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("probe: error:") and message in lines[0], lines[0]
+    assert "Traceback" not in result.output
+    assert result.stdout == ""
+    assert not list(out.iterdir())
+
+
+def test_proc_is_really_unwritable():
+    """The cases above rely on it: if this fails, choose another UNWRITABLE folder."""
+    assert os.path.isdir(UNWRITABLE)
+    with pytest.raises(OSError):
+        Path(UNWRITABLE, "probe-test").write_text("x")
