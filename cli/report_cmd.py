@@ -47,6 +47,7 @@ def list_reports(
     from rich.table import Table
 
     from probe.reports import index_entries
+    from probe.reports.naming import model_stem
 
     if folder is not None and out_dir is not None and folder != out_dir:
         fail("give the folder once: as an argument or with --out")
@@ -71,7 +72,8 @@ def list_reports(
         what = e["settings"]
         if e["analysis"] != "collapse":
             what = e["analysis"] + (f" · {what}" if what else "")
-        table.add_row(when, e["model"], e["init"].replace(",", ", "), what, e["id"])
+        models = ", ".join(model_stem(m) for m in e["model"].split(",") if m.strip())
+        table.add_row(when, models or e["file"], e["init"].replace(",", ", "), what, e["id"])
     out.print(table)
 
 

@@ -326,3 +326,50 @@ def test_albert_paper_surgery_reproduces_the_papers_figure():
 
     assert 0.2 < last(paper) < 0.4
     assert 0.04 < last(ours) < 0.12
+
+
+# --- small CLI consistency -----------------------------------------------------------
+
+
+def test_help_alias_and_version():
+    assert invoke("-h").exit_code == 0 and "Usage: probe" in invoke("-h").stdout
+    assert "Usage: probe collapse" in invoke("collapse", "-h").stdout
+    version = invoke("--version")
+    assert version.exit_code == 0 and version.stdout.strip() == f"probe {probe.__version__}"
+
+
+def test_norm_with_a_metric_without_norm_says_it_is_ignored(tiny_folders, tmp_path):
+    result = invoke(
+        "collapse", tiny_folders["bert"], "--init", "random", "--metric", "effective-rank",
+        "--norm", "fro", "--sequences", 2, "--tokens", 6, "--out", tmp_path, "-q",
+    )  # fmt: skip
+    assert result.exit_code == 0
+    assert "--norm applies to the relative residual only; ignored" in result.stderr
+
+
+# --- padding through the whole pipeline ----------------------------------------------
+
+
+@pytest.mark.parametrize("family", ["bert", "albert", "xlnet", "gpt2"])
+def test_padded_sequences_give_the_metrics_of_their_real_tokens(family):
+    """A batch with right-padded rows measures each row as if it ran alone, unpadded."""
+    from probe.metrics import collapse_metrics
+    from probe.trace import layer_values
+    from tests.reference.tiny import tiny_model
+
+    probed = probe.wrap(tiny_model(family))
+    ids = torch.randint(0, 80, (3, 10), generator=torch.Generator().manual_seed(4))
+    mask = torch.ones_like(ids)
+    mask[1, 6:] = 0
+    mask[2, 4:] = 0
+    ids = ids.masked_fill(mask == 0, 0)  # padding holds an arbitrary id
+    batched = layer_values(probed, ids, probe.SAN_SKIP, collapse_metrics, mask)
+    for row, real in enumerate(mask.sum(1).tolist()):
+        alone = layer_values(probed, ids[row : row + 1, :real], probe.SAN_SKIP, collapse_metrics)
+        for layer, (b, a) in enumerate(zip(batched, alone, strict=True)):
+            for name in a:
+                # float64 model and metrics; masked attention gives exactly zero weight
+                # to padding, but a longer row changes BLAS's blocking: a few ulps.
+                torch.testing.assert_close(
+                    b[name][row], a[name][0], rtol=1e-12, atol=1e-14, msg=f"{name} {layer}"
+                )
