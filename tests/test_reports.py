@@ -87,7 +87,7 @@ def odd_html() -> str:
 
 
 def test_title_and_command(html):
-    title = "Rank collapse in tiny-bert (bert, init: random, pretrained)"
+    title = "Rank collapse in tiny-bert (bert, init: pretrained, random)"
     assert f"<title>{title}</title>" in html
     assert f"<h1>{title}</h1>" in html
     assert "<pre><code>probe collapse tiny-bert --init both</code></pre>" in html
@@ -125,9 +125,11 @@ def test_metadata(html):
         "analysis": "collapse",
         "family": "bert",
         "variants": "SAN,SAN+MLP,SAN+skip,transformer",
-        "init": "random,pretrained",
+        "init": "pretrained,random",
         "created": "2025-01-02T03:04:05Z",
         "result": "tiny.nc",
+        "settings": "5x16 · seed 0 · float64 · text none · synthetic ids",
+        "id": "00000000",
     }
 
 
@@ -215,13 +217,23 @@ def test_broken_ablation_json_is_shown_escaped():
             "google-bert/bert-base-uncased",
             ("random",),
             "float32",
-            "collapse-bert-base-uncased-random-float32",
+            "collapse-bert-base-uncased-random-float32-00000000",
         ),
-        ("gpt2", ("pretrained", "random"), "float64", "collapse-gpt2-random-pretrained-float64"),
-        ("/models/My Model/", ("pretrained",), "float32", "collapse-my-model-pretrained-float32"),
-        ("C:\\runs\\xlnet", ("random",), "float64", "collapse-xlnet-random-float64"),
-        (ODD, ("random",), "float64", "collapse-a-b-c-random-float64"),
-        ("<>", ("random",), "float64", "collapse-model-random-float64"),
+        (
+            "gpt2",
+            ("pretrained", "random"),
+            "float64",
+            "collapse-gpt2-pretrained-random-float64-00000000",
+        ),
+        (
+            "/models/My Model/",
+            ("pretrained",),
+            "float32",
+            "collapse-my-model-pretrained-float32-00000000",
+        ),
+        ("C:\\runs\\xlnet", ("random",), "float64", "collapse-xlnet-random-float64-00000000"),
+        (ODD, ("random",), "float64", "collapse-a-b-c-random-float64-00000000"),
+        ("<>", ("random",), "float64", "collapse-model-random-float64-00000000"),
     ],
 )
 def test_report_name(model, inits, dtype, name):
@@ -232,7 +244,10 @@ def test_report_name(model, inits, dtype, name):
 
 def test_comparison_name():
     a, b = make_collapse_dataset(model="org/a"), make_collapse_dataset(model="b")
-    assert comparison_name([a, b]) == "comparison-a-b"
+    name = comparison_name([a, b])
+    assert re.fullmatch(r"comparison-a-b-[0-9a-f]{8}", name)
+    # Other results of the same models (another seed here): another comparison file.
+    assert comparison_name([a, make_collapse_dataset(model="b", seed=1)]) != name
 
 
 # --- index ----------------------------------------------------------------------------------
@@ -331,7 +346,7 @@ def test_comparison_without_shared_init_and_default_files():
     assert html.count("<svg") == 2
     assert f'href="{report_name(a)}.nc"' in html
     assert read_meta(html)["created"] == "2026-01-01T00:00:00Z"
-    assert read_meta(html)["init"] == "random,pretrained"
+    assert read_meta(html)["init"] == "pretrained,random"
     final = table(html, "final")
     assert final.count('data-mean="nan"') == 3  # a has only SAN
     with pytest.raises(ValueError):
