@@ -26,6 +26,44 @@ Complementary, fit-free measures of collapse, all computed from the singular val
 And token uniformity, the mean cosine similarity over distinct pairs of tokens, which tends to 1
 as the representation collapses.
 
+How they are computed (fast, and as exact as an SVD).  Let k = min(token, hidden) and G the
+k x k Gram matrix of X (X X^T when tokens <= hidden, else X^T X), one batched matmul.
+
+* l1, linf and Frobenius norms need no factorisation: absolute row and column sums of the
+  explicitly formed matrices X, R = X - 1 mean^T and R_1 = X - sigma_1 u_1 v_1^T, and
+  ||A||_F^2 = trace(A A^T).
+* One symmetric eigendecomposition G = W diag(lambda) W^T gives the top singular direction
+  (u_1 = w_1 on the token side, v_1 = w_1 on the hidden side).  The rank-one residual is formed
+  as the projection R_1 = (I - u_1 u_1^T) X (or X (I - v_1 v_1^T)), so its norms are computed
+  from R_1 itself.  The singular values are *not* taken as sqrt(lambda_i): eigvalsh is accurate
+  to eps * lambda_1 in absolute terms, so sqrt(lambda_i) would carry errors of sqrt(eps) s_1 ~
+  1e-8 s_1 in the small singular values -- all of them, in a nearly collapsed X.  Instead
+  s_i = ||X^T w_i|| (or ||X w_i||), the norms of the rows of W^T X (one more matmul): a
+  Rayleigh-quotient estimate whose error is eps * s_1 plus the square of the eigenvector error,
+  i.e. the absolute accuracy of a backward-stable SVD (LAPACK's, which the float64 reference
+  uses).  This gives sigma_1 = ||X||_2, sigma_2 = ||R_1||_2 and all s_i for the effective rank.
+  The stable rank is trace(G) / s_1^2.
+* ||R||_2, the spectral norm of the mean residual, is the square root of the largest eigenvalue
+  of R's own Gram matrix, formed from the explicit R: the largest eigenvalue is accurate to
+  relative eps, and forming R first keeps a residual of 1e-12 ||X|| from being lost to
+  cancellation in G (which would happen if R's Gram matrix were derived from X's).
+* cosine similarity: from the token Gram matrix when it is formed (tokens <= hidden),
+  sum_{i != j} G_ij / (|x_i| |x_j|), otherwise from the normalised tokens directly.
+
+So per batch: at most three k x k x hidden matmuls, one eigh and one eigvalsh of k x k
+matrices, and a dozen passes over X -- instead of an SVD of X and one of R per sequence, which
+LAPACK runs one matrix at a time with memory-bound bidiagonalisation.  Computing only some
+metrics (``metrics=``) skips what they do not need.  Everything runs on X's device: the same
+code serves CPU and CUDA.
+
+Accuracy (tests/test_metrics.py checks it against the NumPy SVD oracle): relative error
+<= 1e-10 in residual ratios above 1e-6 and absolute <= 1e-14 below (the float64 reference itself
+is accurate to about eps ||X|| in the residual), relative <= 1e-8 in effective and stable rank.
+Where singular values cluster below sqrt(eps) s_1 the eigenvectors of that cluster are mixed,
+so the individual s_i there are mixtures of the true ones (their sum of squares is kept); the
+effective rank then moves by at most about k * sqrt(eps) * log(1/eps), a regime (a spread of
+singular values across 1e-8 s_1 .. 1e-16 s_1) that the checks above do not reach.
+
 Conventions.  X is (sequence, token, hidden) of any real dtype and device; ``mask`` is a bool
 (sequence, token) tensor marking real tokens (None: all real).  Padded tokens may sit anywhere in
 a row and may hold any value, NaN included: they are replaced by zero rows first, which change
@@ -41,18 +79,28 @@ device.  Degenerate inputs:
 * a token with zero norm has cosine 0 with every other token (so an all-zero sequence has
   token uniformity 0);
 * when s_1 = s_2 the best rank-one fit is not unique; ``fit="svd"`` then uses whichever top
-  singular pair LAPACK returns (its Frobenius and spectral residuals are unaffected).
+  eigenvector the eigensolver returns (its Frobenius and spectral residuals are unaffected).
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 from torch import Tensor
 
 NORMS = ("l1inf", "fro", "spectral", "l1", "linf")
 FITS = ("mean", "svd")
+METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
 
 _F64 = torch.float64
+# Sequences whose largest entry lies within 2^+-_SAFE_EXPONENT need no rescaling: squares and
+# sums of squares of up to 2^100 entries stay far from float64 under- and overflow.
+_SAFE_EXPONENT = 256
+# Deflate (see _Top.singular_values) where s_2 / s_1 < DEFLATE: then lambda_2 / lambda_1 < 1e-4,
+# and a trailing eigenvector mixed by rounding (eps lambda_1 / gap) could move s_2 by more
+# than the 1e-10 relative accuracy asked for.
+DEFLATE = 1e-2
 
 
 def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
@@ -60,25 +108,10 @@ def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
         raise ValueError(f"unknown {what} {name!r}; valid {what}s: {', '.join(valid)}")
 
 
-def _tall(A: Tensor) -> tuple[Tensor, bool]:
-    # LAPACK's divide-and-conquer SVD is 2-3x faster on tall matrices than on wide ones
-    # (measured on 128 x 768 hidden states); singular values are transpose-invariant.
-    if A.shape[-2] >= A.shape[-1]:
-        return A, False
-    return A.mT, True
-
-
-def _svdvals(A: Tensor) -> Tensor:
-    return torch.linalg.svdvals(_tall(A)[0])
-
-
-def _svd_top(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """All singular values (..., k), top left (..., token) and right (..., hidden) vectors."""
-    B, transposed = _tall(A)
-    U, S, Vh = torch.linalg.svd(B, full_matrices=False)
-    if transposed:  # A = B^T = Vh^T S U^T, so the roles of U and Vh swap
-        return S, Vh[..., 0, :], U[..., :, 0]
-    return S, U[..., :, 0], Vh[..., 0, :]
+def _tall(A: Tensor) -> Tensor:
+    # LAPACK's divide-and-conquer SVD is 2-3x faster on tall matrices than on wide ones;
+    # singular values are transpose-invariant.
+    return A if A.shape[-2] >= A.shape[-1] else A.mT
 
 
 def _l1(A: Tensor) -> Tensor:
@@ -89,16 +122,21 @@ def _linf(A: Tensor) -> Tensor:
     return A.abs().sum(-1).amax(-1)
 
 
+def _l1_linf(A: Tensor) -> tuple[Tensor, Tensor]:
+    absolute = A.abs()  # one pass shared by both sums
+    return absolute.sum(-2).amax(-1), absolute.sum(-1).amax(-1)
+
+
 def _fro(A: Tensor) -> Tensor:
     return torch.linalg.vector_norm(A, dim=(-2, -1))
 
 
-def _norm_table(A: Tensor, spectral: Tensor) -> Tensor:
-    """All NORMS of A (..., token, hidden) as (..., len(NORMS)); spectral is precomputed."""
-    l1, linf = _l1(A), _linf(A)
+def _norm_table(A: Tensor, fro: Tensor, spectral: Tensor) -> Tensor:
+    """All NORMS of A (sequence, token, hidden) as (sequence, len(NORMS))."""
+    l1, linf = _l1_linf(A)
     values = {
         "l1inf": torch.sqrt(l1 * linf),
-        "fro": _fro(A),
+        "fro": fro,
         "spectral": spectral,
         "l1": l1,
         "linf": linf,
@@ -120,15 +158,16 @@ def matrix_norm(A: Tensor, norm: str) -> Tensor:
         raise ValueError(f"A must have at least one row and column, got shape {tuple(A.shape)}")
     A = A.to(_F64)
     if norm == "spectral":
-        return _svdvals(A)[..., 0]
+        return torch.linalg.svdvals(_tall(A))[..., 0]
     if norm == "fro":
         return _fro(A)
     l1, linf = _l1(A), _linf(A)
     return {"l1": l1, "linf": linf, "l1inf": torch.sqrt(l1 * linf)}[norm]
 
 
-def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Validate; return X in float64 with padded rows zeroed, the mask, and real-token counts."""
+def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Validate; return X in float64 with padded rows zeroed, the mask, real-token counts and
+    each sequence's largest absolute entry."""
     if X.ndim != 3:
         raise ValueError(
             f"X must be a 3-D tensor (sequence, token, hidden), got shape {tuple(X.shape)}"
@@ -154,35 +193,162 @@ def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         detail = ", ".join(f"sequence {i} has {int(counts[i])}" for i in bad[:5])
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         raise ValueError(f"every sequence needs at least 2 real tokens; {detail}{more}")
-    # torch.where rather than multiplying by the mask: padding may hold NaN or inf.
-    Xm = torch.where(mask[..., None], X.to(_F64), 0.0)
-    if not bool(torch.isfinite(Xm).all()):
+    Xm = X.to(_F64)
+    if not bool(mask.all()):
+        # torch.where rather than multiplying by the mask: padding may hold NaN or inf.
+        Xm = torch.where(mask[..., None], Xm, 0.0)
+    # The largest |entry| is NaN or inf exactly when some real entry is: one pass checks both.
+    peak = torch.linalg.vector_norm(Xm, ord=math.inf, dim=(-2, -1))
+    if not bool(torch.isfinite(peak).all()):
         raise ValueError("X has non-finite values (NaN or inf) in real (unmasked) tokens")
-    return Xm, mask, counts.to(_F64)
+    return Xm, mask, counts.to(_F64), peak
 
 
-def _rescale(Xm: Tensor) -> Tensor:
+def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
     # Every metric except residual() is scale-invariant.  Scaling each sequence by a power of
-    # two (exact in floating point) keeps squared entries clear of float64 under/overflow.
-    _, exponent = torch.frexp(Xm.abs().amax(dim=(-2, -1), keepdim=True))
-    return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64))
+    # two (exact in floating point) keeps squared entries clear of float64 under/overflow; it
+    # is skipped when no sequence needs it, which leaves every result bit for bit the same.
+    _, exponent = torch.frexp(peak)
+    if bool((exponent.abs() <= _SAFE_EXPONENT).all()):
+        return Xm
+    return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64)[:, None, None])
 
 
 def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor) -> Tensor:
-    mean = Xm.sum(-2, keepdim=True) / counts[:, None, None]  # (sequence, 1, hidden)
-    return torch.where(mask[..., None], Xm - mean, 0.0)
+    mean = Xm.sum(-2) / counts[:, None]  # (sequence, hidden)
+    # Xm - m mean^T in one fused pass; padded rows are 0 - 0 * mean = 0.
+    return torch.baddbmm(Xm, -mask.to(_F64)[:, :, None], mean[:, None, :])
 
 
-def _svd_residual(Xm: Tensor, mask: Tensor, S: Tensor, u1: Tensor, v1: Tensor) -> Tensor:
-    rank_one = S[:, 0, None, None] * u1[:, :, None] * v1[:, None, :]  # (sequence, token, hidden)
-    # u1 vanishes on zero (padded) rows only up to rounding; make it exact.
-    return torch.where(mask[..., None], Xm - rank_one, 0.0)
+def _gram(A: Tensor, wide: bool) -> Tensor:
+    return A @ A.mT if wide else A.mT @ A
 
 
-def _residual(Xm: Tensor, mask: Tensor, counts: Tensor, fit: str) -> Tensor:
-    if fit == "mean":
-        return _mean_residual(Xm, mask, counts)
-    return _svd_residual(Xm, mask, *_svd_top(Xm))
+def _trace(G: Tensor) -> Tensor:
+    return G.diagonal(dim1=-2, dim2=-1).sum(-1)
+
+
+class _Top:
+    """The eigendecomposition of X's Gram matrix, top direction first, and what follows."""
+
+    def __init__(self, mask: Tensor, G: Tensor, wide: bool) -> None:
+        lam, W = torch.linalg.eigh(G)  # ascending eigenvalues
+        self.lam = lam.flip(-1)
+        self.W = W.flip(-1)
+        self.wide = wide
+        w1 = self.W[..., 0]
+        if wide:  # w1 = u_1 lives on tokens; make it exactly 0 on padded rows
+            self.direction = torch.where(mask, w1, 0.0)
+        else:  # w1 = v_1 lives on hidden units
+            self.direction = w1
+
+    def project_out(self, A: Tensor) -> Tensor:
+        """R_1 = (I - u u^T) A, or A (I - v v^T): the rank-one residual in one fused pass."""
+        d = self.direction
+        if self.wide:
+            image = (A.mT @ d[:, :, None])[..., 0]  # A^T u = s_1 v_1 (sequence, hidden)
+            return torch.baddbmm(A, -d[:, :, None], image[:, None, :])
+        image = (A @ d[:, :, None])[..., 0]  # A v = s_1 u_1 (sequence, token)
+        return torch.baddbmm(A, -image[:, :, None], d[:, None, :])
+
+    def singular_values(self, Xm: Tensor, R1: Tensor, count: int | None = None) -> Tensor:
+        """The top ``count`` (default all k) singular values of X, descending.
+
+        s_i = ||X^T w_i|| (or ||X w_i||).  Where s_2 < DEFLATE * s_1 the trailing directions
+        w_2.. are below the Gram matrix's rounding (eps lambda_1) or close to it and come out
+        mixed; for those sequences s_2.. are the singular values of the explicitly formed
+        residual R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram matrix.
+        """
+        S = _row_norms(Xm, self.W if count is None else self.W[..., :count], self.wide)
+        lam1, lam2 = self.lam[..., 0], self.lam[..., min(1, self.lam.shape[-1] - 1)]
+        deflate = torch.nonzero((lam2 < DEFLATE**2 * lam1) & (lam1 > 0)).flatten()
+        if len(deflate) and S.shape[-1] > 1:
+            rest = R1[deflate]
+            _, W1 = torch.linalg.eigh(_gram(rest, self.wide))
+            W1 = W1.flip(-1)[..., : S.shape[-1] - 1]  # drop R_1's null direction u_1
+            S = S.index_copy(
+                0, deflate, torch.cat([S[deflate, :1], _row_norms(rest, W1, self.wide)], -1)
+            )
+        return torch.sort(S, dim=-1, descending=True).values
+
+
+def _row_norms(A: Tensor, W: Tensor, wide: bool) -> Tensor:
+    """||A^T w|| (wide) or ||A w|| for each column w of W: singular values of A (see above)."""
+    if wide:
+        return torch.linalg.vector_norm(W.mT @ A, dim=-1)
+    return torch.linalg.vector_norm(A @ W, dim=-2)
+
+
+def _effective_rank(S: Tensor) -> Tensor:
+    # An all-zero sequence gives p = 0/0 = NaN, which propagates: the convention we want.
+    p = S / S.sum(-1, keepdim=True)
+    return torch.exp(-torch.special.xlogy(p, p).sum(-1))  # xlogy(0, 0) = 0
+
+
+def _cosine_from_gram(G: Tensor, counts: Tensor) -> Tensor:
+    # G is the token Gram matrix; zero-norm (and padded) rows get weight 0.
+    sq = G.diagonal(dim1=-2, dim2=-1)
+    inv = torch.where(sq > 0, sq.rsqrt(), 0.0)
+    total = (inv[:, None, :] @ G @ inv[:, :, None])[:, 0, 0] - (sq * inv * inv).sum(-1)
+    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
+
+
+def _cosine(Xm: Tensor, counts: Tensor) -> Tensor:
+    norms = torch.linalg.vector_norm(Xm, dim=-1, keepdim=True)  # (sequence, token, 1)
+    # Zero-norm (and padded) rows stay zero, so they add 0 to every pair they belong to.
+    unit = Xm / torch.where(norms > 0, norms, 1.0)
+    # sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2: O(token) instead of O(token^2).
+    total = unit.sum(-2).square().sum(-1) - unit.square().sum((-2, -1))
+    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
+
+
+def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
+    """The core: Xm is prepared (zeroed padding) and rescaled; see the module docstring."""
+    wide = Xm.shape[-2] <= Xm.shape[-1]
+    want = set(wanted)
+    spectral_work = bool(want & {"relative_residual", "effective_rank", "stable_rank"})
+    G = _gram(Xm, wide) if spectral_work or ("cosine_similarity" in want and wide) else None
+    out: dict[str, Tensor] = {}
+    if "relative_residual" in want or "effective_rank" in want:
+        top = _Top(mask, G, wide)
+        k = top.W.shape[-1]
+        R1 = top.project_out(Xm)
+        # All k singular values for the effective rank, otherwise only s_1 and s_2.
+        S = top.singular_values(Xm, R1, None if "effective_rank" in want else min(k, 2))
+        s1 = S[:, 0]
+        if "effective_rank" in want:
+            out["effective_rank"] = _effective_rank(S)
+        if "relative_residual" in want:
+            s2 = S[:, 1] if k > 1 else torch.zeros_like(s1)
+            R = _mean_residual(Xm, mask, counts)
+            G_R = _gram(R, wide)
+            R_spectral = torch.linalg.eigvalsh(G_R)[:, -1].clamp(min=0.0).sqrt()
+            tables = {
+                "mean": _norm_table(R, _trace(G_R).sqrt(), R_spectral),
+                "svd": _norm_table(R1, _fro(R1), s2),
+            }
+            residuals = torch.stack([tables[fit] for fit in FITS], dim=1)
+            reference = _norm_table(Xm, _trace(G).sqrt(), s1)[:, None, :]
+            out["relative_residual"] = residuals / reference  # (sequence, fit, norm)
+        if "stable_rank" in want:
+            out["stable_rank"] = _trace(G) / s1**2  # 0/0 = NaN for an all-zero sequence
+    elif "stable_rank" in want:
+        s1 = torch.linalg.eigvalsh(G)[:, -1].clamp(min=0.0).sqrt()  # relative accuracy eps
+        out["stable_rank"] = _trace(G) / s1**2
+    if "cosine_similarity" in want:
+        out["cosine_similarity"] = _cosine_from_gram(G, counts) if wide else _cosine(Xm, counts)
+    return {name: out[name] for name in METRICS if name in out}
+
+
+def _wanted(metrics: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    if metrics is None:
+        return METRICS
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    for name in names:
+        _check_name(name, METRICS, "metric")
+    if not names:
+        raise ValueError(f"metrics must name at least one of {', '.join(METRICS)}")
+    return names
 
 
 def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor:
@@ -194,8 +360,14 @@ def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor
     fit, fewer than 2 real tokens in a sequence, or non-finite real tokens.
     """
     _check_name(fit, FITS, "fit")
-    Xm, mask, counts = _prepare(X, mask)
-    return _residual(Xm, mask, counts, fit)
+    Xm, mask, counts, peak = _prepare(X, mask)
+    if fit == "mean":
+        return _mean_residual(Xm, mask, counts)
+    # The direction comes from the rescaled X (its Gram matrix must not overflow); the
+    # projection is applied to X itself, so the residual keeps X's scale.
+    wide = Xm.shape[-2] <= Xm.shape[-1]
+    Xs = _rescale(Xm, peak)
+    return _Top(mask, _gram(Xs, wide), wide).project_out(Xm)
 
 
 def relative_residual(
@@ -208,19 +380,8 @@ def relative_residual(
     """
     _check_name(norm, NORMS, "norm")
     _check_name(fit, FITS, "fit")
-    Xm, mask, counts = _prepare(X, mask)
-    Xm = _rescale(Xm)
-    return matrix_norm(_residual(Xm, mask, counts, fit), norm) / matrix_norm(Xm, norm)
-
-
-def _effective_rank(S: Tensor) -> Tensor:
-    # An all-zero sequence gives p = 0/0 = NaN, which propagates: the convention we want.
-    p = S / S.sum(-1, keepdim=True)
-    return torch.exp(-torch.special.xlogy(p, p).sum(-1))  # xlogy(0, 0) = 0
-
-
-def _stable_rank(S: Tensor) -> Tensor:
-    return (S * S).sum(-1) / S[..., 0] ** 2  # 0/0 = NaN for an all-zero sequence
+    table = collapse_metrics(X, mask, metrics="relative_residual")["relative_residual"]
+    return table[:, FITS.index(fit), NORMS.index(norm)]
 
 
 def effective_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -228,8 +389,7 @@ def effective_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
 
     Between 1 and rank(X); shape (sequence,), float64.  NaN for an all-zero sequence.
     """
-    Xm, _, _ = _prepare(X, mask)
-    return _effective_rank(_svdvals(_rescale(Xm)))
+    return collapse_metrics(X, mask, metrics="effective_rank")["effective_rank"]
 
 
 def stable_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -238,17 +398,7 @@ def stable_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
     Between 1 and the effective rank (hence rank(X)); shape (sequence,), float64.  NaN for an
     all-zero sequence.
     """
-    Xm, _, _ = _prepare(X, mask)
-    return _stable_rank(_svdvals(_rescale(Xm)))
-
-
-def _cosine(Xm: Tensor, counts: Tensor) -> Tensor:
-    norms = torch.linalg.vector_norm(Xm, dim=-1, keepdim=True)  # (sequence, token, 1)
-    # Zero-norm (and padded) rows stay zero, so they add 0 to every pair they belong to.
-    unit = Xm / torch.where(norms > 0, norms, 1.0)
-    # sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2: O(token) instead of O(token^2).
-    total = unit.sum(-2).square().sum(-1) - unit.square().sum((-2, -1))
-    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
+    return collapse_metrics(X, mask, metrics="stable_rank")["stable_rank"]
 
 
 def cosine_similarity(X: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -257,38 +407,23 @@ def cosine_similarity(X: Tensor, mask: Tensor | None = None) -> Tensor:
     In [-1, 1]; 1 when all tokens point the same way.  A zero-norm token has cosine 0 with
     every other token (it still counts in the number of pairs).  Shape (sequence,), float64.
     """
-    Xm, _, counts = _prepare(X, mask)
-    return _cosine(_rescale(Xm), counts)
+    return collapse_metrics(X, mask, metrics="cosine_similarity")["cosine_similarity"]
 
 
-def collapse_metrics(X: Tensor, mask: Tensor | None = None) -> dict[str, Tensor]:
-    """All metrics at once, sharing one SVD of X per sequence.
+def collapse_metrics(
+    X: Tensor, mask: Tensor | None = None, metrics: str | tuple[str, ...] | None = None
+) -> dict[str, Tensor]:
+    """The collapse metrics of a batch, sharing one eigendecomposition per sequence.
 
-    Returns float64 tensors on X's device:
+    Returns float64 tensors on X's device, for every name in ``metrics`` (default: all of
+    METRICS; only what they need is computed):
 
     * ``"relative_residual"``: (sequence, len(FITS), len(NORMS)), indexed in the order of
-      FITS and NORMS, equal to ``relative_residual(X, mask, norm, fit)``;
+      FITS and NORMS: ||res(X)|| / ||X|| for each fit and norm;
     * ``"effective_rank"``, ``"stable_rank"``, ``"cosine_similarity"``: (sequence,).
 
-    The SVD of X gives its spectral norm, the rank-one fit, the spectral norm of the rank-one
-    residual (sigma_2) and both ranks; only the mean residual needs its own singular values.
-    Degenerate cases follow the module docstring.
+    Method and accuracy: see the module docstring.  Degenerate cases follow it too.
     """
-    Xm, mask, counts = _prepare(X, mask)
-    Xm = _rescale(Xm)
-    S, u1, v1 = _svd_top(Xm)
-    R_mean = _mean_residual(Xm, mask, counts)
-    R_svd = _svd_residual(Xm, mask, S, u1, v1)
-    sigma2 = S[:, 1] if S.shape[-1] > 1 else torch.zeros_like(S[:, 0])
-    tables = {
-        "mean": _norm_table(R_mean, _svdvals(R_mean)[:, 0]),
-        "svd": _norm_table(R_svd, sigma2),
-    }
-    residuals = torch.stack([tables[fit] for fit in FITS], dim=1)  # (sequence, fit, norm)
-    reference = _norm_table(Xm, S[:, 0])[:, None, :]  # (sequence, 1, norm)
-    return {
-        "relative_residual": residuals / reference,
-        "effective_rank": _effective_rank(S),
-        "stable_rank": _stable_rank(S),
-        "cosine_similarity": _cosine(Xm, counts),
-    }
+    wanted = _wanted(metrics)
+    Xm, mask, counts, peak = _prepare(X, mask)
+    return _metrics(_rescale(Xm, peak), mask, counts, wanted)
