@@ -74,3 +74,27 @@ def test_text_without_tokenizer_is_an_error(tmp_path):
 def test_tokenizer_of_another_model_is_refused(minilm_tokenizer):
     with pytest.raises(ProbeError, match="does not belong to this model"):
         make_inputs(minilm_tokenizer, 80, sequences=1, tokens=8)
+
+
+def test_batched_tokenization_equals_one_call(minilm_tokenizer):
+    from probe.inputs import text_pieces, tokenize
+
+    body = sample_text() * 3
+    pieces = text_pieces(body, size=997)
+    assert len(pieces) > 50 and "".join(pieces) == body
+    # every cut is "x\n" | "y" or "x\n" | "\ny", x and y not whitespace
+    assert all(p[-1] == "\n" and not p[-2].isspace() for p in pieces[:-1])
+    assert all(
+        not p.lstrip("\n")[0].isspace() and len(p) - len(p.lstrip("\n")) <= 1 for p in pieces[1:]
+    )
+    whole = minilm_tokenizer(body, add_special_tokens=False, verbose=False)["input_ids"]
+    import probe.inputs as inputs_module
+
+    original = inputs_module.PIECE_CHARS
+    try:
+        inputs_module.PIECE_CHARS = 997  # many pieces, several batched calls
+        assert tokenize(minilm_tokenizer, body) == whole
+        some = tokenize(minilm_tokenizer, body, needed=500)
+        assert 500 <= len(some) < len(whole) and some == whole[: len(some)]
+    finally:
+        inputs_module.PIECE_CHARS = original
