@@ -36,6 +36,8 @@ class Init(str, Enum):
 class Dtype(str, Enum):
     float32 = "float32"
     float64 = "float64"
+    bfloat16 = "bfloat16"
+    float16 = "float16"
 
 
 class Metric(str, Enum):
