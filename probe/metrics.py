@@ -101,6 +101,11 @@ _SAFE_EXPONENT = 256
 # and a trailing eigenvector mixed by rounding (eps lambda_1 / gap) could move s_2 by more
 # than the 1e-10 relative accuracy asked for.
 DEFLATE = 1e-2
+# Below this lambda_i / lambda_1, sqrt(lambda_i) is not accurate enough for the effective rank.
+RESOLVED = 1e-6
+# The mean residual's Gram matrix is derived from X's (no matmul) where its top eigenvalue is
+# at least this fraction of X's: rounding of eps lambda_1(X) is then <= ~1e-12 of it.
+DERIVED = 1e-4
 
 
 def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
@@ -251,24 +256,36 @@ class _Top:
         image = (A @ d[:, :, None])[..., 0]  # A v = s_1 u_1 (sequence, token)
         return torch.baddbmm(A, -image[:, :, None], d[:, None, :])
 
-    def singular_values(self, Xm: Tensor, R1: Tensor, count: int | None = None) -> Tensor:
-        """The top ``count`` (default all k) singular values of X, descending.
+    def singular_values(self, Xm: Tensor, R1: Tensor, full: bool) -> Tensor:
+        """All k singular values of X (``full``) or s_1, s_2 only, descending.
 
-        s_i = ||X^T w_i|| (or ||X w_i||).  Where s_2 < DEFLATE * s_1 the trailing directions
-        w_2.. are below the Gram matrix's rounding (eps lambda_1) or close to it and come out
-        mixed; for those sequences s_2.. are the singular values of the explicitly formed
-        residual R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram matrix.
+        s_1 and s_2 are ||X^T w_i|| (or ||X w_i||), Rayleigh-quotient estimates.  The others
+        are sqrt(lambda_i) where every lambda_i >= RESOLVED * lambda_1 (their relative error,
+        ~eps lambda_1 / lambda_i, is then ~1e-10 at most); in the other sequences all are
+        ||X^T w_i||.  Where s_2 < DEFLATE * s_1 the trailing directions w_2.. are at or
+        below the Gram matrix's rounding (eps lambda_1) and come out mixed; for those
+        sequences s_2.. are the singular values of the explicitly formed residual
+        R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram matrix.
         """
-        S = _row_norms(Xm, self.W if count is None else self.W[..., :count], self.wide)
-        lam1, lam2 = self.lam[..., 0], self.lam[..., min(1, self.lam.shape[-1] - 1)]
-        deflate = torch.nonzero((lam2 < DEFLATE**2 * lam1) & (lam1 > 0)).flatten()
-        if len(deflate) and S.shape[-1] > 1:
+        lam, W, k = self.lam, self.W, self.W.shape[-1]
+        S = _row_norms(Xm, W[..., : min(k, 2)], self.wide)
+        if full and k > 2:
+            S = torch.cat([S, lam[..., 2:].clamp(min=0.0).sqrt()], dim=-1)
+        if k == 1:
+            return S
+        lam1 = lam[..., 0]
+        deflate = (lam[..., 1] < DEFLATE**2 * lam1) & (lam1 > 0)
+        if full and k > 2:
+            refine = torch.nonzero((lam[..., -1] < RESOLVED * lam1) & ~deflate).flatten()
+            if len(refine):
+                S = S.index_copy(0, refine, _row_norms(Xm[refine], W[refine], self.wide))
+        deflate = torch.nonzero(deflate).flatten()
+        if len(deflate):
             rest = R1[deflate]
             _, W1 = torch.linalg.eigh(_gram(rest, self.wide))
             W1 = W1.flip(-1)[..., : S.shape[-1] - 1]  # drop R_1's null direction u_1
-            S = S.index_copy(
-                0, deflate, torch.cat([S[deflate, :1], _row_norms(rest, W1, self.wide)], -1)
-            )
+            rest_values = _row_norms(rest, W1, self.wide)
+            S = S.index_copy(0, deflate, torch.cat([S[deflate, :1], rest_values], -1))
         return torch.sort(S, dim=-1, descending=True).values
 
 
@@ -277,6 +294,35 @@ def _row_norms(A: Tensor, W: Tensor, wide: bool) -> Tensor:
     if wide:
         return torch.linalg.vector_norm(W.mT @ A, dim=-1)
     return torch.linalg.vector_norm(A @ W, dim=-2)
+
+
+def _mean_residual_spectral(
+    G: Tensor, Xm: Tensor, R: Tensor, mask: Tensor, counts: Tensor, lam1: Tensor, wide: bool
+) -> Tensor:
+    """||R||_2 for the mean residual R = P X, P = I - m m^T / n the centring on real tokens.
+
+    R's Gram matrix is P G P (token side) or G - n mean mean^T (hidden side), O(k^2) from G.
+    Its rounding is that of G, ~eps lambda_1(X): fine where lambda_1(R) >= DERIVED lambda_1(X).
+    Elsewhere (a nearly collapsed X) the subtraction would lose R: there its Gram matrix is
+    formed from the explicit R.
+    """
+    n = counts[:, None]
+    if wide:
+        m = mask.to(_F64)
+        g = (G @ m[:, :, None])[..., 0] / n  # G m / n
+        c = (m * g).sum(-1, keepdim=True) / n  # m^T G m / n^2
+        G_R = G - m[:, :, None] * g[:, None, :] - g[:, :, None] * m[:, None, :]
+        G_R = G_R + c[:, :, None] * m[:, :, None] * m[:, None, :]
+    else:
+        # sum_i R_i = 0, so R^T R = X^T X - n mean mean^T.
+        mean = Xm.sum(-2) / n
+        G_R = G - n[:, :, None] * mean[:, :, None] * mean[:, None, :]
+    lam = torch.linalg.eigvalsh(G_R)[:, -1]
+    explicit = torch.nonzero(lam < DERIVED * lam1).flatten()
+    if len(explicit):
+        exact = torch.linalg.eigvalsh(_gram(R[explicit], wide))[:, -1]
+        lam = lam.index_copy(0, explicit, exact)
+    return lam.clamp(min=0.0).sqrt()
 
 
 def _effective_rank(S: Tensor) -> Tensor:
@@ -314,17 +360,16 @@ def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
         k = top.W.shape[-1]
         R1 = top.project_out(Xm)
         # All k singular values for the effective rank, otherwise only s_1 and s_2.
-        S = top.singular_values(Xm, R1, None if "effective_rank" in want else min(k, 2))
+        S = top.singular_values(Xm, R1, full="effective_rank" in want)
         s1 = S[:, 0]
         if "effective_rank" in want:
             out["effective_rank"] = _effective_rank(S)
         if "relative_residual" in want:
             s2 = S[:, 1] if k > 1 else torch.zeros_like(s1)
             R = _mean_residual(Xm, mask, counts)
-            G_R = _gram(R, wide)
-            R_spectral = torch.linalg.eigvalsh(G_R)[:, -1].clamp(min=0.0).sqrt()
+            R_spectral = _mean_residual_spectral(G, Xm, R, mask, counts, top.lam[:, 0], wide)
             tables = {
-                "mean": _norm_table(R, _trace(G_R).sqrt(), R_spectral),
+                "mean": _norm_table(R, _fro(R), R_spectral),
                 "svd": _norm_table(R1, _fro(R1), s2),
             }
             residuals = torch.stack([tables[fit] for fit in FITS], dim=1)
