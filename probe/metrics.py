@@ -221,8 +221,8 @@ def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
 
 def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor) -> Tensor:
     mean = Xm.sum(-2) / counts[:, None]  # (sequence, hidden)
-    # Xm - m mean^T in one fused pass; padded rows are 0 - 0 * mean = 0.
-    return torch.baddbmm(Xm, -mask.to(_F64)[:, :, None], mean[:, None, :])
+    # Xm - m mean^T in one fused broadcasting pass; padded rows are 0 - 0 * mean = 0.
+    return torch.addcmul(Xm, mask.to(_F64)[:, :, None], mean[:, None, :], value=-1.0)
 
 
 def _gram(A: Tensor, wide: bool) -> Tensor:
@@ -252,9 +252,9 @@ class _Top:
         d = self.direction
         if self.wide:
             image = (A.mT @ d[:, :, None])[..., 0]  # A^T u = s_1 v_1 (sequence, hidden)
-            return torch.baddbmm(A, -d[:, :, None], image[:, None, :])
+            return torch.addcmul(A, d[:, :, None], image[:, None, :], value=-1.0)
         image = (A @ d[:, :, None])[..., 0]  # A v = s_1 u_1 (sequence, token)
-        return torch.baddbmm(A, -image[:, :, None], d[:, None, :])
+        return torch.addcmul(A, image[:, :, None], d[:, None, :], value=-1.0)
 
     def singular_values(self, Xm: Tensor, R1: Tensor, full: bool) -> Tensor:
         """All k singular values of X (``full``) or s_1, s_2 only, descending.
