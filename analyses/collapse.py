@@ -56,7 +56,7 @@ def run(
     variants: str | Sequence[str] = "all",
     init: str | Sequence[str] = "both",
     text: str | Path | None = None,
-    sequences: int = 32,
+    sequences: int | str = 32,
     tokens: int = 128,
     seed: int = 0,
     device: str | None = None,

@@ -100,12 +100,24 @@ def make_inputs(
     vocab_size: int,
     *,
     text: str | Path | None = None,
-    sequences: int = 32,
+    sequences: int | str = 32,
     tokens: int = 128,
     seed: int = 0,
     warn=None,
 ) -> Inputs:
-    """Token ids (sequence, token) from a text, or seeded synthetic ids without a tokenizer."""
+    """Token ids (sequence, token) from a text, or seeded synthetic ids without a tokenizer.
+
+    ``sequences="all"`` takes every full sequence of the text (it needs a tokenizer).
+    """
+    every = sequences == "all"
+    if every:
+        if tokenizer is None:
+            raise ProbeError(
+                "--sequences all needs a text and the model's tokenizer; give a number instead"
+            )
+        sequences = 1
+    elif not isinstance(sequences, int):
+        raise ProbeError(f"--sequences must be a number or 'all', got {sequences!r}")
     if sequences < 1 or tokens < 2:
         raise ProbeError("need --sequences >= 1 and --tokens >= 2 (the metrics compare tokens)")
     if tokenizer is None:
@@ -121,14 +133,16 @@ def make_inputs(
         )
 
     body, source = read_text(text)
-    ids = tokenize(tokenizer, body, sequences * tokens)
+    ids = tokenize(tokenizer, body, None if every else sequences * tokens)
     available = len(ids) // tokens
     if available == 0:
         raise ProbeError(
             f"{source} has {len(ids)} tokens, fewer than one sequence of {tokens}; "
             "use a longer text or a smaller --tokens"
         )
-    if available < sequences:
+    if every:
+        sequences = available
+    elif available < sequences:
         if warn is not None:
             warn(
                 f"{source} has {len(ids)} tokens: {available} sequences of {tokens} possible, "

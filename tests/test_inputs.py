@@ -98,3 +98,20 @@ def test_batched_tokenization_equals_one_call(minilm_tokenizer):
         assert 500 <= len(some) < len(whole) and some == whole[: len(some)]
     finally:
         inputs_module.PIECE_CHARS = original
+
+
+def test_sequences_all_takes_every_full_sequence(minilm_tokenizer, tmp_path):
+    text = "the quick brown fox jumps over the lazy dog " * 20  # 180 tokens
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    said = []
+    inputs = make_inputs(
+        minilm_tokenizer, 30522, text=path, sequences="all", tokens=16, warn=said.append
+    )
+    ids = minilm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert inputs.sequences == len(ids) // 16 == 11 and not said
+    assert inputs.input_ids.flatten().tolist() == ids[: 11 * 16]
+    with pytest.raises(ProbeError, match="--sequences all needs a text and the model's tokenizer"):
+        make_inputs(None, 50, sequences="all")
+    with pytest.raises(ProbeError, match="--sequences must be a number or 'all'"):
+        make_inputs(minilm_tokenizer, 30522, sequences="many")
