@@ -65,11 +65,16 @@ def run(
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
+    stream_to: str | Path | None = None,
 ) -> xr.Dataset:
     """Probe ``model`` and return the collapse Dataset (see the module docstring).
 
     ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
     :class:`~probe.load.ProbedModel` (then only its own init is run).
+
+    ``stream_to``: a netCDF path; each batch's results are appended to it as they come
+    (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
+    returned Dataset reads from that file lazily.
     """
     names = (
         parse_variants(variants)
@@ -97,6 +102,9 @@ def run(
         warn=warn,
     )
 
+    if stream_to is not None:
+        return _run_streaming(names, models, inputs, batch_size, progress, command, stream_to)
+
     L = first.n_layers
     shape = (len(names), len(models), L + 1, inputs.sequences)
     data = {
@@ -117,6 +125,40 @@ def run(
                 if progress is not None:
                     progress(done, total, f"{probed.init} {variant}")
     return _dataset(data, names, models, inputs, command)
+
+
+def _run_streaming(names, models, inputs, batch_size, progress, command, path) -> xr.Dataset:
+    """As ``run``, batch by batch: all variants and inits of a batch, then its block is written."""
+    from probe.stream import SequenceWriter
+
+    L = models[0].n_layers
+    skeleton = _dataset(_empty(len(names), len(models), L, 0), names, models, inputs, command)
+    batches = _batches(inputs, batch_size)
+    total, done = len(names) * len(models) * len(batches), 0
+    with SequenceWriter(path, skeleton) as writer:
+        for _, ids, mask in batches:
+            block = _empty(len(names), len(models), L, ids.shape[0])
+            for i, variant in enumerate(names):
+                for j, probed in enumerate(models):
+                    per_layer = layer_values(probed, ids, PRESETS[variant], _reduce, mask)
+                    for layer, values in enumerate(per_layer):
+                        for name, value in values.items():
+                            block[name][i, j, layer] = value.numpy()
+                    done += 1
+                    if progress is not None:
+                        progress(done, total, f"{probed.init} {variant}")
+            writer.append(block)
+    from probe.results import ENGINE
+
+    return xr.open_dataset(path, engine=ENGINE)
+
+
+def _empty(variants: int, inits: int, layers: int, sequences: int) -> dict[str, np.ndarray]:
+    shape = (variants, inits, layers + 1, sequences)
+    return {
+        "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
+        **{name: np.full(shape, np.nan) for name in METRICS[1:]},
+    }
 
 
 def _reduce(x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -153,7 +195,7 @@ def _dataset(data, variants, models: list[ProbedModel], inputs: Inputs, command)
         "variant": list(variants),
         "init": [m.init for m in models],
         "layer": np.arange(first.n_layers + 1),
-        "sequence": np.arange(inputs.sequences),
+        "sequence": np.arange(data["effective_rank"].shape[-1]),
         "fit": list(metrics.FITS),
         "norm": list(metrics.NORMS),
     }
