@@ -29,28 +29,34 @@ as the representation collapses.
 How they are computed (fast, and as exact as an SVD).  Let k = min(token, hidden) and G the
 k x k Gram matrix of X (X X^T when tokens <= hidden, else X^T X), one batched matmul.
 
-* l1, linf and Frobenius norms need no factorisation: absolute row and column sums of the
-  explicitly formed matrices X, R = X - 1 mean^T and R_1 = X - sigma_1 u_1 v_1^T, and
-  ||A||_F^2 = trace(A A^T).
-* One symmetric eigendecomposition G = W diag(lambda) W^T gives the top singular direction
-  (u_1 = w_1 on the token side, v_1 = w_1 on the hidden side).  The rank-one residual is formed
-  as the projection R_1 = (I - u_1 u_1^T) X (or X (I - v_1 v_1^T)), so its norms are computed
-  from R_1 itself.  The singular values are *not* taken as sqrt(lambda_i): eigvalsh is accurate
-  to eps * lambda_1 in absolute terms, so sqrt(lambda_i) would carry errors of sqrt(eps) s_1 ~
-  1e-8 s_1 in the small singular values -- all of them, in a nearly collapsed X.  Instead
-  s_i = ||X^T w_i|| (or ||X w_i||), the norms of the rows of W^T X (one more matmul): a
-  Rayleigh-quotient estimate whose error is eps * s_1 plus the square of the eigenvector error,
-  i.e. the absolute accuracy of a backward-stable SVD (LAPACK's, which the float64 reference
-  uses).  This gives sigma_1 = ||X||_2, sigma_2 = ||R_1||_2 and all s_i for the effective rank.
-  The stable rank is trace(G) / s_1^2.
-* ||R||_2, the spectral norm of the mean residual, is the square root of the largest eigenvalue
-  of R's own Gram matrix, formed from the explicit R: the largest eigenvalue is accurate to
-  relative eps, and forming R first keeps a residual of 1e-12 ||X|| from being lost to
-  cancellation in G (which would happen if R's Gram matrix were derived from X's).
+* l1, linf and Frobenius norms need no factorisation: absolute row and column sums and
+  sums of squares of the explicitly formed matrices X, R = X - 1 mean^T and
+  R_1 = X - sigma_1 u_1 v_1^T (each one fused broadcasting pass).
+* The eigenvalues lambda_i of G (eigvalsh: a tridiagonalisation, no eigenvectors), and the
+  top eigenvector w_1 by inverse iteration shifted just past lambda_1 (one small LU
+  factorisation, three solves).  w_1 is u_1 on the token side, v_1 on the hidden side.  The
+  rank-one residual is the projection R_1 = (I - u_1 u_1^T) X (or X (I - v_1 v_1^T)), so its
+  norms come from R_1 itself, and sigma_1 = ||X^T u_1|| (||X v_1||) is a Rayleigh quotient.
+* The other singular values are sqrt(lambda_i) only where that is accurate.  eigvalsh is
+  accurate to ~eps lambda_1 in absolute terms, so sqrt(lambda_i) has relative error
+  ~eps lambda_1 / lambda_i: fine (<= ~1e-10) where every lambda_i >= 1e-6 lambda_1, the usual
+  case for hidden states.  Elsewhere (padding, rank deficiency) those sequences get the
+  eigenvectors w_i of G and s_i = ||X^T w_i||, whose error is eps s_1 plus the square of the
+  eigenvector error: the absolute accuracy of a backward-stable SVD (the reference's).
+* A nearly collapsed X (s_2 < 1e-2 s_1) puts s_2.. at or below G's rounding, where neither
+  sqrt(lambda_i) nor G's eigenvectors resolve them (the latter come out mixed).  For those
+  sequences s_2.. are taken from the explicitly formed R_1 instead, whose singular values
+  are exactly X's without sigma_1, by the same method on R_1's own Gram matrix: accurate to
+  eps s_2 rather than eps s_1.  sigma_2 = ||R_1||_2 and all s_i for the effective rank follow;
+  the stable rank is trace(G) / s_1^2.
+* ||R||_2, the spectral norm of the mean residual, is sqrt of the top eigenvalue of R's Gram
+  matrix.  That matrix is P G P (P the centring on real tokens), O(k^2) from G, where its top
+  eigenvalue is >= 1e-4 of G's (rounding eps lambda_1(X) is then <= ~1e-12 of it); for a
+  nearly collapsed X the subtraction would lose R, and there it is formed from the explicit R.
 * cosine similarity: from the token Gram matrix when it is formed (tokens <= hidden),
   sum_{i != j} G_ij / (|x_i| |x_j|), otherwise from the normalised tokens directly.
 
-So per batch: at most three k x k x hidden matmuls, one eigh and one eigvalsh of k x k
+So per batch, typically: one k x k x hidden matmul, two eigvalsh and one LU of k x k
 matrices, and a dozen passes over X -- instead of an SVD of X and one of R per sequence, which
 LAPACK runs one matrix at a time with memory-bound bidiagonalisation.  Computing only some
 metrics (``metrics=``) skips what they do not need.  Everything runs on X's device: the same
@@ -59,10 +65,11 @@ code serves CPU and CUDA.
 Accuracy (tests/test_metrics.py checks it against the NumPy SVD oracle): relative error
 <= 1e-10 in residual ratios above 1e-6 and absolute <= 1e-14 below (the float64 reference itself
 is accurate to about eps ||X|| in the residual), relative <= 1e-8 in effective and stable rank.
-Where singular values cluster below sqrt(eps) s_1 the eigenvectors of that cluster are mixed,
-so the individual s_i there are mixtures of the true ones (their sum of squares is kept); the
-effective rank then moves by at most about k * sqrt(eps) * log(1/eps), a regime (a spread of
-singular values across 1e-8 s_1 .. 1e-16 s_1) that the checks above do not reach.
+Where the singular values of R_1 in turn spread below sqrt(eps) s_2, eigenvectors within that
+cluster mix and individual s_i there are mixtures of the true ones (their sum of squares is
+kept); the effective rank then moves by at most about k * sqrt(eps) * s_2 / sum_i s_i *
+log(1/eps), a regime the checks above do not reach.  Near-ties s_1 ~ s_2 make u_1 (and the
+reference's) ill-determined, which moves only the l1/linf residuals of ``fit="svd"``.
 
 Conventions.  X is (sequence, token, hidden) of any real dtype and device; ``mask`` is a bool
 (sequence, token) tensor marking real tokens (None: all real).  Padded tokens may sit anywhere in
@@ -234,14 +241,13 @@ def _trace(G: Tensor) -> Tensor:
 
 
 class _Top:
-    """The eigendecomposition of X's Gram matrix, top direction first, and what follows."""
+    """Eigenvalues of X's Gram matrix G, its top eigenvector, and what follows from them."""
 
     def __init__(self, mask: Tensor, G: Tensor, wide: bool) -> None:
-        lam, W = torch.linalg.eigh(G)  # ascending eigenvalues
-        self.lam = lam.flip(-1)
-        self.W = W.flip(-1)
+        self.lam = torch.linalg.eigvalsh(G).flip(-1)  # descending
+        self.G = G
         self.wide = wide
-        w1 = self.W[..., 0]
+        w1 = _top_vector(G, self.lam[..., 0])
         if wide:  # w1 = u_1 lives on tokens; make it exactly 0 on padded rows
             self.direction = torch.where(mask, w1, 0.0)
         else:  # w1 = v_1 lives on hidden units
@@ -259,34 +265,74 @@ class _Top:
     def singular_values(self, Xm: Tensor, R1: Tensor, full: bool) -> Tensor:
         """All k singular values of X (``full``) or s_1, s_2 only, descending.
 
-        s_1 and s_2 are ||X^T w_i|| (or ||X w_i||), Rayleigh-quotient estimates.  The others
-        are sqrt(lambda_i) where every lambda_i >= RESOLVED * lambda_1 (their relative error,
+        s_1 = ||X^T u_1|| (or ||X v_1||), a Rayleigh-quotient estimate.  The others are
+        sqrt(lambda_i) where every lambda_i >= RESOLVED * lambda_1 (their relative error,
         ~eps lambda_1 / lambda_i, is then ~1e-10 at most); in the other sequences all are
-        ||X^T w_i||.  Where s_2 < DEFLATE * s_1 the trailing directions w_2.. are at or
-        below the Gram matrix's rounding (eps lambda_1) and come out mixed; for those
-        sequences s_2.. are the singular values of the explicitly formed residual
-        R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram matrix.
+        ||X^T w_i|| over the eigenvectors w_i of G (eigh, for those sequences only).  Where
+        s_2 < DEFLATE * s_1 the trailing eigenpairs are at or below G's rounding
+        (eps lambda_1); for those sequences s_2.. are the singular values of the explicitly
+        formed residual R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram
+        matrix.
         """
-        lam, W, k = self.lam, self.W, self.W.shape[-1]
-        S = _row_norms(Xm, W[..., : min(k, 2)], self.wide)
-        if full and k > 2:
-            S = torch.cat([S, lam[..., 2:].clamp(min=0.0).sqrt()], dim=-1)
+        lam, k = self.lam, self.lam.shape[-1]
+        s1 = _row_norms(Xm, self.direction[..., None], self.wide)
         if k == 1:
-            return S
+            return s1
+        rest = lam[..., 1:] if full else lam[..., 1:2]
+        S = torch.cat([s1, rest.clamp(min=0.0).sqrt()], dim=-1)
         lam1 = lam[..., 0]
         deflate = (lam[..., 1] < DEFLATE**2 * lam1) & (lam1 > 0)
-        if full and k > 2:
+        if full:
             refine = torch.nonzero((lam[..., -1] < RESOLVED * lam1) & ~deflate).flatten()
             if len(refine):
-                S = S.index_copy(0, refine, _row_norms(Xm[refine], W[refine], self.wide))
+                S = S.index_copy(0, refine, _accurate(Xm[refine], self.G[refine], k, self.wide))
         deflate = torch.nonzero(deflate).flatten()
         if len(deflate):
             rest = R1[deflate]
-            _, W1 = torch.linalg.eigh(_gram(rest, self.wide))
-            W1 = W1.flip(-1)[..., : S.shape[-1] - 1]  # drop R_1's null direction u_1
-            rest_values = _row_norms(rest, W1, self.wide)
-            S = S.index_copy(0, deflate, torch.cat([S[deflate, :1], rest_values], -1))
+            # R_1's Gram matrix has one more null direction (u_1): its top k - 1 values.
+            values = _spectrum(rest, _gram(rest, self.wide), S.shape[-1] - 1, self.wide, full)
+            S = S.index_copy(0, deflate, torch.cat([S[deflate, :1], values], -1))
         return torch.sort(S, dim=-1, descending=True).values
+
+
+def _top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
+    """The eigenvector of lambda_1 by inverse iteration, shifted just past lambda_1.
+
+    (G - sigma I)^-1 multiplies the lambda_1 component by 1 / (sigma - lambda_1) = 1e12 /
+    lambda_1 and every other by at most 1 / (lambda_1 - lambda_2): with a gap of 1e-4
+    lambda_1 each step shrinks the rest by 1e-8, so three steps reach rounding.  One LU
+    factorisation serves all steps; it costs a third of the tridiagonalisation eigvalsh
+    already did, where eigh's eigenvectors would cost several times that.
+    """
+    k = G.shape[-1]
+    shift = torch.where(lam1 > 0, lam1 * (1 + 1e-12), 1.0)  # an all-zero G: any vector
+    eye = torch.eye(k, dtype=G.dtype, device=G.device)
+    LU, pivots = torch.linalg.lu_factor(G - shift[:, None, None] * eye)
+    # A fixed start with a component along every direction (all ones would miss a u_1 that
+    # is orthogonal to it).
+    start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=G.dtype, device=G.device) * 2.3)
+    x = start.expand(G.shape[0], k)[..., None]
+    for _ in range(steps):
+        x = torch.linalg.lu_solve(LU, pivots, x)
+        x = x / torch.linalg.vector_norm(x, dim=-2, keepdim=True)
+    return x[..., 0]
+
+
+def _accurate(A: Tensor, G: Tensor, count: int, wide: bool) -> Tensor:
+    """The top ``count`` singular values of A as ||A^T w_i|| over G's eigenvectors."""
+    _, W = torch.linalg.eigh(G)
+    return _row_norms(A, W.flip(-1)[..., :count], wide)
+
+
+def _spectrum(A: Tensor, G: Tensor, count: int, wide: bool, full: bool) -> Tensor:
+    """Top ``count`` singular values of A (Gram matrix G), as in _Top.singular_values."""
+    lam = torch.linalg.eigvalsh(G).flip(-1)[..., :count]
+    S = lam.clamp(min=0.0).sqrt()
+    if full and count > 1:
+        refine = torch.nonzero(lam[..., -1] < RESOLVED * lam[..., 0]).flatten()
+        if len(refine):
+            S = S.index_copy(0, refine, _accurate(A[refine], G[refine], count, wide))
+    return S
 
 
 def _row_norms(A: Tensor, W: Tensor, wide: bool) -> Tensor:
@@ -357,7 +403,7 @@ def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
     out: dict[str, Tensor] = {}
     if "relative_residual" in want or "effective_rank" in want:
         top = _Top(mask, G, wide)
-        k = top.W.shape[-1]
+        k = top.lam.shape[-1]
         R1 = top.project_out(Xm)
         # All k singular values for the effective rank, otherwise only s_1 and s_2.
         S = top.singular_values(Xm, R1, full="effective_rank" in want)
