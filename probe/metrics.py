@@ -134,8 +134,8 @@ def _linf(A: Tensor) -> Tensor:
     return A.abs().sum(-1).amax(-1)
 
 
-def _l1_linf(A: Tensor) -> tuple[Tensor, Tensor]:
-    absolute = A.abs()  # one pass shared by both sums
+def _l1_linf(A: Tensor, scratch: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    absolute = torch.abs(A, out=scratch)  # one pass shared by both sums
     return absolute.sum(-2).amax(-1), absolute.sum(-1).amax(-1)
 
 
@@ -143,9 +143,9 @@ def _fro(A: Tensor) -> Tensor:
     return torch.linalg.vector_norm(A, dim=(-2, -1))
 
 
-def _norm_table(A: Tensor, fro: Tensor, spectral: Tensor) -> Tensor:
+def _norm_table(A: Tensor, fro: Tensor, spectral: Tensor, scratch: Tensor | None = None) -> Tensor:
     """All NORMS of A (sequence, token, hidden) as (sequence, len(NORMS))."""
-    l1, linf = _l1_linf(A)
+    l1, linf = _l1_linf(A, scratch)
     values = {
         "l1inf": torch.sqrt(l1 * linf),
         "fro": fro,
@@ -226,10 +226,10 @@ def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
     return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64)[:, None, None])
 
 
-def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor) -> Tensor:
+def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor, out: Tensor | None = None) -> Tensor:
     mean = Xm.sum(-2) / counts[:, None]  # (sequence, hidden)
     # Xm - m mean^T in one fused broadcasting pass; padded rows are 0 - 0 * mean = 0.
-    return torch.addcmul(Xm, mask.to(_F64)[:, :, None], mean[:, None, :], value=-1.0)
+    return torch.addcmul(Xm, mask.to(_F64)[:, :, None], mean[:, None, :], value=-1.0, out=out)
 
 
 def _gram(A: Tensor, wide: bool) -> Tensor:
@@ -253,14 +253,14 @@ class _Top:
         else:  # w1 = v_1 lives on hidden units
             self.direction = w1
 
-    def project_out(self, A: Tensor) -> Tensor:
+    def project_out(self, A: Tensor, out: Tensor | None = None) -> Tensor:
         """R_1 = (I - u u^T) A, or A (I - v v^T): the rank-one residual in one fused pass."""
         d = self.direction
         if self.wide:
             image = (A.mT @ d[:, :, None])[..., 0]  # A^T u = s_1 v_1 (sequence, hidden)
-            return torch.addcmul(A, d[:, :, None], image[:, None, :], value=-1.0)
+            return torch.addcmul(A, d[:, :, None], image[:, None, :], value=-1.0, out=out)
         image = (A @ d[:, :, None])[..., 0]  # A v = s_1 u_1 (sequence, token)
-        return torch.addcmul(A, image[:, :, None], d[:, None, :], value=-1.0)
+        return torch.addcmul(A, image[:, :, None], d[:, None, :], value=-1.0, out=out)
 
     def singular_values(self, Xm: Tensor, R1: Tensor, full: bool) -> Tensor:
         """All k singular values of X (``full``) or s_1, s_2 only, descending.
@@ -404,22 +404,26 @@ def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
     if "relative_residual" in want or "effective_rank" in want:
         top = _Top(mask, G, wide)
         k = top.lam.shape[-1]
-        R1 = top.project_out(Xm)
+        residual = "relative_residual" in want
+        # Fresh (sequence, token, hidden) tensors cost page faults on every call, more than
+        # the passes that fill them: R and then R_1 share one buffer, |.| another.
+        buffer = torch.empty_like(Xm)
+        scratch = torch.empty_like(Xm) if residual else None
+        if residual:
+            R = _mean_residual(Xm, mask, counts, out=buffer)
+            R_spectral = _mean_residual_spectral(G, Xm, R, mask, counts, top.lam[:, 0], wide)
+            mean_table = _norm_table(R, _fro(R), R_spectral, scratch)
+        R1 = top.project_out(Xm, out=buffer)  # R is done with
         # All k singular values for the effective rank, otherwise only s_1 and s_2.
         S = top.singular_values(Xm, R1, full="effective_rank" in want)
         s1 = S[:, 0]
         if "effective_rank" in want:
             out["effective_rank"] = _effective_rank(S)
-        if "relative_residual" in want:
+        if residual:
             s2 = S[:, 1] if k > 1 else torch.zeros_like(s1)
-            R = _mean_residual(Xm, mask, counts)
-            R_spectral = _mean_residual_spectral(G, Xm, R, mask, counts, top.lam[:, 0], wide)
-            tables = {
-                "mean": _norm_table(R, _fro(R), R_spectral),
-                "svd": _norm_table(R1, _fro(R1), s2),
-            }
+            tables = {"mean": mean_table, "svd": _norm_table(R1, _fro(R1), s2, scratch)}
             residuals = torch.stack([tables[fit] for fit in FITS], dim=1)
-            reference = _norm_table(Xm, _trace(G).sqrt(), s1)[:, None, :]
+            reference = _norm_table(Xm, _trace(G).sqrt(), s1, scratch)[:, None, :]
             out["relative_residual"] = residuals / reference  # (sequence, fit, norm)
         if "stable_rank" in want:
             out["stable_rank"] = _trace(G) / s1**2  # 0/0 = NaN for an all-zero sequence
