@@ -31,7 +31,7 @@ from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
 from probe.load import INITS, ProbedModel, load
-from probe.results import command_line, utc_now, versions
+from probe.results import ENGINE, command_line, utc_now, versions
 from probe.trace import layer_values
 
 METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
@@ -148,8 +148,6 @@ def _run_streaming(names, models, inputs, batch_size, progress, command, path) -
                     if progress is not None:
                         progress(done, total, f"{probed.init} {variant}")
             writer.append(block)
-    from probe.results import ENGINE
-
     return xr.open_dataset(path, engine=ENGINE)
 
 
