@@ -34,7 +34,7 @@ from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
 from probe.load import ProbedModel, check_seed, load
 from probe.names import INITS, METRICS, SURGERIES
-from probe.results import settings_id, utc_now, versions
+from probe.results import ENGINE, settings_id, utc_now, versions
 from probe.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
@@ -76,7 +76,7 @@ def prepare(
     variants: str | Sequence[str] = "all",
     init: str | Sequence[str] = "both",
     text: str | Path | None = None,
-    sequences: int = 32,
+    sequences: int | str = 32,
     tokens: int = 128,
     seed: int = 0,
     device: str | None = None,
@@ -140,8 +140,17 @@ def prepare(
     return Plan(models, names, inputs, surgery, batch_size, command, settings)
 
 
-def execute(plan: Plan, progress: Progress | None = None) -> xr.Dataset:
-    """Run a prepared plan: every variant and init, batch by batch; the Dataset."""
+def execute(
+    plan: Plan, progress: Progress | None = None, stream_to: str | Path | None = None
+) -> xr.Dataset:
+    """Run a prepared plan: every variant and init, batch by batch; the Dataset.
+
+    ``stream_to``: a netCDF path; each batch's results are appended to it as they come
+    (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
+    returned Dataset reads from that file lazily.
+    """
+    if stream_to is not None:
+        return _run_streaming(plan, progress, stream_to)
     models, names, inputs = plan.models, plan.variants, plan.inputs
     L = models[0].n_layers
     shape = (len(names), len(models), L + 1, inputs.sequences)
@@ -176,9 +185,10 @@ def run(
 
     ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
     :class:`~probe.load.ProbedModel` (then only its own init is run).  The
-    options are those of :func:`prepare`.
+    options are those of :func:`prepare`, and ``stream_to`` of :func:`execute`.
     """
-    return execute(prepare(model, **options), progress)
+    stream_to = options.pop("stream_to", None)
+    return execute(prepare(model, **options), progress, stream_to)
 
 
 def _equivalent_command(model, settings: dict, text) -> str:
@@ -218,6 +228,40 @@ def _equivalent_command(model, settings: dict, text) -> str:
     if settings["allow_missing_weights"]:
         args.append("--allow-missing-weights")
     return shlex.join(args)
+
+
+def _run_streaming(plan: Plan, progress: Progress | None, path) -> xr.Dataset:
+    """As ``execute``, batch by batch: all variants and inits of a batch, then its block is written."""
+    from probe.stream import SequenceWriter
+
+    models, names = plan.models, plan.variants
+    L = models[0].n_layers
+    skeleton = _dataset(_empty(len(names), len(models), L, 0), plan)
+    batches = _batches(plan.inputs, plan.batch_size)
+    done = 0
+    with SequenceWriter(path, skeleton) as writer:
+        for _, ids, mask in batches:
+            block = _empty(len(names), len(models), L, ids.shape[0])
+            for i, variant in enumerate(names):
+                ablation = PRESETS[variant].with_surgery(plan.surgery)
+                for j, probed in enumerate(models):
+                    per_layer = layer_values(probed, ids, ablation, _reduce, mask)
+                    for layer, values in enumerate(per_layer):
+                        for name, value in values.items():
+                            block[name][i, j, layer] = value.numpy()
+                    done += 1
+                    if progress is not None:
+                        progress(done, plan.steps, f"{probed.name} · {probed.init} · {variant}")
+            writer.append(block)
+    return xr.open_dataset(path, engine=ENGINE)
+
+
+def _empty(variants: int, inits: int, layers: int, sequences: int) -> dict[str, np.ndarray]:
+    shape = (variants, inits, layers + 1, sequences)
+    return {
+        "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
+        **{name: np.full(shape, np.nan) for name in METRICS[1:]},
+    }
 
 
 def _reduce(x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
@@ -265,7 +309,7 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "variant": list(variants),
         "init": [m.init for m in models],
         "layer": np.arange(first.n_layers + 1),
-        "sequence": np.arange(inputs.sequences),
+        "sequence": np.arange(data["effective_rank"].shape[-1]),
         "fit": list(metrics.FITS),
         "norm": list(metrics.NORMS),
     }

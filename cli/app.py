@@ -92,7 +92,9 @@ def collapse(
         Path | None,
         typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
     ] = None,
-    sequences: Annotated[int, typer.Option(min=1, help="Number of sequences.")] = 32,
+    sequences: Annotated[
+        str, typer.Option(help="Number of sequences, or all: every full sequence of --text.")
+    ] = "32",
     tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
     metric: Annotated[
         Metric, typer.Option(help="Metric shown in the printed table.")
@@ -163,7 +165,7 @@ def collapse(
         variants=chosen,
         init=_value(init),
         text=text,
-        sequences=sequences,
+        sequences=sequences if sequences == "all" else _count(sequences),
         tokens=tokens,
         metric=metric_name,
         norm=_value(norm) if norm is not None else "l1inf",
@@ -180,6 +182,12 @@ def collapse(
 
 def _value(choice) -> str:
     return choice.value if isinstance(choice, Enum) else str(choice)
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        fail(f"--sequences must be a positive number or all, got {text!r}")
+    return int(text)
 
 
 @app.command("models")

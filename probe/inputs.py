@@ -2,7 +2,13 @@
 
 The paper probes 32 sequences of 128 tokens with no padding.  probe tokenizes a
 text (``--text FILE``, or the sample text written for this project) without
-special tokens and cuts it into consecutive chunks of ``tokens`` ids.  Where a
+special tokens and cuts it into consecutive chunks of ``tokens`` ids.  The text is
+tokenized once per run, in batches of large pieces (a fast tokenizer works on a batch in
+parallel), and only as far as the sequences asked for need: a 32-sequence run over a large
+corpus does not tokenize all of it.  A piece ends after the newline of "x\\ny" or the first
+newline of "x\\n\\ny" (x, y not whitespace): WordPiece and SentencePiece treat newlines as
+spaces, and byte-level BPE (GPT-2) makes each of these newlines a token of its own, so at such
+a cut the ids are those of tokenizing the whole text in one call.  Where a
 model has no tokenizer (a hub id at random init, offline), the inputs are
 token ids drawn uniformly from the vocabulary with the seed, and the result
 records that.  Every sequence is full, so the mask is all ones; metrics still
@@ -12,6 +18,7 @@ take the mask, so padded batches give the values of their unpadded parts.
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -21,6 +28,32 @@ import torch
 from .errors import ProbeError
 
 SAMPLE = "probe sample text"
+PIECE_CHARS = 1 << 16  # characters per piece of text handed to the tokenizer
+PIECES_PER_CALL = 16  # pieces per batched tokenizer call
+_BOUNDARY = re.compile(r"\S\n(?=\n?\S)")
+
+
+def text_pieces(body: str, size: int = PIECE_CHARS) -> list[str]:
+    """``body`` cut into pieces of about ``size`` characters at the boundaries named above."""
+    pieces, start = [], 0
+    while start < len(body):
+        found = _BOUNDARY.search(body, start + size) if start + size < len(body) else None
+        stop = len(body) if found is None else found.start() + 2
+        pieces.append(body[start:stop])
+        start = stop
+    return pieces
+
+
+def tokenize(tokenizer, body: str, needed: int | None = None) -> list[int]:
+    """Token ids of ``body`` (no special tokens), in batched calls, stopping once ``needed``."""
+    pieces, ids = text_pieces(body, PIECE_CHARS), []
+    for first in range(0, len(pieces), PIECES_PER_CALL):
+        batch = pieces[first : first + PIECES_PER_CALL]
+        for piece_ids in tokenizer(batch, add_special_tokens=False, verbose=False)["input_ids"]:
+            ids.extend(piece_ids)
+        if needed is not None and len(ids) >= needed:
+            break
+    return ids
 
 
 @dataclass(frozen=True)
@@ -69,12 +102,24 @@ def make_inputs(
     vocab_size: int,
     *,
     text: str | Path | None = None,
-    sequences: int = 32,
+    sequences: int | str = 32,
     tokens: int = 128,
     seed: int = 0,
     warn=None,
 ) -> Inputs:
-    """Token ids (sequence, token) from a text, or seeded synthetic ids without a tokenizer."""
+    """Token ids (sequence, token) from a text, or seeded synthetic ids without a tokenizer.
+
+    ``sequences="all"`` takes every full sequence of the text (it needs a tokenizer).
+    """
+    every = sequences == "all"
+    if every:
+        if tokenizer is None:
+            raise ProbeError(
+                "--sequences all needs a text and the model's tokenizer; give a number instead"
+            )
+        sequences = 1
+    elif not isinstance(sequences, int):
+        raise ProbeError(f"--sequences must be a number or 'all', got {sequences!r}")
     if sequences < 1 or tokens < 2:
         raise ProbeError("need --sequences >= 1 and --tokens >= 2 (the metrics compare tokens)")
     if tokenizer is None:
@@ -90,14 +135,16 @@ def make_inputs(
         )
 
     body, source = read_text(text)
-    ids = tokenizer(body, add_special_tokens=False, verbose=False)["input_ids"]
+    ids = tokenize(tokenizer, body, None if every else sequences * tokens)
     available = len(ids) // tokens
     if available == 0:
         raise ProbeError(
             f"{source} has {len(ids)} tokens, fewer than one sequence of {tokens}; "
             "use a longer text or a smaller --tokens"
         )
-    if available < sequences:
+    if every:
+        sequences = available
+    elif available < sequences:
         if warn is not None:
             warn(
                 f"{source} has {len(ids)} tokens: {available} sequences of {tokens} possible, "

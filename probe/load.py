@@ -137,7 +137,7 @@ def load(
     config._attn_implementation = "eager"
 
     if init == "random":
-        model = _random_model(config, seed)
+        model = _random_model(config, seed, torch_device, torch_dtype)
         weights = f"random init (seed {seed}) from the config of {where}"
     else:
         model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
@@ -297,13 +297,24 @@ def _hub_state() -> str:
     return "the hub cannot be reached" if not _hub_reachable() else "the hub has no such model"
 
 
-def _random_model(config, seed: int) -> torch.nn.Module:
+def _random_model(config, seed: int, device=None, dtype=None) -> torch.nn.Module:
     from transformers import AutoModel
 
+    device = torch.device("cpu") if device is None else torch.device(device)
+    # On the CPU the weights are drawn in float32 and cast afterwards, so a seed gives the
+    # same weights in every dtype (and as before).  Elsewhere the model is built directly on
+    # the device in the target dtype, with no host copy of a model that may not fit it; the
+    # device's own generator then draws the weights, which differ from the CPU's for a seed.
+    on_cpu = device.type == "cpu"
+    build_dtype = torch.float32 if on_cpu or dtype is None else dtype
+    cuda = device.type == "cuda"
+    forked = (
+        [device.index if device.index is not None else torch.cuda.current_device()] if cuda else []
+    )
     # Fresh weights from the seed, without disturbing the caller's RNG.
-    with torch.random.fork_rng(devices=[]), _quiet():
+    with torch.random.fork_rng(devices=forked), _quiet(), device:
         torch.manual_seed(seed)
-        return AutoModel.from_config(config, attn_implementation="eager")
+        return AutoModel.from_config(config, attn_implementation="eager", dtype=build_dtype)
 
 
 def _pretrained_model(

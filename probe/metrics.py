@@ -26,6 +26,51 @@ Complementary, fit-free measures of collapse, all computed from the singular val
 And token uniformity, the mean cosine similarity over distinct pairs of tokens, which tends to 1
 as the representation collapses.
 
+How they are computed (fast, and as exact as an SVD).  Let k = min(token, hidden) and G the
+k x k Gram matrix of X (X X^T when tokens <= hidden, else X^T X), one batched matmul.
+
+* l1, linf and Frobenius norms need no factorisation: absolute row and column sums and
+  sums of squares of the explicitly formed matrices X, R = X - 1 mean^T and
+  R_1 = X - sigma_1 u_1 v_1^T (each one fused broadcasting pass).
+* The eigenvalues lambda_i of G (eigvalsh: a tridiagonalisation, no eigenvectors), and the
+  top eigenvector w_1 by inverse iteration shifted just past lambda_1 (one small LU
+  factorisation, three solves).  w_1 is u_1 on the token side, v_1 on the hidden side.  The
+  rank-one residual is the projection R_1 = (I - u_1 u_1^T) X (or X (I - v_1 v_1^T)), so its
+  norms come from R_1 itself, and sigma_1 = ||X^T u_1|| (||X v_1||) is a Rayleigh quotient.
+* The other singular values are sqrt(lambda_i) only where that is accurate.  eigvalsh is
+  accurate to ~eps lambda_1 in absolute terms, so sqrt(lambda_i) has relative error
+  ~eps lambda_1 / lambda_i: fine (<= ~1e-10) where every lambda_i >= 1e-6 lambda_1, the usual
+  case for hidden states.  Elsewhere (padding, rank deficiency) those sequences get the
+  eigenvectors w_i of G and s_i = ||X^T w_i||, whose error is eps s_1 plus the square of the
+  eigenvector error: the absolute accuracy of a backward-stable SVD (the reference's).
+* A nearly collapsed X (s_2 < 1e-2 s_1) puts s_2.. at or below G's rounding, where neither
+  sqrt(lambda_i) nor G's eigenvectors resolve them (the latter come out mixed).  For those
+  sequences s_2.. are taken from the explicitly formed R_1 instead, whose singular values
+  are exactly X's without sigma_1, by the same method on R_1's own Gram matrix: accurate to
+  eps s_2 rather than eps s_1.  sigma_2 = ||R_1||_2 and all s_i for the effective rank follow;
+  the stable rank is trace(G) / s_1^2.
+* ||R||_2, the spectral norm of the mean residual, is sqrt of the top eigenvalue of R's Gram
+  matrix.  That matrix is P G P (P the centring on real tokens), O(k^2) from G, where its top
+  eigenvalue is >= 1e-4 of G's (rounding eps lambda_1(X) is then <= ~1e-12 of it); for a
+  nearly collapsed X the subtraction would lose R, and there it is formed from the explicit R.
+* cosine similarity: from the token Gram matrix when it is formed (tokens <= hidden),
+  sum_{i != j} G_ij / (|x_i| |x_j|), otherwise from the normalised tokens directly.
+
+So per batch, typically: one k x k x hidden matmul, two eigvalsh and one LU of k x k
+matrices, and a dozen passes over X -- instead of an SVD of X and one of R per sequence, which
+LAPACK runs one matrix at a time with memory-bound bidiagonalisation.  Computing only some
+metrics (``metrics=``) skips what they do not need.  Everything runs on X's device: the same
+code serves CPU and CUDA.
+
+Accuracy (tests/test_metrics.py checks it against the NumPy SVD oracle): relative error
+<= 1e-10 in residual ratios above 1e-6 and absolute <= 1e-14 below (the float64 reference itself
+is accurate to about eps ||X|| in the residual), relative <= 1e-8 in effective and stable rank.
+Where the singular values of R_1 in turn spread below sqrt(eps) s_2, eigenvectors within that
+cluster mix and individual s_i there are mixtures of the true ones (their sum of squares is
+kept); the effective rank then moves by at most about k * sqrt(eps) * s_2 / sum_i s_i *
+log(1/eps), a regime the checks above do not reach.  Near-ties s_1 ~ s_2 make u_1 (and the
+reference's) ill-determined, which moves only the l1/linf residuals of ``fit="svd"``.
+
 Conventions.  X is (sequence, token, hidden) of any real dtype and device; ``mask`` is a bool
 (sequence, token) tensor marking real tokens (None: all real).  Padded tokens may sit anywhere in
 a row and may hold any value, NaN included: they are replaced by zero rows first, which change
@@ -41,17 +86,31 @@ device.  Degenerate inputs:
 * a token with zero norm has cosine 0 with every other token (so an all-zero sequence has
   token uniformity 0);
 * when s_1 = s_2 the best rank-one fit is not unique; ``fit="svd"`` then uses whichever top
-  singular pair LAPACK returns (its Frobenius and spectral residuals are unaffected).
+  eigenvector the eigensolver returns (its Frobenius and spectral residuals are unaffected).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
-from .names import FITS, NORMS
+from .names import FITS, METRICS, NORMS
 
 _F64 = torch.float64
+# Sequences whose largest entry lies within 2^+-_SAFE_EXPONENT need no rescaling: squares and
+# sums of squares of up to 2^100 entries stay far from float64 under- and overflow.
+_SAFE_EXPONENT = 256
+# Deflate (see _Top.singular_values) where s_2 / s_1 < DEFLATE: then lambda_2 / lambda_1 < 1e-4,
+# and a trailing eigenvector mixed by rounding (eps lambda_1 / gap) could move s_2 by more
+# than the 1e-10 relative accuracy asked for.
+DEFLATE = 1e-2
+# Below this lambda_i / lambda_1, sqrt(lambda_i) is not accurate enough for the effective rank.
+RESOLVED = 1e-6
+# The mean residual's Gram matrix is derived from X's (no matmul) where its top eigenvalue is
+# at least this fraction of X's: rounding of eps lambda_1(X) is then <= ~1e-12 of it.
+DERIVED = 1e-4
 
 
 def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
@@ -59,25 +118,10 @@ def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
         raise ValueError(f"unknown {what} {name!r}; valid {what}s: {', '.join(valid)}")
 
 
-def _tall(A: Tensor) -> tuple[Tensor, bool]:
-    # LAPACK's divide-and-conquer SVD is 2-3x faster on tall matrices than on wide ones
-    # (measured on 128 x 768 hidden states); singular values are transpose-invariant.
-    if A.shape[-2] >= A.shape[-1]:
-        return A, False
-    return A.mT, True
-
-
-def _svdvals(A: Tensor) -> Tensor:
-    return torch.linalg.svdvals(_tall(A)[0])
-
-
-def _svd_top(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """All singular values (..., k), top left (..., token) and right (..., hidden) vectors."""
-    B, transposed = _tall(A)
-    U, S, Vh = torch.linalg.svd(B, full_matrices=False)
-    if transposed:  # A = B^T = Vh^T S U^T, so the roles of U and Vh swap
-        return S, Vh[..., 0, :], U[..., :, 0]
-    return S, U[..., :, 0], Vh[..., 0, :]
+def _tall(A: Tensor) -> Tensor:
+    # LAPACK's divide-and-conquer SVD is 2-3x faster on tall matrices than on wide ones;
+    # singular values are transpose-invariant.
+    return A if A.shape[-2] >= A.shape[-1] else A.mT
 
 
 def _l1(A: Tensor) -> Tensor:
@@ -88,16 +132,21 @@ def _linf(A: Tensor) -> Tensor:
     return A.abs().sum(-1).amax(-1)
 
 
+def _l1_linf(A: Tensor, scratch: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    absolute = torch.abs(A, out=scratch)  # one pass shared by both sums
+    return absolute.sum(-2).amax(-1), absolute.sum(-1).amax(-1)
+
+
 def _fro(A: Tensor) -> Tensor:
     return torch.linalg.vector_norm(A, dim=(-2, -1))
 
 
-def _norm_table(A: Tensor, spectral: Tensor) -> Tensor:
-    """All NORMS of A (..., token, hidden) as (..., len(NORMS)); spectral is precomputed."""
-    l1, linf = _l1(A), _linf(A)
+def _norm_table(A: Tensor, fro: Tensor, spectral: Tensor, scratch: Tensor | None = None) -> Tensor:
+    """All NORMS of A (sequence, token, hidden) as (sequence, len(NORMS))."""
+    l1, linf = _l1_linf(A, scratch)
     values = {
         "l1inf": torch.sqrt(l1 * linf),
-        "fro": _fro(A),
+        "fro": fro,
         "spectral": spectral,
         "l1": l1,
         "linf": linf,
@@ -119,15 +168,16 @@ def matrix_norm(A: Tensor, norm: str) -> Tensor:
         raise ValueError(f"A must have at least one row and column, got shape {tuple(A.shape)}")
     A = A.to(_F64)
     if norm == "spectral":
-        return _svdvals(A)[..., 0]
+        return torch.linalg.svdvals(_tall(A))[..., 0]
     if norm == "fro":
         return _fro(A)
     l1, linf = _l1(A), _linf(A)
     return {"l1": l1, "linf": linf, "l1inf": torch.sqrt(l1 * linf)}[norm]
 
 
-def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
-    """Validate; return X in float64 with padded rows zeroed, the mask, and real-token counts."""
+def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Validate; return X in float64 with padded rows zeroed, the mask, real-token counts and
+    each sequence's largest absolute entry."""
     if X.ndim != 3:
         raise ValueError(
             f"X must be a 3-D tensor (sequence, token, hidden), got shape {tuple(X.shape)}"
@@ -153,35 +203,245 @@ def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor]:
         detail = ", ".join(f"sequence {i} has {int(counts[i])}" for i in bad[:5])
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         raise ValueError(f"every sequence needs at least 2 real tokens; {detail}{more}")
-    # torch.where rather than multiplying by the mask: padding may hold NaN or inf.
-    Xm = torch.where(mask[..., None], X.to(_F64), 0.0)
-    if not bool(torch.isfinite(Xm).all()):
+    Xm = X.to(_F64)
+    if not bool(mask.all()):
+        # torch.where rather than multiplying by the mask: padding may hold NaN or inf.
+        Xm = torch.where(mask[..., None], Xm, 0.0)
+    # The largest |entry| is NaN or inf exactly when some real entry is: one pass checks both.
+    peak = torch.linalg.vector_norm(Xm, ord=math.inf, dim=(-2, -1))
+    if not bool(torch.isfinite(peak).all()):
         raise ValueError("X has non-finite values (NaN or inf) in real (unmasked) tokens")
-    return Xm, mask, counts.to(_F64)
+    return Xm, mask, counts.to(_F64), peak
 
 
-def _rescale(Xm: Tensor) -> Tensor:
+def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
     # Every metric except residual() is scale-invariant.  Scaling each sequence by a power of
-    # two (exact in floating point) keeps squared entries clear of float64 under/overflow.
-    _, exponent = torch.frexp(Xm.abs().amax(dim=(-2, -1), keepdim=True))
-    return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64))
+    # two (exact in floating point) keeps squared entries clear of float64 under/overflow; it
+    # is skipped when no sequence needs it, which leaves every result bit for bit the same.
+    _, exponent = torch.frexp(peak)
+    if bool((exponent.abs() <= _SAFE_EXPONENT).all()):
+        return Xm
+    return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64)[:, None, None])
 
 
-def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor) -> Tensor:
-    mean = Xm.sum(-2, keepdim=True) / counts[:, None, None]  # (sequence, 1, hidden)
-    return torch.where(mask[..., None], Xm - mean, 0.0)
+def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor, out: Tensor | None = None) -> Tensor:
+    mean = Xm.sum(-2) / counts[:, None]  # (sequence, hidden)
+    # Xm - m mean^T in one fused broadcasting pass; padded rows are 0 - 0 * mean = 0.
+    return torch.addcmul(Xm, mask.to(_F64)[:, :, None], mean[:, None, :], value=-1.0, out=out)
 
 
-def _svd_residual(Xm: Tensor, mask: Tensor, S: Tensor, u1: Tensor, v1: Tensor) -> Tensor:
-    rank_one = S[:, 0, None, None] * u1[:, :, None] * v1[:, None, :]  # (sequence, token, hidden)
-    # u1 vanishes on zero (padded) rows only up to rounding; make it exact.
-    return torch.where(mask[..., None], Xm - rank_one, 0.0)
+def _gram(A: Tensor, wide: bool) -> Tensor:
+    return A @ A.mT if wide else A.mT @ A
 
 
-def _residual(Xm: Tensor, mask: Tensor, counts: Tensor, fit: str) -> Tensor:
-    if fit == "mean":
-        return _mean_residual(Xm, mask, counts)
-    return _svd_residual(Xm, mask, *_svd_top(Xm))
+def _trace(G: Tensor) -> Tensor:
+    return G.diagonal(dim1=-2, dim2=-1).sum(-1)
+
+
+class _Top:
+    """Eigenvalues of X's Gram matrix G, its top eigenvector, and what follows from them."""
+
+    def __init__(self, mask: Tensor, G: Tensor, wide: bool) -> None:
+        self.lam = torch.linalg.eigvalsh(G).flip(-1)  # descending
+        self.G = G
+        self.wide = wide
+        w1 = _top_vector(G, self.lam[..., 0])
+        if wide:  # w1 = u_1 lives on tokens; make it exactly 0 on padded rows
+            self.direction = torch.where(mask, w1, 0.0)
+        else:  # w1 = v_1 lives on hidden units
+            self.direction = w1
+
+    def project_out(self, A: Tensor, out: Tensor | None = None) -> Tensor:
+        """R_1 = (I - u u^T) A, or A (I - v v^T): the rank-one residual in one fused pass."""
+        d = self.direction
+        if self.wide:
+            image = (A.mT @ d[:, :, None])[..., 0]  # A^T u = s_1 v_1 (sequence, hidden)
+            return torch.addcmul(A, d[:, :, None], image[:, None, :], value=-1.0, out=out)
+        image = (A @ d[:, :, None])[..., 0]  # A v = s_1 u_1 (sequence, token)
+        return torch.addcmul(A, image[:, :, None], d[:, None, :], value=-1.0, out=out)
+
+    def singular_values(self, Xm: Tensor, R1: Tensor, full: bool) -> Tensor:
+        """All k singular values of X (``full``) or s_1, s_2 only, descending.
+
+        s_1 = ||X^T u_1|| (or ||X v_1||), a Rayleigh-quotient estimate.  The others are
+        sqrt(lambda_i) where every lambda_i >= RESOLVED * lambda_1 (their relative error,
+        ~eps lambda_1 / lambda_i, is then ~1e-10 at most); in the other sequences all are
+        ||X^T w_i|| over the eigenvectors w_i of G (eigh, for those sequences only).  Where
+        s_2 < DEFLATE * s_1 the trailing eigenpairs are at or below G's rounding
+        (eps lambda_1); for those sequences s_2.. are the singular values of the explicitly
+        formed residual R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram
+        matrix.
+        """
+        lam, k = self.lam, self.lam.shape[-1]
+        s1 = _row_norms(Xm, self.direction[..., None], self.wide)
+        if k == 1:
+            return s1
+        rest = lam[..., 1:] if full else lam[..., 1:2]
+        S = torch.cat([s1, rest.clamp(min=0.0).sqrt()], dim=-1)
+        lam1 = lam[..., 0]
+        deflate = (lam[..., 1] < DEFLATE**2 * lam1) & (lam1 > 0)
+        if full:
+            refine = torch.nonzero((lam[..., -1] < RESOLVED * lam1) & ~deflate).flatten()
+            if len(refine):
+                S = S.index_copy(0, refine, _accurate(Xm[refine], self.G[refine], k, self.wide))
+        deflate = torch.nonzero(deflate).flatten()
+        if len(deflate):
+            rest = R1[deflate]
+            # R_1's Gram matrix has one more null direction (u_1): its top k - 1 values.
+            values = _spectrum(rest, _gram(rest, self.wide), S.shape[-1] - 1, self.wide, full)
+            S = S.index_copy(0, deflate, torch.cat([S[deflate, :1], values], -1))
+        return torch.sort(S, dim=-1, descending=True).values
+
+
+def _top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
+    """The eigenvector of lambda_1 by inverse iteration, shifted just past lambda_1.
+
+    (G - sigma I)^-1 multiplies the lambda_1 component by 1 / (sigma - lambda_1) = 1e12 /
+    lambda_1 and every other by at most 1 / (lambda_1 - lambda_2): with a gap of 1e-4
+    lambda_1 each step shrinks the rest by 1e-8, so three steps reach rounding.  One LU
+    factorisation serves all steps; it costs a third of the tridiagonalisation eigvalsh
+    already did, where eigh's eigenvectors would cost several times that.
+    """
+    k = G.shape[-1]
+    shift = torch.where(lam1 > 0, lam1 * (1 + 1e-12), 1.0)  # an all-zero G: any vector
+    eye = torch.eye(k, dtype=G.dtype, device=G.device)
+    LU, pivots = torch.linalg.lu_factor(G - shift[:, None, None] * eye)
+    # A fixed start with a component along every direction (all ones would miss a u_1 that
+    # is orthogonal to it).
+    start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=G.dtype, device=G.device) * 2.3)
+    x = start.expand(G.shape[0], k)[..., None]
+    for _ in range(steps):
+        x = torch.linalg.lu_solve(LU, pivots, x)
+        x = x / torch.linalg.vector_norm(x, dim=-2, keepdim=True)
+    return x[..., 0]
+
+
+def _accurate(A: Tensor, G: Tensor, count: int, wide: bool) -> Tensor:
+    """The top ``count`` singular values of A as ||A^T w_i|| over G's eigenvectors."""
+    _, W = torch.linalg.eigh(G)
+    return _row_norms(A, W.flip(-1)[..., :count], wide)
+
+
+def _spectrum(A: Tensor, G: Tensor, count: int, wide: bool, full: bool) -> Tensor:
+    """Top ``count`` singular values of A (Gram matrix G), as in _Top.singular_values."""
+    lam = torch.linalg.eigvalsh(G).flip(-1)[..., :count]
+    S = lam.clamp(min=0.0).sqrt()
+    if full and count > 1:
+        refine = torch.nonzero(lam[..., -1] < RESOLVED * lam[..., 0]).flatten()
+        if len(refine):
+            S = S.index_copy(0, refine, _accurate(A[refine], G[refine], count, wide))
+    return S
+
+
+def _row_norms(A: Tensor, W: Tensor, wide: bool) -> Tensor:
+    """||A^T w|| (wide) or ||A w|| for each column w of W: singular values of A (see above)."""
+    if wide:
+        return torch.linalg.vector_norm(W.mT @ A, dim=-1)
+    return torch.linalg.vector_norm(A @ W, dim=-2)
+
+
+def _mean_residual_spectral(
+    G: Tensor, Xm: Tensor, R: Tensor, mask: Tensor, counts: Tensor, lam1: Tensor, wide: bool
+) -> Tensor:
+    """||R||_2 for the mean residual R = P X, P = I - m m^T / n the centring on real tokens.
+
+    R's Gram matrix is P G P (token side) or G - n mean mean^T (hidden side), O(k^2) from G.
+    Its rounding is that of G, ~eps lambda_1(X): fine where lambda_1(R) >= DERIVED lambda_1(X).
+    Elsewhere (a nearly collapsed X) the subtraction would lose R: there its Gram matrix is
+    formed from the explicit R.
+    """
+    n = counts[:, None]
+    if wide:
+        m = mask.to(_F64)
+        g = (G @ m[:, :, None])[..., 0] / n  # G m / n
+        c = (m * g).sum(-1, keepdim=True) / n  # m^T G m / n^2
+        G_R = G - m[:, :, None] * g[:, None, :] - g[:, :, None] * m[:, None, :]
+        G_R = G_R + c[:, :, None] * m[:, :, None] * m[:, None, :]
+    else:
+        # sum_i R_i = 0, so R^T R = X^T X - n mean mean^T.
+        mean = Xm.sum(-2) / n
+        G_R = G - n[:, :, None] * mean[:, :, None] * mean[:, None, :]
+    lam = torch.linalg.eigvalsh(G_R)[:, -1]
+    explicit = torch.nonzero(lam < DERIVED * lam1).flatten()
+    if len(explicit):
+        exact = torch.linalg.eigvalsh(_gram(R[explicit], wide))[:, -1]
+        lam = lam.index_copy(0, explicit, exact)
+    return lam.clamp(min=0.0).sqrt()
+
+
+def _effective_rank(S: Tensor) -> Tensor:
+    # An all-zero sequence gives p = 0/0 = NaN, which propagates: the convention we want.
+    p = S / S.sum(-1, keepdim=True)
+    return torch.exp(-torch.special.xlogy(p, p).sum(-1))  # xlogy(0, 0) = 0
+
+
+def _cosine_from_gram(G: Tensor, counts: Tensor) -> Tensor:
+    # G is the token Gram matrix; zero-norm (and padded) rows get weight 0.
+    sq = G.diagonal(dim1=-2, dim2=-1)
+    inv = torch.where(sq > 0, sq.rsqrt(), 0.0)
+    total = (inv[:, None, :] @ G @ inv[:, :, None])[:, 0, 0] - (sq * inv * inv).sum(-1)
+    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
+
+
+def _cosine(Xm: Tensor, counts: Tensor) -> Tensor:
+    norms = torch.linalg.vector_norm(Xm, dim=-1, keepdim=True)  # (sequence, token, 1)
+    # Zero-norm (and padded) rows stay zero, so they add 0 to every pair they belong to.
+    unit = Xm / torch.where(norms > 0, norms, 1.0)
+    # sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2: O(token) instead of O(token^2).
+    total = unit.sum(-2).square().sum(-1) - unit.square().sum((-2, -1))
+    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
+
+
+def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
+    """The core: Xm is prepared (zeroed padding) and rescaled; see the module docstring."""
+    wide = Xm.shape[-2] <= Xm.shape[-1]
+    want = set(wanted)
+    spectral_work = bool(want & {"relative_residual", "effective_rank", "stable_rank"})
+    G = _gram(Xm, wide) if spectral_work or ("cosine_similarity" in want and wide) else None
+    out: dict[str, Tensor] = {}
+    if "relative_residual" in want or "effective_rank" in want:
+        top = _Top(mask, G, wide)
+        k = top.lam.shape[-1]
+        residual = "relative_residual" in want
+        # Fresh (sequence, token, hidden) tensors cost page faults on every call, more than
+        # the passes that fill them: R and then R_1 share one buffer, |.| another.
+        buffer = torch.empty_like(Xm)
+        scratch = torch.empty_like(Xm) if residual else None
+        if residual:
+            R = _mean_residual(Xm, mask, counts, out=buffer)
+            R_spectral = _mean_residual_spectral(G, Xm, R, mask, counts, top.lam[:, 0], wide)
+            mean_table = _norm_table(R, _fro(R), R_spectral, scratch)
+        R1 = top.project_out(Xm, out=buffer)  # R is done with
+        # All k singular values for the effective rank, otherwise only s_1 and s_2.
+        S = top.singular_values(Xm, R1, full="effective_rank" in want)
+        s1 = S[:, 0]
+        if "effective_rank" in want:
+            out["effective_rank"] = _effective_rank(S)
+        if residual:
+            s2 = S[:, 1] if k > 1 else torch.zeros_like(s1)
+            tables = {"mean": mean_table, "svd": _norm_table(R1, _fro(R1), s2, scratch)}
+            residuals = torch.stack([tables[fit] for fit in FITS], dim=1)
+            reference = _norm_table(Xm, _trace(G).sqrt(), s1, scratch)[:, None, :]
+            out["relative_residual"] = residuals / reference  # (sequence, fit, norm)
+        if "stable_rank" in want:
+            out["stable_rank"] = _trace(G) / s1**2  # 0/0 = NaN for an all-zero sequence
+    elif "stable_rank" in want:
+        s1 = torch.linalg.eigvalsh(G)[:, -1].clamp(min=0.0).sqrt()  # relative accuracy eps
+        out["stable_rank"] = _trace(G) / s1**2
+    if "cosine_similarity" in want:
+        out["cosine_similarity"] = _cosine_from_gram(G, counts) if wide else _cosine(Xm, counts)
+    return {name: out[name] for name in METRICS if name in out}
+
+
+def _wanted(metrics: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
+    if metrics is None:
+        return METRICS
+    names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
+    for name in names:
+        _check_name(name, METRICS, "metric")
+    if not names:
+        raise ValueError(f"metrics must name at least one of {', '.join(METRICS)}")
+    return names
 
 
 def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor:
@@ -193,8 +453,14 @@ def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor
     fit, fewer than 2 real tokens in a sequence, or non-finite real tokens.
     """
     _check_name(fit, FITS, "fit")
-    Xm, mask, counts = _prepare(X, mask)
-    return _residual(Xm, mask, counts, fit)
+    Xm, mask, counts, peak = _prepare(X, mask)
+    if fit == "mean":
+        return _mean_residual(Xm, mask, counts)
+    # The direction comes from the rescaled X (its Gram matrix must not overflow); the
+    # projection is applied to X itself, so the residual keeps X's scale.
+    wide = Xm.shape[-2] <= Xm.shape[-1]
+    Xs = _rescale(Xm, peak)
+    return _Top(mask, _gram(Xs, wide), wide).project_out(Xm)
 
 
 def relative_residual(
@@ -207,19 +473,8 @@ def relative_residual(
     """
     _check_name(norm, NORMS, "norm")
     _check_name(fit, FITS, "fit")
-    Xm, mask, counts = _prepare(X, mask)
-    Xm = _rescale(Xm)
-    return matrix_norm(_residual(Xm, mask, counts, fit), norm) / matrix_norm(Xm, norm)
-
-
-def _effective_rank(S: Tensor) -> Tensor:
-    # An all-zero sequence gives p = 0/0 = NaN, which propagates: the convention we want.
-    p = S / S.sum(-1, keepdim=True)
-    return torch.exp(-torch.special.xlogy(p, p).sum(-1))  # xlogy(0, 0) = 0
-
-
-def _stable_rank(S: Tensor) -> Tensor:
-    return (S * S).sum(-1) / S[..., 0] ** 2  # 0/0 = NaN for an all-zero sequence
+    table = collapse_metrics(X, mask, metrics="relative_residual")["relative_residual"]
+    return table[:, FITS.index(fit), NORMS.index(norm)]
 
 
 def effective_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -227,8 +482,7 @@ def effective_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
 
     Between 1 and rank(X); shape (sequence,), float64.  NaN for an all-zero sequence.
     """
-    Xm, _, _ = _prepare(X, mask)
-    return _effective_rank(_svdvals(_rescale(Xm)))
+    return collapse_metrics(X, mask, metrics="effective_rank")["effective_rank"]
 
 
 def stable_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -237,17 +491,7 @@ def stable_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
     Between 1 and the effective rank (hence rank(X)); shape (sequence,), float64.  NaN for an
     all-zero sequence.
     """
-    Xm, _, _ = _prepare(X, mask)
-    return _stable_rank(_svdvals(_rescale(Xm)))
-
-
-def _cosine(Xm: Tensor, counts: Tensor) -> Tensor:
-    norms = torch.linalg.vector_norm(Xm, dim=-1, keepdim=True)  # (sequence, token, 1)
-    # Zero-norm (and padded) rows stay zero, so they add 0 to every pair they belong to.
-    unit = Xm / torch.where(norms > 0, norms, 1.0)
-    # sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2: O(token) instead of O(token^2).
-    total = unit.sum(-2).square().sum(-1) - unit.square().sum((-2, -1))
-    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
+    return collapse_metrics(X, mask, metrics="stable_rank")["stable_rank"]
 
 
 def cosine_similarity(X: Tensor, mask: Tensor | None = None) -> Tensor:
@@ -256,38 +500,23 @@ def cosine_similarity(X: Tensor, mask: Tensor | None = None) -> Tensor:
     In [-1, 1]; 1 when all tokens point the same way.  A zero-norm token has cosine 0 with
     every other token (it still counts in the number of pairs).  Shape (sequence,), float64.
     """
-    Xm, _, counts = _prepare(X, mask)
-    return _cosine(_rescale(Xm), counts)
+    return collapse_metrics(X, mask, metrics="cosine_similarity")["cosine_similarity"]
 
 
-def collapse_metrics(X: Tensor, mask: Tensor | None = None) -> dict[str, Tensor]:
-    """All metrics at once, sharing one SVD of X per sequence.
+def collapse_metrics(
+    X: Tensor, mask: Tensor | None = None, metrics: str | tuple[str, ...] | None = None
+) -> dict[str, Tensor]:
+    """The collapse metrics of a batch, sharing one eigendecomposition per sequence.
 
-    Returns float64 tensors on X's device:
+    Returns float64 tensors on X's device, for every name in ``metrics`` (default: all of
+    METRICS; only what they need is computed):
 
     * ``"relative_residual"``: (sequence, len(FITS), len(NORMS)), indexed in the order of
-      FITS and NORMS, equal to ``relative_residual(X, mask, norm, fit)``;
+      FITS and NORMS: ||res(X)|| / ||X|| for each fit and norm;
     * ``"effective_rank"``, ``"stable_rank"``, ``"cosine_similarity"``: (sequence,).
 
-    The SVD of X gives its spectral norm, the rank-one fit, the spectral norm of the rank-one
-    residual (sigma_2) and both ranks; only the mean residual needs its own singular values.
-    Degenerate cases follow the module docstring.
+    Method and accuracy: see the module docstring.  Degenerate cases follow it too.
     """
-    Xm, mask, counts = _prepare(X, mask)
-    Xm = _rescale(Xm)
-    S, u1, v1 = _svd_top(Xm)
-    R_mean = _mean_residual(Xm, mask, counts)
-    R_svd = _svd_residual(Xm, mask, S, u1, v1)
-    sigma2 = S[:, 1] if S.shape[-1] > 1 else torch.zeros_like(S[:, 0])
-    tables = {
-        "mean": _norm_table(R_mean, _svdvals(R_mean)[:, 0]),
-        "svd": _norm_table(R_svd, sigma2),
-    }
-    residuals = torch.stack([tables[fit] for fit in FITS], dim=1)  # (sequence, fit, norm)
-    reference = _norm_table(Xm, S[:, 0])[:, None, :]  # (sequence, 1, norm)
-    return {
-        "relative_residual": residuals / reference,
-        "effective_rank": _effective_rank(S),
-        "stable_rank": _stable_rank(S),
-        "cosine_similarity": _cosine(Xm, counts),
-    }
+    wanted = _wanted(metrics)
+    Xm, mask, counts, peak = _prepare(X, mask)
+    return _metrics(_rescale(Xm, peak), mask, counts, wanted)

@@ -25,7 +25,7 @@ PLAIN_METRICS: tuple[str, ...] = METRICS[1:]
 NORMS: tuple[str, ...] = ("l1inf", "fro", "spectral", "l1", "linf")
 #: What the residual is taken against: the token mean (the paper's notebook) or the best rank-one fit.
 FITS: tuple[str, ...] = ("mean", "svd")
-#: Precisions a model can run in.
-DTYPES: tuple[str, ...] = ("float32", "float64")
+#: Precisions a model can run in (metrics are always computed in float64).
+DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: Ablation definitions: probe's, uniform across families, or the paper's own code's per family.
 SURGERIES: tuple[str, ...] = ("probe", "paper")

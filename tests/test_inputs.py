@@ -74,3 +74,44 @@ def test_text_without_tokenizer_is_an_error(tmp_path):
 def test_tokenizer_of_another_model_is_refused(minilm_tokenizer):
     with pytest.raises(ProbeError, match="does not belong to this model"):
         make_inputs(minilm_tokenizer, 80, sequences=1, tokens=8)
+
+
+def test_batched_tokenization_equals_one_call(minilm_tokenizer):
+    from probe.inputs import text_pieces, tokenize
+
+    body = sample_text() * 3
+    pieces = text_pieces(body, size=997)
+    assert len(pieces) > 50 and "".join(pieces) == body
+    # every cut is "x\n" | "y" or "x\n" | "\ny", x and y not whitespace
+    assert all(p[-1] == "\n" and not p[-2].isspace() for p in pieces[:-1])
+    assert all(
+        not p.lstrip("\n")[0].isspace() and len(p) - len(p.lstrip("\n")) <= 1 for p in pieces[1:]
+    )
+    whole = minilm_tokenizer(body, add_special_tokens=False, verbose=False)["input_ids"]
+    import probe.inputs as inputs_module
+
+    original = inputs_module.PIECE_CHARS
+    try:
+        inputs_module.PIECE_CHARS = 997  # many pieces, several batched calls
+        assert tokenize(minilm_tokenizer, body) == whole
+        some = tokenize(minilm_tokenizer, body, needed=500)
+        assert 500 <= len(some) < len(whole) and some == whole[: len(some)]
+    finally:
+        inputs_module.PIECE_CHARS = original
+
+
+def test_sequences_all_takes_every_full_sequence(minilm_tokenizer, tmp_path):
+    text = "the quick brown fox jumps over the lazy dog " * 20  # 180 tokens
+    path = tmp_path / "t.txt"
+    path.write_text(text, encoding="utf-8")
+    said = []
+    inputs = make_inputs(
+        minilm_tokenizer, 30522, text=path, sequences="all", tokens=16, warn=said.append
+    )
+    ids = minilm_tokenizer(text, add_special_tokens=False)["input_ids"]
+    assert inputs.sequences == len(ids) // 16 == 11 and not said
+    assert inputs.input_ids.flatten().tolist() == ids[: 11 * 16]
+    with pytest.raises(ProbeError, match="--sequences all needs a text and the model's tokenizer"):
+        make_inputs(None, 50, sequences="all")
+    with pytest.raises(ProbeError, match="--sequences must be a number or 'all'"):
+        make_inputs(minilm_tokenizer, 30522, sequences="many")

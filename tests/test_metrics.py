@@ -502,3 +502,85 @@ def test_padding_may_hold_non_finite_values():
     mask = torch.tensor([[True, False, True]])
     out = metrics.collapse_metrics(X, mask)
     assert all(torch.isfinite(v).all() for v in out.values())
+
+
+# ------------------------------------------------ accuracy against the float64 SVD oracle
+# probe.metrics avoids SVDs (module docstring); these pin its accuracy to the oracle's on every
+# metric, for random, nearly collapsed and nearly rank-one inputs, plain and padded.
+
+ACCURACY_SHAPES = [(3, 16, 40), (3, 40, 16), (2, 128, 768)]  # tokens < hidden, >, bert-like
+SMALL_RATIO = 1e-6
+
+
+def accuracy_batch(rng, S, T, H, kind, padded):
+    if kind == "random":
+        X = rng.standard_normal((S, T, H)) * rng.uniform(0.1, 3.0, (S, T, 1))
+        X += rng.standard_normal((S, 1, H))
+    elif kind == "collapsed":  # X = 1 x^T + 1e-12 noise: mean-fit ratios ~1e-12
+        X = np.ones((S, T, 1)) * rng.standard_normal((S, 1, H))
+        X += 1e-12 * rng.standard_normal((S, T, H))
+    else:  # "rank_one": X = u v^T + 1e-12 noise, svd-fit ratios ~1e-12, mean-fit ones not
+        X = rng.standard_normal((S, T, 1)) * rng.standard_normal((S, 1, H))
+        X += 1e-12 * rng.standard_normal((S, T, H))
+    mask = np.ones((S, T), dtype=bool)
+    if padded:
+        mask = rng.random((S, T)) > 0.3
+        mask[:, rng.choice(T, 2, replace=False)] = True
+        X[~mask] = np.nan
+    return X, mask
+
+
+def assert_ratios_match(actual, expected):
+    actual = actual.cpu().numpy()
+    error = np.abs(actual - expected)
+    big = expected > SMALL_RATIO
+    # Above 1e-6: relative 1e-10.  The oracle's residual is exact to about eps ||X|| (a
+    # backward-stable SVD and a rounded subtraction), so a ratio r carries an error of a few
+    # eps / r relative, at most ~1e-10 at r = 1e-6; random inputs sit near 1e-15.
+    assert (error[big] <= 1e-10 * expected[big]).all(), error[big].max()
+    # Below 1e-6: absolute 1e-14, i.e. ~50 eps of ||X||: the best any float64 method
+    # (the oracle included) resolves, and still two digits of a 1e-12 ratio.
+    assert (error[~big] <= 1e-14).all(), error[~big].max()
+
+
+@pytest.mark.parametrize("padded", [False, True], ids=["plain", "padded"])
+@pytest.mark.parametrize("kind", ["random", "collapsed", "rank_one"])
+@pytest.mark.parametrize("shape", ACCURACY_SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_accuracy_against_svd_oracle(shape, kind, padded):
+    X, mask = accuracy_batch(np.random.default_rng(11), *shape, kind, padded)
+    expected = ref.collapse_metrics(X, mask)
+    actual = torch_metrics(X, mask)
+    ratios = expected["relative_residual"]
+    mean, svd = metrics.FITS.index("mean"), metrics.FITS.index("svd")
+    if kind == "collapsed":  # the inputs reach the regime they are meant to test
+        assert ratios.max() < 1e-10
+    if kind == "rank_one":
+        assert ratios[:, svd].max() < 1e-10 < ratios[:, mean].min()
+    assert_ratios_match(actual["relative_residual"], ratios)
+    # Effective and stable rank: relative 1e-8.  Their spectra are well conditioned (sums of
+    # s_i and s_i^2 dominated by the large ones); rounding moves them by ~1e-15 here.
+    for key in ("effective_rank", "stable_rank"):
+        assert_close(actual[key], expected[key], rtol=1e-8, atol=0)
+    # Cosine: a mean of T^2 dot products of unit vectors, each exact to ~H eps: absolute 1e-13.
+    assert_close(actual["cosine_similarity"], expected["cosine_similarity"], rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize(
+    "chosen", [("cosine_similarity",), ("stable_rank",), ("effective_rank", "relative_residual")]
+)
+def test_only_the_metrics_asked_for(chosen):
+    X, mask = random_batch(np.random.default_rng(2), 3, 9, 12)
+    Xt, mt = as_tensor(X), torch.as_tensor(mask)
+    full = metrics.collapse_metrics(Xt, mt)
+    some = metrics.collapse_metrics(Xt, mt, metrics=chosen)
+    assert list(some) == [name for name in metrics.METRICS if name in chosen]
+    for key in some:  # a subset computes the same quantities, in a different amount of work
+        assert_close(some[key], full[key], rtol=1e-13, atol=1e-15)
+    assert list(metrics.collapse_metrics(Xt, mt, metrics="stable_rank")) == ["stable_rank"]
+
+
+def test_unknown_metric_name():
+    with pytest.raises(ValueError, match=re.escape("unknown metric 'rank'; valid metrics:")):
+        metrics.collapse_metrics(torch.ones(1, 3, 2), metrics=["rank"])
+    with pytest.raises(ValueError, match="at least one of"):
+        metrics.collapse_metrics(torch.ones(1, 3, 2), metrics=[])

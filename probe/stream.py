@@ -1,0 +1,121 @@
+"""Per-sequence results written as they come, so memory stays flat in the corpus.
+
+A long run (say 100,000 sequences of a corpus) produces its results one batch at a time.
+:class:`SequenceWriter` appends each batch's block to a netCDF-4 file whose ``sequence``
+dimension is unlimited (HDF5 chunked storage, h5netcdf, the engine of
+:mod:`probe.results`), so the host holds one batch of results, never the whole array.  The
+file is the same netCDF a finished in-memory run saves: ``probe.open_result`` and xarray read
+it as usual.
+
+The skeleton (coordinates, attributes, empty variables) is written first, to a temporary
+file beside the target; the target appears, by an atomic rename, only when every batch is
+in.  An interrupted or failed run leaves no half-written result behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from .errors import ProbeError
+from .results import ENGINE, netcdf_safe
+
+SEQUENCE = "sequence"
+CHUNK_SEQUENCES = 256  # sequences per HDF5 chunk: appends touch few chunks, reads stay fast
+
+
+class SequenceWriter:
+    """Append blocks of sequences to a netCDF-4 result; see the module docstring.
+
+    ``skeleton`` is a Dataset with every variable and coordinate of the result and a
+    ``sequence`` dimension of length 0.  Use as a context manager: leaving it normally
+    publishes the file, leaving it with an exception removes the partial file.
+    """
+
+    def __init__(self, path: str | os.PathLike, skeleton: xr.Dataset) -> None:
+        import h5netcdf
+
+        if skeleton.sizes.get(SEQUENCE, None) != 0:
+            raise ValueError("the skeleton must have an empty 'sequence' dimension")
+        self.path = Path(path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise ProbeError(
+                f"cannot create the output folder {self.path.parent}: {err.strerror}"
+            ) from None
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{self.path.stem}-", suffix=".part", dir=self.path.parent
+        )
+        os.close(fd)
+        self._tmp = Path(tmp)
+        self.length = 0
+        self._variables = [name for name in skeleton.variables if SEQUENCE in skeleton[name].dims]
+        skeleton = skeleton.copy()
+        skeleton.attrs = netcdf_safe(skeleton.attrs)
+        encoding = {}
+        for name in self._variables:
+            dims = skeleton[name].dims
+            encoding[name] = {
+                "chunksizes": tuple(
+                    CHUNK_SEQUENCES if dim == SEQUENCE else skeleton.sizes[dim] for dim in dims
+                )
+            }
+        try:
+            skeleton.to_netcdf(
+                self._tmp, engine=ENGINE, unlimited_dims=[SEQUENCE], encoding=encoding
+            )
+            self._file = h5netcdf.File(self._tmp, "a")
+        except BaseException:
+            self._tmp.unlink(missing_ok=True)
+            raise
+
+    def append(self, block: dict[str, np.ndarray]) -> None:
+        """Append ``block[name]`` (the variable's dims, ``sequence`` of the same length each)."""
+        lengths = {
+            np.shape(value)[self._file.variables[name].dimensions.index(SEQUENCE)]
+            for name, value in block.items()
+        }
+        expected = set(self._variables) - {SEQUENCE}
+        if len(lengths) != 1 or set(block) != expected:
+            raise ValueError(
+                f"a block needs each of {', '.join(sorted(expected))} once, all of one length"
+            )
+        (n,) = lengths
+        start, stop = self.length, self.length + n
+        self._file.resize_dimension(SEQUENCE, stop)
+        for name, value in block.items():
+            variable = self._file.variables[name]
+            index = tuple(
+                slice(start, stop) if dim == SEQUENCE else slice(None)
+                for dim in variable.dimensions
+            )
+            variable[index] = value
+        if SEQUENCE in self._file.variables:
+            self._file.variables[SEQUENCE][start:stop] = np.arange(start, stop)
+        self.length = stop
+
+    def close(self) -> Path:
+        """Finish the file and publish it at ``path``."""
+        self._file.close()
+        os.replace(self._tmp, self.path)
+        return self.path
+
+    def abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self._file.close()
+        self._tmp.unlink(missing_ok=True)
+
+    def __enter__(self) -> SequenceWriter:
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()

@@ -1,0 +1,93 @@
+"""Large models: low-precision dtypes, random init built in place, the bundled large configs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import probe
+from cli.app import app
+from probe.analyses import collapse
+from probe.load import DTYPES, bundled_configs
+
+# Parameter counts of the base models (no task heads) as published with the checkpoints,
+# in millions; the configs are written from the published hyper-parameters.
+PUBLISHED_MILLIONS = {
+    "gpt2-medium": 355,
+    "gpt2-large": 774,
+    "gpt2-xl": 1558,
+    "bert-large-uncased": 335,
+    "albert-xxlarge-v2": 223,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_MILLIONS))
+def test_bundled_large_configs(name):
+    from transformers import AutoConfig, AutoModel
+
+    from probe.models import adapter_for
+
+    assert name in bundled_configs()
+    config = AutoConfig.for_model(**json.loads(bundled_configs()[name].read_text()))
+    adapter_for(config.model_type).check(config)
+    with torch.device("meta"):  # shapes only: no memory, no time
+        model = AutoModel.from_config(config)
+    millions = sum(p.numel() for p in model.parameters()) / 1e6
+    assert millions == pytest.approx(PUBLISHED_MILLIONS[name], abs=0.6)  # published to 3 digits
+
+
+def test_random_init_on_cpu_is_the_seed_s_float32_weights_in_every_dtype(tiny_folders):
+    from transformers import AutoConfig, AutoModel
+
+    folder = tiny_folders["bert"]
+    with torch.random.fork_rng(devices=[]):  # the weights a plain from_config draws
+        torch.manual_seed(3)
+        plain = AutoModel.from_config(AutoConfig.from_pretrained(folder))
+    expected = dict(plain.named_parameters())
+    for name, dtype in DTYPES.items():
+        probed = probe.load(folder, init="random", seed=3, dtype=name)
+        assert probed.dtype == dtype
+        for key, value in probed.model.named_parameters():
+            assert torch.equal(value, expected[key].detach().to(dtype)), (name, key)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_collapse_runs_in_low_precision_and_measures_in_float64(tiny_folders, dtype):
+    probed = probe.load(tiny_folders["gpt2"], init="random", dtype=dtype)
+    ds = collapse.run(probed, init="random", sequences=3, tokens=8, batch_size=2)
+    assert ds.attrs["dtype"] == dtype
+    for name in collapse.METRICS:
+        assert ds[name].dtype == "float64" and bool(ds[name].notnull().all())
+    # Same model in float32: low precision moves the metrics, but not far (bf16: 8 bits).
+    ref = collapse.run(
+        probe.load(tiny_folders["gpt2"], init="random"), init="random", sequences=3, tokens=8
+    )
+    cos = ds["cosine_similarity"].sel(variant="transformer")
+    assert float(abs(cos - ref["cosine_similarity"].sel(variant="transformer")).max()) < 0.05
+
+
+def test_cli_dtype_option(tiny_folders, tmp_path):
+    result = CliRunner().invoke(
+        app,
+        [
+            "collapse",
+            tiny_folders["bert"],
+            "--init",
+            "random",
+            "--dtype",
+            "bfloat16",
+            "--sequences",
+            "2",
+            "--tokens",
+            "8",
+            "--out",
+            str(tmp_path),
+        ],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    (nc,) = tmp_path.glob("*.nc")
+    assert probe.open_result(nc).attrs["dtype"] == "bfloat16"
