@@ -12,7 +12,7 @@ on stock HuggingFace models, with nnsight hooks instead of patched model code.
 
 from importlib import metadata
 
-from . import accessor, metrics, plot
+from . import accessor, fastformer, metrics, plot
 from .ablate import PRESETS, SAN, SAN_MLP, SAN_SKIP, TRANSFORMER, VARIANTS, Ablation
 from .errors import ProbeError
 from .load import ProbedModel, load, wrap
@@ -38,6 +38,7 @@ __all__ = [
     "layer_values",
     "load",
     "accessor",
+    "fastformer",
     "metrics",
     "plot",
     "open_result",
