@@ -172,6 +172,9 @@ from .report_cmd import compare, report_app  # noqa: E402  (commands register in
 
 app.command("compare")(compare)
 app.add_typer(report_app, name="report")
+from .fastformer_cmd import fastformer_app  # noqa: E402
+
+app.add_typer(fastformer_app, name="fastformer")
 
 
 def main() -> None:
