@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 import probe
 from cli.app import app
 from probe.analyses import collapse
+from probe.inputs import make_inputs
 from probe.models.fastformer import attention_probs, strict_skip
 from tests.fastformer_tiny import tiny_config, tiny_fastformer, write_shared_format
 from tests.reference import fastformer as ref
@@ -173,11 +174,10 @@ def test_collapse_run_equals_reference_metrics(shared_folder):
     ds = collapse.run(shared_folder, init="pretrained", dtype="float64", sequences=2, tokens=10)
     assert ds.attrs["family"] == "fastformer"
     assert json.loads(ds.attrs["ablation_table"])[1]["ablation"] == "no skip (strict)"
-    model = probe.load(shared_folder, dtype="float64").model
-    ids = ds.attrs  # the inputs come from the tokenizer and the sample text
-    from probe.inputs import make_inputs
-
-    inputs = make_inputs(probe.load(shared_folder).tokenizer, 80, sequences=2, tokens=10)
+    probed = probe.load(shared_folder, dtype="float64")
+    # The same inputs as run(): the sample text through the folder's tokenizer.
+    inputs = make_inputs(probed.tokenizer, 80, sequences=2, tokens=10)
+    model = probed.model
     for variant in probe.VARIANTS:
         states = _reference(model, inputs.input_ids, probe.PRESETS[variant], False)
         for layer, x in enumerate(states):
@@ -186,7 +186,6 @@ def test_collapse_run_equals_reference_metrics(shared_folder):
             for name, value in want.items():
                 # float64 metrics of hidden states equal to 1e-12: SVD-based values to ~1e-9.
                 np.testing.assert_allclose(got[name].values, value, rtol=1e-7, atol=1e-9)
-    del ids
 
 
 def test_cli_collapse_no_skip_on_a_fastformer_folder(shared_folder, tmp_path):

@@ -20,6 +20,7 @@ the curves.  The curves also come back as an xarray Dataset (:func:`curves`).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -275,7 +276,8 @@ def train(settings: TrainSettings, progress: Progress | None = None) -> list[Cur
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(settings.seed)  # same init seed, same dropout stream per model
             model = build(settings, len(tokenizer))
-            curve = fit(name, model, train_ids, val_ids, offsets, settings, progress)
+            with _quiet_transformers():
+                curve = fit(name, model, train_ids, val_ids, offsets, settings, progress)
         curve.folder = str(folder)
         _save(model.to("cpu"), tokenizer, folder, settings, curve, sha, len(ids))
         curves.append(curve)
@@ -292,7 +294,8 @@ def baseline_folder(settings: TrainSettings) -> Path:
 def _save(model, tokenizer, folder: Path, settings: TrainSettings, curve: Curve, sha, n_chars):
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(folder)
+    with _quiet_transformers():
+        model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     record = {
         "model": curve.name,
@@ -309,6 +312,22 @@ def _save(model, tokenizer, folder: Path, settings: TrainSettings, curve: Curve,
                   ("steps", "seconds", "train_loss", "eval_steps", "eval_seconds", "val_bits_per_char")},
     }  # fmt: skip
     _write_atomic(folder / TRAINING_FILE, json.dumps(record, indent=1, default=str) + "\n")
+
+
+@contextlib.contextmanager
+def _quiet_transformers():
+    """No "Writing model shards" bar or loss-type advice in the middle of the training output."""
+    from transformers.utils import logging as hf_logging
+
+    bar, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+        if bar:
+            hf_logging.enable_progress_bar()
 
 
 def _write_atomic(path: Path, text: str) -> None:
