@@ -243,3 +243,16 @@ def test_cached_step_equals_full_forward():
             steps.append(out.logits)
     assert cache.get_seq_length() == 30
     torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-12, rtol=0)
+
+
+def test_beam_search_with_cache_equals_beam_search_without():
+    """Beam search reorders the cache rows (FastformerCache.reorder_cache)."""
+    model = tiny_fastformer(seed=3, convolve=True, groups=2)
+    ids = torch.randint(1, 80, (2, 6), generator=torch.Generator().manual_seed(1))
+    runs = [
+        model.generate(
+            ids, max_new_tokens=6, num_beams=3, do_sample=False, pad_token_id=0, use_cache=c
+        )
+        for c in (True, False)
+    ]
+    assert torch.equal(*runs)
