@@ -63,6 +63,9 @@ def train_command(
 
     if quick:
         hidden, layers, heads, context, steps, batch, lr = 32, 2, 4, 64, 40, 8, 3e-3
+    for folder in [out_dir, baseline_out]:
+        if folder is not None and folder.exists() and not folder.is_dir():
+            raise ProbeError(f"--out {folder} is a file; give a folder")
     source, body = _read(text)
     settings = TrainSettings(
         text=body,
@@ -86,9 +89,6 @@ def train_command(
         baseline_out=baseline_out,
         command=command_line(),
     )
-    for folder in [out_dir, baseline_out]:
-        if folder is not None and folder.exists() and not folder.is_dir():
-            raise ProbeError(f"--out {folder} is a file; give a folder")
     with _progress() as update:
         curves = train(settings, update)
     for curve in curves:

@@ -201,3 +201,16 @@ def test_cli_collapse_no_skip_on_a_fastformer_folder(shared_folder, tmp_path):
     nc = next(tmp_path.glob("collapse-*.nc"))
     ds = probe.open_result(nc)
     assert list(ds.variant.values) == ["SAN+MLP"] and ds.attrs["family"] == "fastformer"
+
+
+class _Payload:
+    """Any non-tensor object: a pickle that weights_only loading must refuse."""
+
+
+def test_a_pickled_object_in_pytorch_model_bin_is_refused(tmp_path):
+    folder = tmp_path / "evil"
+    config = tiny_config()
+    sd = write_shared_format(folder, config, dtype=torch.float32)
+    torch.save({**sd, "extra": _Payload()}, folder / "pytorch_model.bin")
+    with pytest.raises(probe.ProbeError, match="cannot load pretrained weights"):
+        probe.load(folder)

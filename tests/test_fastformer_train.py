@@ -107,3 +107,11 @@ def test_bad_settings_fail_in_one_line(tmp_path, args, message):
     assert result.exit_code == 2
     assert message in result.output and "Traceback" not in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_out_that_is_a_file_fails_before_any_work(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("not a folder")
+    result = invoke("fastformer", "train", "--text", "stdlib", "--out", target, "--quick")
+    assert result.exit_code == 2 and "is a file" in result.output
+    assert target.read_text() == "not a folder"

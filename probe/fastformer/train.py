@@ -23,6 +23,8 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
+import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -292,26 +294,39 @@ def baseline_folder(settings: TrainSettings) -> Path:
 
 
 def _save(model, tokenizer, folder: Path, settings: TrainSettings, curve: Curve, sha, n_chars):
+    """Write the checkpoint folder whole: into a sibling temp folder, then renamed into place."""
     folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    with _quiet_transformers():
-        model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    record = {
-        "model": curve.name,
-        "folder": folder.name,
-        "command": settings.command,
-        "data": {"source": settings.text_source, "sha256": sha, "characters": n_chars,
-                 "val_fraction": settings.val_fraction},
-        "settings": {k: v for k, v in asdict(settings).items()
-                     if k not in ("text", "out", "baseline_out", "command")},
-        "parameters": sum(p.numel() for p in model.parameters()),
-        "final_val_bits_per_char": curve.final_bits_per_char,
-        "seconds": curve.seconds[-1],
-        "curve": {k: getattr(curve, k) for k in
-                  ("steps", "seconds", "train_loss", "eval_steps", "eval_seconds", "val_bits_per_char")},
-    }  # fmt: skip
-    _write_atomic(folder / TRAINING_FILE, json.dumps(record, indent=1, default=str) + "\n")
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        with _quiet_transformers():
+            model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        record = {
+            "model": curve.name,
+            "folder": folder.name,
+            "command": settings.command,
+            "data": {"source": settings.text_source, "sha256": sha, "characters": n_chars,
+                     "val_fraction": settings.val_fraction},
+            "settings": {k: v for k, v in asdict(settings).items()
+                         if k not in ("text", "out", "baseline_out", "command")},
+            "parameters": sum(p.numel() for p in model.parameters()),
+            "final_val_bits_per_char": curve.final_bits_per_char,
+            "seconds": curve.seconds[-1],
+            "curve": {k: getattr(curve, k) for k in
+                      ("steps", "seconds", "train_loss", "eval_steps", "eval_seconds", "val_bits_per_char")},
+        }  # fmt: skip
+        (staging / TRAINING_FILE).write_text(json.dumps(record, indent=1, default=str) + "\n")
+        if folder.is_dir():  # replace an earlier checkpoint only once the new one is complete
+            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
+            folder.rename(old)
+            staging.rename(folder)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            staging.rename(folder)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -328,12 +343,6 @@ def _quiet_transformers():
         hf_logging.set_verbosity(level)
         if bar:
             hf_logging.enable_progress_bar()
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
 
 
 def read_training(folder: str | Path) -> dict:
