@@ -51,6 +51,11 @@ def curve_figure(ds: xr.Dataset, x: str) -> Figure:
         ex = row.eval_step.values if x == "step" else row.eval_seconds.values
         ev = row.val_bits_per_char.values
         ax.plot(ex, ev, "o--", color=colour, markersize=4, label=f"{model} validation")
+    # The first steps start far above the rest (up to ~log2 of the logits' spread):
+    # the axis shows the validation range and a margin, where the comparison is.
+    valid = ds.val_bits_per_char.values[np.isfinite(ds.val_bits_per_char.values)]
+    if valid.size:
+        ax.set_ylim(valid.min() - 0.25, valid.max() + 0.75)
     ax.set_xlabel("step" if x == "step" else "wall time (s)")
     ax.set_ylabel("bits per character")
     ax.grid(alpha=0.3)
