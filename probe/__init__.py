@@ -9,9 +9,10 @@ on stock HuggingFace models, with nnsight hooks instead of patched model code.
     >>> ds = collapse.run("minilm", init="pretrained")
     >>> probe.save_result(ds, "minilm.nc")
 
-The names below are imported on first use (PEP 562), so that ``import probe``
-and the ``probe`` command start without loading torch; ``ds.probe`` is
-registered as soon as results are saved, opened or computed.
+The names below are imported on first use (PEP 562), so that the ``probe``
+command starts without loading torch; ``ds.probe`` is registered as soon as
+results are saved, opened or computed.  ``import probe`` registers the Fastformer
+family with transformers' Auto classes (the command does it when it loads a model).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ _LAZY = {
     "plot": None,
     "paths": None,
     "names": None,
+    "fastformer": None,
 }
 
 __all__ = ["ProbeError", "__version__", *_LAZY]
@@ -82,3 +84,14 @@ class _Probe(types.ModuleType):
 
 
 sys.modules[__name__].__class__ = _Probe
+
+
+def _is_the_cli() -> bool:
+    """The ``probe`` command registers the Fastformer when it loads a model (probe.load)."""
+    return bool(sys.argv) and sys.argv[0].rsplit("/", 1)[-1].removesuffix(".exe") == "probe"
+
+
+if not _is_the_cli():
+    # FastformerForCausalLM with AutoConfig / AutoModel / AutoModelForCausalLM, so that
+    # `import probe` is all a notebook needs before `AutoModelForCausalLM.from_pretrained`.
+    from . import fastformer  # noqa: E402,F401

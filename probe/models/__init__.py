@@ -6,12 +6,19 @@ from ..errors import ProbeError
 from .albert import AlbertAdapter
 from .base import Adapter, table_markdown
 from .bert import BertAdapter
+from .fastformer import FastformerAdapter
 from .gpt2 import GPT2Adapter
 from .xlnet import XLNetAdapter
 
 ADAPTERS: dict[str, Adapter] = {
     adapter.family: adapter
-    for adapter in (BertAdapter(), AlbertAdapter(), XLNetAdapter(), GPT2Adapter())
+    for adapter in (
+        BertAdapter(),
+        AlbertAdapter(),
+        XLNetAdapter(),
+        GPT2Adapter(),
+        FastformerAdapter(),
+    )
 }
 FAMILIES: tuple[str, ...] = tuple(ADAPTERS)
 

@@ -1,0 +1,117 @@
+"""Training: schedule, tokenizer, the `probe fastformer train --quick` command end to end."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+
+import pytest
+import torch
+from transformers import AutoTokenizer, GPT2LMHeadModel
+
+import probe
+from probe.fastformer.corpus import stdlib_docstrings
+from probe.fastformer.tokenizer import char_tokenizer, encode
+from probe.fastformer.train import TrainSettings, batch_offsets, lr_factor
+from probe.inputs import sample_text
+from tests.test_cli import invoke
+
+
+def test_lr_schedule_warms_up_then_decays_by_cosine_to_a_tenth():
+    assert lr_factor(0, 10, 100) == pytest.approx(0.1)
+    assert lr_factor(9, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(10, 10, 100) == pytest.approx(1.0)
+    assert lr_factor(55, 10, 100) == pytest.approx(0.1 + 0.9 * 0.5)  # half-way: cos = 0
+    assert lr_factor(100, 10, 100) == pytest.approx(0.1)
+
+
+def test_character_tokenizer_saves_as_a_huggingface_tokenizer(tmp_path):
+    tok = char_tokenizer("abc d\ne")
+    assert tok.convert_ids_to_tokens([0, 1]) == ["<pad>", "<unk>"]
+    tok.save_pretrained(tmp_path)
+    back = AutoTokenizer.from_pretrained(tmp_path)
+    text = "bad cab\n e!"
+    ids = back(text).input_ids
+    assert ids == encode(tok, text).tolist() == tok(text).input_ids
+    assert len(ids) == len(text) and ids[-1] == 1  # "!" was not in the text: <unk>
+    assert back.decode(ids[:-1]) == text[:-1]
+
+
+def test_batches_are_fixed_by_the_seed():
+    settings = TrainSettings(
+        text="x" * 1000, text_source="t", out="o", context=16, steps=5, batch=3
+    )
+    a, b = batch_offsets(900, settings), batch_offsets(900, settings)
+    assert torch.equal(a, b) and a.shape == (5, 3) and int(a.max()) <= 900 - 16
+
+
+def test_stdlib_docstrings_are_gathered_without_importing():
+    text = stdlib_docstrings(limit=20_000)
+    assert len(text) == 20_000 and text.count("\n\n") > 10
+
+
+def test_quick_training_with_a_gpt2_baseline(tmp_path):
+    text_file = tmp_path / "text.txt"
+    text_file.write_text(sample_text(), encoding="utf-8")
+    out = tmp_path / "ff"
+    result = invoke(
+        "fastformer", "train", "--text", text_file, "--out", out, "--quick", "--baseline", "gpt2"
+    )
+    assert result.exit_code == 0, result.output
+    sha = hashlib.sha256(sample_text().encode("utf-8")).hexdigest()
+    records = {}
+    for name, folder in (("fastformer", out), ("gpt2", tmp_path / "ff-gpt2")):
+        record = json.loads((folder / "training.json").read_text())
+        records[name] = record
+        bits = record["curve"]["val_bits_per_char"]
+        assert record["data"]["sha256"] == sha
+        assert record["command"].startswith("probe fastformer train --text")
+        assert record["final_val_bits_per_char"] == bits[-1]
+        # Bits per character fall: from ~log2(vocab) at the start to well below it.
+        assert bits[-1] < bits[0] - 0.5, bits
+        assert math.isfinite(bits[-1]) and bits[-1] < 5.0
+        assert (folder / "model.safetensors").is_file()
+        assert AutoTokenizer.from_pretrained(folder)("ab").input_ids == [
+            encode(char_tokenizer(sample_text()), "ab")[i].item() for i in range(2)
+        ]
+    assert records["gpt2"]["settings"] == records["fastformer"]["settings"]
+    probed = probe.load(out)
+    assert probed.family == "fastformer" and probed.tokenizer is not None
+    assert probed.config.max_position_embeddings == 64
+    baseline = GPT2LMHeadModel.from_pretrained(tmp_path / "ff-gpt2")
+    assert baseline.config.n_embd == probed.config.hidden_size == 32
+    assert probe.load(tmp_path / "ff-gpt2").family == "gpt2"
+    html = (out / "training.html").read_text()
+    assert "fastformer" in html and "gpt2" in html and html.count("<svg") == 2
+    ds = probe.open_result(out / "training.nc")
+    assert list(ds.model.values) == ["fastformer", "gpt2"]
+    # The folder generates text with its own tokenizer.
+    ids = probed.tokenizer("The ", return_tensors="pt").input_ids
+    generated = probed.model.generate(ids, max_new_tokens=5, do_sample=False, pad_token_id=0)
+    assert generated.shape == (1, 9)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--hidden", "30", "--heads", "4"], "not a multiple of --heads"),
+        (["--baseline", "lstm"], "unknown --baseline"),
+        (["--context", "100000"], "too short"),
+    ],
+)
+def test_bad_settings_fail_in_one_line(tmp_path, args, message):
+    text_file = tmp_path / "text.txt"
+    text_file.write_text(sample_text(), encoding="utf-8")
+    result = invoke("fastformer", "train", "--text", text_file, "--out", tmp_path / "o", *args)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_out_that_is_a_file_fails_before_any_work(tmp_path):
+    target = tmp_path / "file"
+    target.write_text("not a folder")
+    result = invoke("fastformer", "train", "--text", "stdlib", "--out", target, "--quick")
+    assert result.exit_code == 2 and "is a file" in result.output
+    assert target.read_text() == "not a folder"
