@@ -172,6 +172,9 @@ from .report_cmd import compare, report_app  # noqa: E402  (commands register in
 
 app.command("compare")(compare)
 app.add_typer(report_app, name="report")
+from .paths_cmd import paths  # noqa: E402
+
+app.command("paths")(paths)
 
 
 def main() -> None:
