@@ -13,5 +13,7 @@ Each returns an xarray.Dataset; ``probe.results.save_result`` writes it and
 from __future__ import annotations
 
 from .path_count import count
+from .path_decompose import decompose
+from .path_sample import sample
 
-__all__ = ["count"]
+__all__ = ["count", "decompose", "sample"]

@@ -189,7 +189,7 @@ def decompose_shares(ds: xr.Dataset, init: str, norm: str = "fro") -> Figure:
     """Norm share of each path length at the last layer, against the uniform count share."""
     one = ds.sel(init=init, norm=norm)
     last = int(ds.layer.max())
-    share = one["share"].sel(layer=last).mean("sequence").values
+    share = one["output_share"].mean("sequence").values
     k = ds.path_length.values
     with _style():
         fig = Figure(figsize=(7.0, 4.2), layout="constrained")
@@ -206,7 +206,7 @@ def decompose_shares(ds: xr.Dataset, init: str, norm: str = "fro") -> Figure:
         _shifted_log_axis(ax, int(k.max()))
         ax.set_yscale("log")
         ax.set_xlabel("path length k (log axis at k + 1)")
-        ax.set_ylabel(f"share at layer {last} ({norm} norm)")
+        ax.set_ylabel(f"share of the output ({norm} norm)")
         ax.set_title(f"{_plain(str(ds.attrs.get('model', '')))} ({init}): where the output lives")
         ax.legend(fontsize="small")
     return fig
@@ -216,14 +216,13 @@ def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
     """Relative error of the output with paths up to length k kept, and the task measure."""
     inits = ordered(ds.init.values, INITS)
     k = ds.path_length.values
-    last = int(ds.layer.max())
     task = "loss" if "loss" in ds else "cosine"
     with _style():
         fig = Figure(figsize=(10.0, 4.0), layout="constrained")
         left, right = fig.subplots(1, 2)
         for init in inits:
             c = init_colour(init)
-            err = ds["truncation_error"].sel(init=init, norm=norm, layer=last)
+            err = ds["output_error"].sel(init=init, norm=norm)
             left.plot(k, err.mean("sequence").values, marker="o", color=c, label=init)
             measure = ds[task].sel(init=init).mean("sequence").values
             right.plot(k, measure, marker="o", color=c, label=init)
@@ -232,7 +231,7 @@ def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
                 right.axhline(full, color=c, linestyle=":", linewidth=1)
         left.set_yscale("log")
         left.set_xlabel("paths kept: lengths 0..k")
-        left.set_ylabel(f"relative error at layer {last} ({norm})")
+        left.set_ylabel(f"relative error of the output ({norm})")
         right.set_xlabel("paths kept: lengths 0..k")
         right.set_ylabel(
             "LM loss (nats/token)" if task == "loss" else "cosine to the full mean-pooled output"
