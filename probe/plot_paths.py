@@ -223,7 +223,10 @@ def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
         for init in inits:
             c = init_colour(init)
             err = ds["output_error"].sel(init=init, norm=norm)
-            left.plot(k, err.mean("sequence").values, marker="o", color=c, label=init)
+            mean_err = err.mean("sequence").values
+            # Keeping every path leaves no error (0 up to rounding): nothing to draw on a log axis.
+            mean_err = np.where(mean_err > 0, mean_err, np.nan)
+            left.plot(k, mean_err, marker="o", color=c, label=init)
             measure = ds[task].sel(init=init).mean("sequence").values
             right.plot(k, measure, marker="o", color=c, label=init)
             if task == "loss":
