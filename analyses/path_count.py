@@ -93,7 +93,7 @@ def model_shape(model) -> Preset:
     else:
         source = "the loaded model's config"
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
-    return Preset(name, adapter.n_layers(config), adapter.n_heads(config), "model", f"{source}")
+    return Preset(name, adapter.n_layers(config), adapter.n_heads(config), "model", source)
 
 
 def _config(name: str, bundled, aliases, minilm_path):

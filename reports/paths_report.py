@@ -6,7 +6,6 @@ function per analysis, picked by ``ds.attrs["analysis"]``.
 
 from __future__ import annotations
 
-import numpy as np
 import xarray as xr
 
 from probe.plot import INITS, ordered
@@ -261,8 +260,3 @@ def _decompose(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
     )
     title = f"Attention paths in {ds.attrs.get('model', 'a model')}: path-length decomposition"
     return title, body
-
-
-def mean_finite(values) -> float:
-    values = np.asarray(values, float)
-    return float(values[np.isfinite(values)].mean()) if np.isfinite(values).any() else np.nan

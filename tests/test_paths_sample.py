@@ -48,8 +48,11 @@ def test_products_stay_row_stochastic_and_match_an_independent_product(family):
     batch = ids()
     chosen = [((0, SKIP, 1), 0), ((1, 0, 1), 1), ((SKIP, SKIP, 0), 1)]
     products = chain(probed, batch, torch.ones_like(batch), chosen)
-    # Rows of a product of row-stochastic matrices sum to 1 up to float64 rounding.
-    torch.testing.assert_close(products.sum(-1), torch.ones(3, 7, dtype=torch.float64))
+    # Rows of a product of row-stochastic matrices sum to 1: at most 3 products of 7 terms,
+    # each rounding by ~1e-16, so 1e-14 is rounding with a margin.
+    torch.testing.assert_close(
+        products.sum(-1), torch.ones(3, 7, dtype=torch.float64), rtol=0, atol=1e-14
+    )
     assert float(products.min()) >= 0
     A = _hf_attentions(model, batch, family).numpy()
     for product, (path, seq) in zip(products.numpy(), chosen, strict=True):
@@ -57,6 +60,7 @@ def test_products_stay_row_stochastic_and_match_an_independent_product(family):
         for layer, head in enumerate(path):
             if head is not SKIP:
                 expected = A[layer, seq, head] @ expected  # latest layer on the left
+        # Same products in another order of evaluation (numpy): entries <= 1, a few ulps apart.
         np.testing.assert_allclose(product, expected, rtol=0, atol=1e-15)
     if family == "gpt2":  # causal: the product stays lower-triangular
         assert torch.equal(products, torch.tril(products))
