@@ -124,12 +124,12 @@ def decompose(
             output["output_share"][i, :, part] = out["share"]
             output["output_error"][i, :, part] = out["truncation_error"]
             y_partial = torch.cumsum(terms[-1], 0) + consts[-1]  # (k, batch, token, hidden)
-            output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).numpy()
+            output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
             if has_lm:
                 head = probed.adapter.lm_head(probed.model)
-                output["loss"][i, :, part] = lm_loss(y_partial, head, ids).numpy()
+                output["loss"][i, :, part] = lm_loss(y_partial, head, ids).cpu().numpy()
                 real = run["xs"][-1] if run["final"] is None else run["output"]
-                output["loss_full"][i, part] = lm_loss(real[None], head, ids)[0].numpy()
+                output["loss_full"][i, part] = lm_loss(real[None], head, ids)[0].cpu().numpy()
             done += 1
             if progress is not None:
                 progress(done, total, f"{probed.init} decomposition")
@@ -189,19 +189,21 @@ def layer_stats(terms: torch.Tensor, const: torch.Tensor, real: torch.Tensor | N
     full = terms.sum(0) + const
     term_norms = _norms(terms)  # (k, batch, norm)
     share = term_norms / term_norms.sum(0, keepdim=True)
-    lengths = torch.arange(terms.shape[0], dtype=torch.float64)[:, None, None]
+    lengths = torch.arange(terms.shape[0], dtype=torch.float64, device=terms.device)[:, None, None]
     full_norm = _norms(full)  # (batch, norm)
     partial = torch.cumsum(terms, 0) + const
     stats = {
-        "share": share.numpy(),
-        "truncation_error": (_norms(partial - full) / full_norm).numpy(),
-        "effective_length": (lengths * share).sum(0).numpy(),
-        "constant_share": (_norms(const) / full_norm).numpy(),
+        "share": share.cpu().numpy(),
+        "truncation_error": (_norms(partial - full) / full_norm).cpu().numpy(),
+        "effective_length": (lengths * share).sum(0).cpu().numpy(),
+        "constant_share": (_norms(const) / full_norm).cpu().numpy(),
     }
     if real is not None:
         stats["reconstruction_error"] = (
-            metrics.matrix_norm(full - real, "fro") / metrics.matrix_norm(real, "fro")
-        ).numpy()
+            (metrics.matrix_norm(full - real, "fro") / metrics.matrix_norm(real, "fro"))
+            .cpu()
+            .numpy()
+        )
     return stats
 
 

@@ -243,3 +243,30 @@ def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
             ax.set_xticks(k)
             ax.legend(fontsize="small")
     return fig
+
+
+def decompose_layers(ds: xr.Dataset, norm: str = "fro") -> Figure:
+    """Effective path length of the residual stream after each layer, against the count mean."""
+    inits = ordered(ds.init.values, INITS)
+    layers = ds.layer.values
+    with _style():
+        fig = Figure(figsize=(7.0, 4.0), layout="constrained")
+        ax = fig.subplots()
+        for init in inits:
+            eff = ds["effective_length"].sel(init=init, norm=norm)
+            mean, sd = eff.mean("sequence").values, eff.std("sequence").values
+            c = init_colour(init)
+            ax.fill_between(layers, mean - sd, mean + sd, color=c, alpha=0.18, linewidth=0)
+            ax.plot(layers, mean, marker="o", color=c, label=f"{init}: norm-weighted")
+        ax.plot(
+            layers,
+            ds["uniform_mean_length"].values,
+            linestyle="--",
+            color=_REFERENCE,
+            label="by count: l H / (H+1)",
+        )
+        ax.set_xticks(layers)
+        ax.set_xlabel("layer l")
+        ax.set_ylabel("mean path length")
+        ax.legend(fontsize="small")
+    return fig

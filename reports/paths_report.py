@@ -12,6 +12,7 @@ from probe.plot import INITS, ordered
 from probe.plot_paths import (
     count_shares,
     decompose_error,
+    decompose_layers,
     decompose_shares,
     fit_decay,
     sample_ratios,
@@ -231,6 +232,15 @@ def _decompose(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
                 else "cosine of the truncated mean-pooled sentence embedding to the full one."
             ),
             "truncation error and task measure against k",
+        )
+    )
+    parts.append(
+        figure(
+            decompose_layers(ds),
+            "Effective path length of the residual stream X<sub>l</sub> after each layer: the "
+            "mean length weighted by each length's Frobenius norm (band: ±1 sd over sequences), "
+            "next to the mean length by count, l H / (H+1).",
+            "effective path length against layer",
         )
     )
     eff = ds["effective_length"].sel(norm="fro").mean("sequence")

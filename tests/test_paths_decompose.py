@@ -136,7 +136,7 @@ def test_dataset_is_consistent(family):
         assert "loss" not in ds and ds.attrs["task"] == "cosine"
     html = render_paths(ds, result_file="x.nc")
     assert read_meta(html)["analysis"] == "paths-decompose"
-    assert html.count("<svg") == 1 + ds.sizes["init"]  # shares per init, errors together
+    assert html.count("<svg") == 2 + ds.sizes["init"]  # shares per init; errors; lengths
 
 
 def test_cli_decompose_writes_result_report_and_index(tiny_folders, tmp_path):
