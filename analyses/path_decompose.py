@@ -112,18 +112,17 @@ def decompose(
         for start, ids, mask in chunks:
             part = slice(start, start + ids.shape[0])
             run = frozen_run(probed, weights, ids, mask)
-            terms, consts = frozen.path_terms(run["layers"], run["x0"], run["final"])
-            for layer in range(K):
-                stats = layer_stats(terms[layer], consts[layer], run["xs"][layer])
-                for name, value in stats.items():
-                    if name in ("share", "truncation_error"):  # (k <= layer, sequence, norm)
-                        per_layer[name][i, layer, : value.shape[0], part] = value
-                    else:
-                        per_layer[name][i, layer, part] = value
-            out = layer_stats(terms[-1], consts[-1], None)
+            # Layer by layer, only the current terms held; the last yield is the output
+            # (X_L, or GPT-2's ln_f(X_L) as one extra yield).
+            for layer, (terms, const) in enumerate(
+                frozen.iter_path_terms(run["layers"], run["x0"], run["final"])
+            ):
+                if layer < K:
+                    _fill(per_layer, i, layer, part, layer_stats(terms, const, run["xs"][layer]))
+            out = layer_stats(terms, const, None)
             output["output_share"][i, :, part] = out["share"]
             output["output_error"][i, :, part] = out["truncation_error"]
-            y_partial = torch.cumsum(terms[-1], 0) + consts[-1]  # (k, batch, token, hidden)
+            y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
             output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
             if has_lm:
                 head = probed.adapter.lm_head(probed.model)
@@ -134,6 +133,14 @@ def decompose(
             if progress is not None:
                 progress(done, total, f"{probed.init} decomposition")
     return _dataset(per_layer, output, models, inputs, command)
+
+
+def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None:
+    for name, value in stats.items():
+        if name in ("share", "truncation_error"):  # (k <= layer, sequence, norm)
+            per_layer[name][i, layer, : value.shape[0], part] = value
+        else:
+            per_layer[name][i, layer, part] = value
 
 
 def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:

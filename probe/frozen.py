@@ -79,10 +79,14 @@ def _norm(x: torch.Tensor, gamma, beta, scale, bias: bool) -> torch.Tensor:
 def _heads(layer: FrozenLayer, x: torch.Tensor, bias: bool) -> torch.Tensor:
     """sum_h A_h (x W_v^h [+ b_v^h]) W_o^h [+ b_o] for x (..., batch, token, hidden)."""
     w = layer.weights
-    v = torch.einsum("...btd,hde->...bhte", x, w.w_v)
+    x4 = x.reshape(-1, *x.shape[-3:])  # (n, batch, token, hidden): n stacked terms
+    v = torch.einsum("nbtd,hde->bhtne", x4, w.w_v)  # (batch, head, token, n, head_dim)
     if bias:
-        v = v + w.b_v[:, None, :]  # (head, 1, head_dim) against (..., batch, head, token, e)
-    out = torch.einsum("...bhte,hed->...btd", layer.attn @ v, w.w_o)
+        v = v + w.b_v[:, None, None, :]  # (head, 1, 1, head_dim)
+    b, h, t, n, e = v.shape
+    # One matmul per (batch, head) for all n terms: A is never expanded n times.
+    ctx = (layer.attn @ v.reshape(b, h, t, n * e)).reshape(b, h, t, n, e)
+    out = torch.einsum("bhtne,hed->nbtd", ctx, w.w_o).reshape(x.shape)
     return out + w.b_o if bias else out
 
 
@@ -120,18 +124,14 @@ def forward(
     return xs
 
 
-def path_terms(
-    layers: list[FrozenLayer], x0: torch.Tensor, final: FrozenNorm | None = None
-) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """The programme: per layer l, the terms V_l (l+1, batch, token, hidden) and constant K_l.
+def iter_path_terms(layers: list[FrozenLayer], x0: torch.Tensor, final: FrozenNorm | None = None):
+    """The programme, one layer at a time: yields (V_l, K_l) for l = 0..L (see path_terms).
 
-    ``V_l[k]`` is the summed contribution of all paths of length k through the
-    first l layers; ``sum_k V_l[k] + K_l`` equals the frozen network's X_l.  With
-    a ``final`` norm one more entry holds the decomposition of its output.
+    Only the current layer's terms are held, so memory stays at O(L) terms.
     """
     terms = x0.to(F64)[None]  # (1, batch, token, hidden): the one path of length 0
     const = torch.zeros_like(terms[0])
-    all_terms, all_const = [terms], [const]
+    yield terms, const
     for layer in layers:
         stacked = torch.cat([terms, const[None]])  # the constant rides along the linear maps
         skip = apply(layer, stacked, heads=False, bias=False)
@@ -142,9 +142,25 @@ def path_terms(
         new[1:] += head[:n]  # paths that take a head grow by one
         const = skip[n] + head[n] + apply(layer, torch.zeros_like(const))
         terms = new
+        yield terms, const
+    if final is not None:
+        yield (
+            _norm(terms, final.gamma, final.beta, final.scale, False),
+            _norm(const, final.gamma, final.beta, final.scale, True),
+        )
+
+
+def path_terms(
+    layers: list[FrozenLayer], x0: torch.Tensor, final: FrozenNorm | None = None
+) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """The programme: per layer l, the terms V_l (l+1, batch, token, hidden) and constant K_l.
+
+    ``V_l[k]`` is the summed contribution of all paths of length k through the
+    first l layers; ``sum_k V_l[k] + K_l`` equals the frozen network's X_l.  With
+    a ``final`` norm one more entry holds the decomposition of its output.
+    """
+    all_terms, all_const = [], []
+    for terms, const in iter_path_terms(layers, x0, final):
         all_terms.append(terms)
         all_const.append(const)
-    if final is not None:
-        all_terms.append(_norm(terms, final.gamma, final.beta, final.scale, False))
-        all_const.append(_norm(const, final.gamma, final.beta, final.scale, True))
     return all_terms, all_const
