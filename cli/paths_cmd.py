@@ -23,7 +23,7 @@ def paths(
         str | None,
         typer.Argument(
             help="Hub id, local folder or `minilm` (--sample/--decompose); for --count optional.",
-            metavar="[MODEL]",
+            metavar="MODEL",
         ),
     ] = None,
     count: Annotated[
@@ -43,7 +43,12 @@ def paths(
         Path | None,
         typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
     ] = None,
-    sequences: Annotated[int | None, typer.Option(min=1, help="Number of sequences.")] = None,
+    sequences: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Number of sequences [default: 32 for --sample, 8 for --decompose]."
+        ),
+    ] = None,
     tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
     seed: Annotated[int, typer.Option(help="Seed for init, sampling and synthetic inputs.")] = 0,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
