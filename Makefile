@@ -28,6 +28,9 @@ demo: $(STAMP)
 		$(OUT)/collapse-bert-base-uncased-random-float32-*.nc $(OUT)/collapse-albert-base-v2-random-float32-*.nc \
 		$(OUT)/collapse-xlnet-base-cased-random-float32-*.nc $(OUT)/collapse-gpt2-random-float32-*.nc --out $(OUT)
 	$(BIN)/probe collapse fastformer-tiny gpt2-tiny --init pretrained --out $(OUT)
+	$(BIN)/probe paths --count --out $(OUT)
+	$(BIN)/probe paths --sample minilm --init both --samples 50 --sequences 8 --out $(OUT)
+	$(BIN)/probe paths --decompose minilm --init both --sequences 4 --out $(OUT)
 	@echo "results and reports are in $(OUT)/ (open $(OUT)/index.html)"
 
 lint: $(STAMP)
@@ -45,6 +48,7 @@ test: $(STAMP) lint browser
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/collapse_overhead.py
+	$(BIN)/python benchmarks/paths_decompose.py
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache .ruff_cache .hypothesis

@@ -235,6 +235,9 @@ app.add_typer(report_app, name="report")
 from .fastformer_cmd import fastformer_app  # noqa: E402
 
 app.add_typer(fastformer_app, name="fastformer")
+from .paths_cmd import paths  # noqa: E402
+
+app.command("paths")(paths)
 
 
 def main() -> None:

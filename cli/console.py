@@ -181,20 +181,25 @@ class Reporter:
         )
         with Progress(*columns, console=err, transient=True) as progress:
             self._bar = progress
-            self._task = progress.add_task("probing", total=total)
+            self._task = progress.add_task("probing", total=total or None)
             try:
                 yield self
             finally:
                 self._bar = self._task = None
 
     def update(self, done_in_part: int, total_in_part: int, label: str) -> None:
-        """Callback for an analysis: one more step of ``label`` finished."""
+        """Callback for an analysis: one more step of ``label`` finished.
+
+        With a total given to :meth:`bar`, steps count across the whole command;
+        with none (0), the analysis' own counts drive the bar.
+        """
         if label != self._label:
             self._plain_line()
             self._label, self._label_start = label, time.monotonic()
-        self.done += 1
+        self.done = self.done + 1 if self.total else done_in_part
         if self._bar is not None:
-            self._bar.update(self._task, completed=self.done, description=label)
+            total = self.total or total_in_part
+            self._bar.update(self._task, completed=self.done, total=total, description=label)
 
     def _plain_line(self) -> None:
         if self.quiet or self.terminal or not self._label:

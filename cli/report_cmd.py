@@ -108,10 +108,13 @@ def build_report(
 
     from .output import check_out_dir, write_index, write_report
 
+    from probe.results import check_schema
+
     results = _expand(results)
     folders = {result: check_out_dir(out_dir or result.parent) for result in results}
     datasets = [open_result(result) for result in results]
-    _require_collapse(datasets, results)
+    for ds, result in zip(datasets, results, strict=True):
+        check_schema(ds, result)
     for (result, folder), ds in zip(folders.items(), datasets, strict=True):
         out.print(f"report: {write_report(ds, result, folder)}")
     for folder in dict.fromkeys(folders.values()):

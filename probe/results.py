@@ -58,6 +58,16 @@ def settings_id(settings: dict) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:8]
 
 
+#: Attributes that describe a run without changing its numbers.
+_NOT_SETTINGS = ("created", "command")
+
+
+def attrs_id(attrs: dict) -> str:
+    """``settings_id`` of a result's attributes, less the time, the command and versions."""
+    kept = {k: v for k, v in attrs.items() if k not in _NOT_SETTINGS and not k.endswith("_version")}
+    return settings_id(kept)
+
+
 def utc_now() -> str:
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
 

@@ -31,9 +31,11 @@ groups (``num_hidden_groups > 1``) are not supported.
 
 from __future__ import annotations
 
+import torch
+
 from ..ablate import Ablation
 from ..errors import ProbeError
-from .base import Adapter
+from .base import Adapter, LayerWeights, linear_heads
 
 
 class AlbertAdapter(Adapter):
@@ -86,3 +88,47 @@ class AlbertAdapter(Adapter):
                 for layer in group.albert_layers:
                     self.ablate(layer, ablation)
             yield group.output
+
+    # --- attention paths (probe.analyses.paths) ---------------------------------------
+    # Post-LN, one shared layer.  In the SAN+skip variant an application is
+    # a = LN_attn(x + dense(attention(x))).  Frozen per application (the trace loops over
+    # tracer.iter, so application l binds to the l-th call): the attention probabilities,
+    # AlbertAttention's second output, and the per-token 1/sigma of
+    # AlbertAttention.LayerNorm from its input x + dense(ctx).  The weights are the same
+    # for every layer index; the frozen quantities differ per application.
+
+    def attention_probs(self, layer) -> torch.Tensor:
+        return layer.attention.output[1]  # (batch, head, token, token)
+
+    def norm_input(self, layer) -> torch.Tensor:
+        return layer.attention.LayerNorm.input  # (batch, token, hidden)
+
+    def paths_layer(self, layer, ablation: Ablation, norms: bool) -> dict:
+        # The LayerNorm runs inside AlbertAttention, before the module returns its probabilities.
+        reads = {"norm_input": self.norm_input(layer) if norms else None}
+        reads["attn"] = self.attention_probs(layer)
+        if not ablation.is_identity:
+            self.ablate(layer, ablation)
+        return reads
+
+    def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
+        encoder = root.encoder
+        group = encoder.albert_layer_groups[0]
+        yield {"x": encoder.embedding_hidden_mapping_in.output}
+        for _ in tracer.iter[: self.n_layers(root._module.config)]:
+            reads = {}
+            for layer in group.albert_layers:
+                reads = self.paths_layer(layer, ablation, norms)
+            reads["x"] = group.output  # (batch, token, hidden)
+            yield reads
+
+    def layer_weights(self, model, index: int) -> LayerWeights:
+        attention = model.encoder.albert_layer_groups[0].albert_layers[0].attention
+        heads = self.n_heads(model.config)
+        return LayerWeights(
+            *linear_heads(attention.value, attention.dense, heads),
+            gamma=attention.LayerNorm.weight.detach(),
+            beta=attention.LayerNorm.bias.detach(),
+            eps=attention.LayerNorm.eps,
+            norm="post",
+        )

@@ -10,6 +10,7 @@ patches code: interventions live only as long as the trace.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -84,6 +85,48 @@ class Adapter:
                 self.ablate(layer, ablation)
             yield self.batch_first(_first(self.layer_output(layer)))
 
+    # --- attention paths (probe.analyses.paths) ---------------------------------------
+    #: Where the LayerNorm frozen by the path decomposition sits: "post" (LN(x + heads))
+    #: or "pre" (x + heads(LN(x))).
+    norm_position: ClassVar[str] = "post"
+
+    def attention_probs(self, layer) -> torch.Tensor:
+        """Attention probabilities (batch, head, query token, key token) of one layer call."""
+        raise NotImplementedError
+
+    def norm_input(self, layer) -> torch.Tensor:
+        """Input (batch, token, hidden) of the LayerNorm the decomposition freezes."""
+        raise NotImplementedError
+
+    def paths_layer(self, layer, ablation: Ablation, norms: bool) -> dict[str, torch.Tensor]:
+        """Reads of one layer in forward order (attention, then its LayerNorm), then the ablation."""
+        reads = {"attn": self.attention_probs(layer)}
+        reads["norm_input"] = self.norm_input(layer) if norms else None
+        if not ablation.is_identity:
+            self.ablate(layer, ablation)
+        return reads
+
+    def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
+        """``{"x": X_0}``, then per layer ``{"attn", "norm_input", "x": X_l}``, in forward order."""
+        layers = self.layers(root)
+        yield {"x": self.batch_first(_first(layers[0].input))}
+        for layer in layers:
+            reads = self.paths_layer(layer, ablation, norms)
+            reads["x"] = self.batch_first(_first(self.layer_output(layer)))
+            yield reads
+
+    def layer_weights(self, model, index: int) -> LayerWeights:
+        """The attention sublayer's parameters of layer ``index`` (outside any trace)."""
+        raise NotImplementedError
+
+    def final_norm(self, model) -> tuple[torch.Tensor, torch.Tensor, float] | None:
+        """(gamma, beta, eps) of a final LayerNorm that is part of the output, if any."""
+        return None
+
+    def lm_head(self, model) -> torch.Tensor | None:
+        """(vocab, hidden) weight of a language-model head the base model holds, if any."""
+        return None
+
 
 def _first(value):
     """A layer's hidden states, whether it returns a tensor or a tuple."""
@@ -95,3 +138,30 @@ def table_markdown(rows) -> str:
     lines = ["| ablation | probe | paper's surgery |", "|---|---|---|"]
     lines += [f"| {r['ablation']} | {r['probe']} | {r['paper']} |" for r in rows]
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class LayerWeights:
+    """The parameters of one attention sublayer, written per head.
+
+    Head h maps x (token, hidden) to ``A_h (x W_v[h] + b_v[h]) W_o[h]``; the sublayer adds
+    ``b_o``; its LayerNorm (``gamma``, ``beta``, ``eps``) sits where ``norm`` says.
+    """
+
+    w_v: torch.Tensor  # (head, hidden, head_dim)
+    b_v: torch.Tensor  # (head, head_dim)
+    w_o: torch.Tensor  # (head, head_dim, hidden)
+    b_o: torch.Tensor  # (hidden,)
+    gamma: torch.Tensor  # (hidden,)
+    beta: torch.Tensor  # (hidden,)
+    eps: float
+    norm: str  # "post" or "pre"
+
+
+def linear_heads(value, dense, heads: int) -> tuple[torch.Tensor, ...]:
+    """(w_v, b_v, w_o, b_o) from nn.Linear value and output projections (y = x W^T + b)."""
+    hidden = value.weight.shape[1]
+    w_v = value.weight.detach().T.reshape(hidden, heads, -1).permute(1, 0, 2)  # (head, hidden, d)
+    b_v = value.bias.detach().reshape(heads, -1)  # (head, d)
+    w_o = dense.weight.detach().T.reshape(heads, -1, dense.weight.shape[0])  # (head, d, hidden)
+    return w_v, b_v, w_o, dense.bias.detach()

@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..ablate import Ablation
-from .base import Adapter
+from .base import Adapter, LayerWeights, linear_heads
 
 
 class BertAdapter(Adapter):
@@ -57,3 +57,28 @@ class BertAdapter(Adapter):
             attended = layer.attention.output[0]  # (batch, token, hidden)
             layer.intermediate.skip(attended)
             layer.E_output.skip(attended)
+
+    # --- attention paths (probe.analyses.paths) ---------------------------------------
+    # Post-LN.  In the SAN+skip variant a layer is a = LN_1(x + dense(attention(x))).
+    # The decomposition freezes, per layer: the attention probabilities A_h, returned by
+    # BertSelfAttention (eager) as its second output, and the per-token 1/sigma of LN_1 =
+    # BertSelfOutput.LayerNorm, computed from that LayerNorm's input x + dense(ctx).  The
+    # frozen LN sits after the sum of skip and heads, so it scales both branches.
+
+    def attention_probs(self, layer) -> torch.Tensor:
+        return layer.attention.self.output[1]  # (batch, head, token, token)
+
+    def norm_input(self, layer) -> torch.Tensor:
+        return layer.attention.E_output.LayerNorm.input  # (batch, token, hidden)
+
+    def layer_weights(self, model, index: int) -> LayerWeights:
+        attention = model.encoder.layer[index].attention
+        heads = self.n_heads(model.config)
+        norm = attention.output.LayerNorm
+        return LayerWeights(
+            *linear_heads(attention.self.value, attention.output.dense, heads),
+            gamma=norm.weight.detach(),
+            beta=norm.bias.detach(),
+            eps=norm.eps,
+            norm="post",
+        )

@@ -26,7 +26,7 @@ from __future__ import annotations
 import torch
 
 from ..ablate import Ablation
-from .base import Adapter
+from .base import Adapter, LayerWeights
 
 
 class GPT2Adapter(Adapter):
@@ -62,3 +62,52 @@ class GPT2Adapter(Adapter):
             h = layer.ln_2.input  # (batch, token, hidden), the attention sublayer's output
             layer.ln_2.skip(h)
             layer.mlp.skip(torch.zeros_like(h))
+
+    # --- attention paths (probe.analyses.paths) ---------------------------------------
+    # Pre-LN.  In the SAN+skip variant a block is h = x + attn(ln_1(x)): the skip branch
+    # is the identity and the frozen LayerNorm ln_1 (per-token 1/sigma from its input x)
+    # sits on the heads' input only.  The attention probabilities are GPT2Attention's
+    # second output.  The final ln_f is part of the output: the decomposition freezes it
+    # too (1/sigma from the last block's output) and decomposes ln_f(X_L).
+    norm_position = "pre"
+
+    def attention_probs(self, layer) -> torch.Tensor:
+        return layer.attn.output[1]  # (batch, head, token, token), causal
+
+    def norm_input(self, layer) -> torch.Tensor:
+        return layer.ln_1.input  # (batch, token, hidden)
+
+    def paths_layer(self, layer, ablation: Ablation, norms: bool) -> dict:
+        # Forward order: the skip's residual_0, ln_1, attn, then ln_2/mlp.
+        if not ablation.attn_skip:
+            self.ablate(layer, Ablation(attn_skip=False))
+        reads = {"norm_input": self.norm_input(layer) if norms else None}
+        reads["attn"] = self.attention_probs(layer)
+        if not ablation.mlp:
+            self.ablate(layer, Ablation(mlp=False))
+        return reads
+
+    def layer_weights(self, model, index: int) -> LayerWeights:
+        block = model.h[index]
+        hidden, heads = self.hidden_size(model.config), self.n_heads(model.config)
+        weight, bias = block.attn.c_attn.weight.detach(), block.attn.c_attn.bias.detach()
+        # Conv1D: y = x W + b, W (hidden, 3 hidden) = [query | key | value], heads contiguous.
+        w_v = weight[:, 2 * hidden :].reshape(hidden, heads, -1).permute(1, 0, 2)
+        proj = block.attn.c_proj
+        return LayerWeights(
+            w_v=w_v,
+            b_v=bias[2 * hidden :].reshape(heads, -1),
+            w_o=proj.weight.detach().reshape(heads, -1, hidden),
+            b_o=proj.bias.detach(),
+            gamma=block.ln_1.weight.detach(),
+            beta=block.ln_1.bias.detach(),
+            eps=block.ln_1.eps,
+            norm="pre",
+        )
+
+    def final_norm(self, model):
+        return model.ln_f.weight.detach(), model.ln_f.bias.detach(), model.ln_f.eps
+
+    def lm_head(self, model) -> torch.Tensor | None:
+        # GPT2LMHeadModel's lm_head (no bias) is tied to wte unless the config unties it.
+        return model.wte.weight.detach() if model.config.tie_word_embeddings else None

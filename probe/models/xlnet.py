@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ..ablate import Ablation
-from .base import Adapter
+from .base import Adapter, LayerWeights
 
 #: The one-stream branch's call of post_attention, as nnsight's ``.source`` names it.
 _POST_ATTENTION = "self_post_attention_2"
@@ -63,3 +63,32 @@ class XLNetAdapter(Adapter):
             call.inputs = (args, {**kwargs, "residual": False})
         if not ablation.mlp:
             layer.ff.skip(layer.ff.input)
+
+    # --- attention paths (probe.analyses.paths) ---------------------------------------
+    # Post-LN, content stream only.  In the SAN+skip variant a layer is
+    # a = LN(x + o(attention(x))) (post_attention with residual=True; no biases in v, o).
+    # Frozen per layer: the content-stream attention probabilities, read as the output of
+    # the *first* call of rel_attn.dropout (rel_attn_core applies it to attn_prob, shape
+    # (batch, head, query, key), before post_attention applies it to attn_out), and the
+    # per-token 1/sigma of rel_attn.layer_norm from its input x + o(attn_vec).
+
+    def attention_probs(self, layer) -> torch.Tensor:
+        return layer.rel_attn.dropout.output  # first call: attn_prob (batch, head, token, token)
+
+    def norm_input(self, layer) -> torch.Tensor:
+        return self.batch_first(layer.rel_attn.layer_norm.input)  # (batch, token, hidden)
+
+    def layer_weights(self, model, index: int) -> LayerWeights:
+        rel = model.layer[index].rel_attn
+        v, o = rel.v.detach(), rel.o.detach()  # both (hidden, head, head_dim)
+        heads, head_dim = v.shape[1], v.shape[2]
+        return LayerWeights(
+            w_v=v.permute(1, 0, 2),  # (head, hidden, head_dim)
+            b_v=v.new_zeros(heads, head_dim),
+            w_o=o.permute(1, 2, 0),  # attn_out[h'] = sum_{n,d} vec[n,d] o[h',n,d]
+            b_o=v.new_zeros(v.shape[0]),
+            gamma=rel.layer_norm.weight.detach(),
+            beta=rel.layer_norm.bias.detach(),
+            eps=rel.layer_norm.eps,
+            norm="post",
+        )

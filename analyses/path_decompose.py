@@ -1,0 +1,325 @@
+"""Exact path-length decomposition of a real model's SAN+skip variant (Dong et al. 2021, Section 2.2).
+
+Run the SAN+skip variant (MLPs removed, skip connections kept) on real inputs;
+freeze, for this input, the attention probabilities and the per-token 1/sigma
+of each LayerNorm; the frozen network is then affine in its embeddings X_0 and
+its output is exactly
+
+    X_L = sum_{k=0..L} V_L[k] + K_L,
+
+V_L[k] the summed contribution of the C(L,k) H^k paths through k heads, K_L one
+constant that gathers every bias (``probe.frozen`` has the programme).  Where
+the frozen LayerNorm sits is the adapter's business: after the sum of skip and
+heads for post-LN BERT, ALBERT and XLNet, on the heads' input for pre-LN GPT-2,
+whose final ln_f is part of the output and frozen too.
+
+Reported per layer l = 0..L, path length k and sequence (norms: Frobenius and
+the paper's l1inf):
+
+* ``share``: ||V_l[k]|| / sum_j ||V_l[j]||, the norm share of length k, next to
+  ``uniform_share`` C(l,k) H^k / (H+1)^l, the share by count;
+* ``effective_length``: sum_k k share_k, the norm-weighted mean length;
+* ``truncation_error``: ||X_l - (sum_{j<=k} V_l[j] + K_l)|| / ||X_l||, the
+  constant always kept;
+* ``constant_share``: ||K_l|| / ||X_l||; ``reconstruction_error``: how far the
+  frozen network's X_l is from the real run's (rounding only);
+
+and for the model's output (X_L; ln_f(X_L) for GPT-2) the same share and error,
+plus a task measure with only paths up to length k kept: the cosine of the
+mean-pooled output (the sentence embedding of encoder checkpoints such as
+MiniLM) to the full one, and for GPT-2 the next-token loss of its LM head,
+which is tied to the input embeddings (``wte``), so the base model has it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+
+from probe import frozen, metrics
+from probe.ablate import SAN_SKIP
+from probe.errors import ProbeError
+from probe.inputs import make_inputs, read_text
+from probe.load import ProbedModel
+from probe.results import command_line, utc_now, versions
+
+from .path_common import batches, check_tokens, load_models, model_attrs
+
+NORMS = ("fro", "l1inf")
+Progress = Callable[[int, int, str], None]
+
+
+def decompose(
+    model: str | Path | ProbedModel | torch.nn.Module,
+    *,
+    init: str = "both",
+    text: str | Path | None = None,
+    sequences: int = 8,
+    tokens: int = 128,
+    seed: int = 0,
+    device: str | None = None,
+    dtype: str | None = "float64",
+    batch_size: int = 4,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
+    command: str | None = None,
+) -> xr.Dataset:
+    """The path-length decomposition Dataset of ``model`` (see the module docstring)."""
+    if batch_size < 1:
+        raise ProbeError("--batch-size must be at least 1")
+    if text is not None:
+        read_text(text)
+    models = load_models(model, init, seed, device, dtype)
+    first = models[0]
+    check_tokens(first, tokens)
+    inputs = make_inputs(
+        first.tokenizer,
+        first.config.vocab_size,
+        text=text,
+        sequences=sequences,
+        tokens=tokens,
+        seed=seed,
+        warn=warn,
+    )
+    L = first.n_layers
+    has_lm = first.adapter.lm_head(first.model) is not None
+    S, K, N = inputs.sequences, L + 1, len(NORMS)
+    per_layer = {
+        name: np.full((len(models), K, K, S, N), np.nan) for name in ("share", "truncation_error")
+    }
+    per_layer |= {
+        name: np.full((len(models), K, S, N), np.nan)
+        for name in ("effective_length", "constant_share")
+    }
+    per_layer["reconstruction_error"] = np.full((len(models), K, S), np.nan)
+    output = {
+        name: np.full((len(models), K, S, N), np.nan) for name in ("output_share", "output_error")
+    }
+    output["cosine"] = np.full((len(models), K, S), np.nan)
+    if has_lm:
+        output["loss"] = np.full((len(models), K, S), np.nan)
+        output["loss_full"] = np.full((len(models), S), np.nan)
+    chunks = batches(inputs, batch_size)
+    total, done = len(models) * len(chunks), 0
+    for i, probed in enumerate(models):
+        weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]
+        for start, ids, mask in chunks:
+            part = slice(start, start + ids.shape[0])
+            run = frozen_run(probed, weights, ids, mask)
+            # Layer by layer, only the current terms held; the last yield is the output
+            # (X_L, or GPT-2's ln_f(X_L) as one extra yield).
+            for layer, (terms, const) in enumerate(
+                frozen.iter_path_terms(run["layers"], run["x0"], run["final"])
+            ):
+                if layer < K:
+                    _fill(per_layer, i, layer, part, layer_stats(terms, const, run["xs"][layer]))
+            out = layer_stats(terms, const, None)
+            output["output_share"][i, :, part] = out["share"]
+            output["output_error"][i, :, part] = out["truncation_error"]
+            y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
+            output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
+            if has_lm:
+                head = probed.adapter.lm_head(probed.model)
+                output["loss"][i, :, part] = lm_loss(y_partial, head, ids).cpu().numpy()
+                real = run["xs"][-1] if run["final"] is None else run["output"]
+                output["loss_full"][i, part] = lm_loss(real[None], head, ids)[0].cpu().numpy()
+            done += 1
+            if progress is not None:
+                progress(done, total, f"{probed.init} decomposition")
+    return _dataset(per_layer, output, models, inputs, command)
+
+
+def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None:
+    for name, value in stats.items():
+        if name in ("share", "truncation_error"):  # (k <= layer, sequence, norm)
+            per_layer[name][i, layer, : value.shape[0], part] = value
+        else:
+            per_layer[name][i, layer, part] = value
+
+
+def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
+    """The SAN+skip run's X_0..X_L and the frozen layers (and final norm) it defines."""
+    device = probed.device
+    reads: list[dict] = []  # outside the trace: nnsight keeps what the body appends
+    root = probed.envoy
+    with (
+        torch.no_grad(),
+        root.trace(
+            input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            **probed.adapter.forward_kwargs,
+        ) as tracer,
+    ):
+        for layer in probed.adapter.paths_stream(root, tracer, SAN_SKIP, norms=True):
+            reads.append(layer)
+    if len(reads) != probed.n_layers + 1:
+        raise RuntimeError(f"traced {len(reads)} layers, expected {probed.n_layers + 1}")
+    xs = [r["x"].to(torch.float64) for r in reads]
+    layers = [
+        frozen.freeze(w, r["attn"], r["norm_input"])
+        for w, r in zip(weights, reads[1:], strict=True)
+    ]
+    final, output = None, None
+    norm = probed.adapter.final_norm(probed.model)
+    if norm is not None:
+        gamma, beta, eps = norm
+        final = frozen.FrozenNorm(
+            gamma.to(torch.float64), beta.to(torch.float64), frozen.inverse_sigma(xs[-1], eps)
+        )
+        output = torch.nn.functional.layer_norm(
+            xs[-1], (xs[-1].shape[-1],), final.gamma, final.beta, eps
+        )
+    return {
+        "x0": xs[0],
+        "xs": xs,
+        "layers": layers,
+        "final": final,
+        "output": output,
+        "attn": [r["attn"] for r in reads[1:]],
+        "norm_inputs": [r["norm_input"] for r in reads[1:]],
+    }
+
+
+def layer_stats(terms: torch.Tensor, const: torch.Tensor, real: torch.Tensor | None) -> dict:
+    """Shares, truncation errors and effective length of one layer's decomposition.
+
+    ``terms`` (k, batch, token, hidden), ``const`` (batch, token, hidden); arrays
+    come back as (k, batch, norm) or (batch, norm); ``real`` adds the
+    reconstruction error against the real run.
+    """
+    full = terms.sum(0) + const
+    term_norms = _norms(terms)  # (k, batch, norm)
+    share = term_norms / term_norms.sum(0, keepdim=True)
+    lengths = torch.arange(terms.shape[0], dtype=torch.float64, device=terms.device)[:, None, None]
+    full_norm = _norms(full)  # (batch, norm)
+    partial = torch.cumsum(terms, 0) + const
+    stats = {
+        "share": share.cpu().numpy(),
+        "truncation_error": (_norms(partial - full) / full_norm).cpu().numpy(),
+        "effective_length": (lengths * share).sum(0).cpu().numpy(),
+        "constant_share": (_norms(const) / full_norm).cpu().numpy(),
+    }
+    if real is not None:
+        stats["reconstruction_error"] = (
+            (metrics.matrix_norm(full - real, "fro") / metrics.matrix_norm(real, "fro"))
+            .cpu()
+            .numpy()
+        )
+    return stats
+
+
+def _norms(x: torch.Tensor) -> torch.Tensor:
+    return torch.stack([metrics.matrix_norm(x, norm) for norm in NORMS], -1)
+
+
+def pooled_cosine(partial: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
+    """Cosine of the token-mean of each partial output (k, batch, ...) to the full one's."""
+    a, b = partial.mean(-2), full.mean(-2)  # (k, batch, hidden), (batch, hidden)
+    return torch.nn.functional.cosine_similarity(a, b.expand_as(a), dim=-1)
+
+
+def lm_loss(outputs: torch.Tensor, head: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+    """Next-token cross-entropy (nats/token) of logits = output head^T, per (k, sequence).
+
+    The vocabulary projection runs in float32, one (token, vocab) block at a
+    time: it is a task measure, and float64 blocks of 50k logits cost 2x for nothing.
+    """
+    head32 = head.to(torch.float32)
+    targets = input_ids[:, 1:].to(head.device)
+    loss = torch.empty(outputs.shape[:2], dtype=torch.float64)
+    for k in range(outputs.shape[0]):
+        for b in range(outputs.shape[1]):
+            logits = outputs[k, b, :-1].to(torch.float32) @ head32.T  # (token-1, vocab)
+            loss[k, b] = torch.nn.functional.cross_entropy(logits, targets[b]).double()
+    return loss
+
+
+def _dataset(per_layer, output, models, inputs, command) -> xr.Dataset:
+    first = models[0]
+    L, H = first.n_layers, first.adapter.n_heads(first.config)
+    k = np.arange(L + 1)
+    uniform = np.full((L + 1, L + 1), np.nan)
+    for layer in range(L + 1):
+        for j in range(layer + 1):
+            uniform[layer, j] = math.comb(layer, j) * H**j / (H + 1) ** layer
+    d5 = ("init", "layer", "path_length", "sequence", "norm")
+    d4 = ("init", "layer", "sequence", "norm")
+    o4 = ("init", "path_length", "sequence", "norm")
+    variables = {
+        "share": (d5, per_layer["share"]),
+        "truncation_error": (d5, per_layer["truncation_error"]),
+        "effective_length": (d4, per_layer["effective_length"]),
+        "constant_share": (d4, per_layer["constant_share"]),
+        "reconstruction_error": (("init", "layer", "sequence"), per_layer["reconstruction_error"]),
+        "uniform_share": (("layer", "path_length"), uniform),
+        "uniform_mean_length": (("layer",), k * H / (H + 1)),
+        "output_share": (o4, output["output_share"]),
+        "output_error": (o4, output["output_error"]),
+        "cosine": (("init", "path_length", "sequence"), output["cosine"]),
+    }
+    if "loss" in output:
+        variables["loss"] = (("init", "path_length", "sequence"), output["loss"])
+        variables["loss_full"] = (("init", "sequence"), output["loss_full"])
+    ds = xr.Dataset(
+        variables,
+        coords={
+            "init": [m.init for m in models],
+            "layer": k,
+            "path_length": k,
+            "sequence": np.arange(inputs.sequences),
+            "norm": list(NORMS),
+        },
+    )
+    long_names = {
+        "share": "norm share ||V_l[k]|| / sum_j ||V_l[j]|| of the paths of length k",
+        "truncation_error": "||X_l - (paths of length <= k + constant)|| / ||X_l||",
+        "effective_length": "norm-weighted mean path length sum_k k share_k",
+        "constant_share": "||K_l|| / ||X_l||, K_l the constant gathering every bias",
+        "reconstruction_error": "||frozen X_l - real SAN+skip X_l||_F / ||real X_l||_F",
+        "uniform_share": "share of paths of length k by count, C(l,k) H^k / (H+1)^l",
+        "uniform_mean_length": "mean path length by count, l H / (H+1)",
+        "output_share": "norm share of length k in the output",
+        "output_error": "relative error of the output keeping paths of length <= k",
+        "cosine": "cosine of the mean-pooled output keeping paths <= k to the full one",
+    }
+    if "loss" in output:
+        long_names["loss"] = "next-token loss (nats/token) of the tied LM head, paths <= k"
+        long_names["loss_full"] = "next-token loss of the real SAN+skip output"
+    for name, text in long_names.items():
+        ds[name].attrs["long_name"] = text
+    ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output); the residual stream X_l"
+    adapter = first.adapter
+    position = (
+        "after the sum of skip and heads (post-LN)"
+        if adapter.norm_position == "post"
+        else "on the heads' input only (pre-LN); the final ln_f is part of the output"
+    )
+    ds.attrs = {
+        "analysis": "paths-decompose",
+        **model_attrs(models, inputs),
+        "variant": "SAN+skip",
+        "task": "loss" if "loss" in output else "cosine",
+        "frozen": (
+            f"SAN+skip variant (MLPs removed). Frozen from its real forward pass: the attention "
+            f"probabilities of every head and the per-token 1/sigma of each layer's LayerNorm, "
+            f"which sits {position}. X_l is the output of layer l"
+            + (
+                " (the normalised output, for a post-LN family)"
+                if adapter.norm_position == "post"
+                else ""
+            )
+            + "; the constant gathering every bias is reported separately (constant_share) and "
+            "always kept when paths are truncated."
+        ),
+        **versions(),
+        "command": command or command_line(),
+        "created": utc_now(),
+        "ablation_table": json.dumps(list(adapter.table)),
+    }
+    return ds

@@ -1,0 +1,217 @@
+"""Chained attention along sampled paths (Dong, Cordonnier & Loukas 2021, Sections 2.2-2.3).
+
+A path of depth d picks d distinct layers l_1 < ... < l_d and one head in each.
+Along it the attention matrices of one sequence multiply, the latest layer on
+the left:
+
+    P = A^{l_d}_{h_d} ... A^{l_1}_{h_1}.
+
+Every A is row-stochastic, so P is too; the paper shows that such a product
+approaches a rank-one matrix 1 p^T doubly exponentially in d.  For every depth
+d = 1..L this module draws ``samples`` paths uniformly among the C(L,d) H^d of
+that depth (and a sequence uniformly), takes the attention probabilities of a
+real forward pass of the unablated model, and measures
+
+    ||P - 1 p^T|| / ||P||       p = the mean row of P         (fit "mean")
+    ||P - rank1_SVD(P)|| / ||P||                              (fit "svd")
+
+in every norm of ``probe.metrics`` (the composite l1inf norm is the paper's).
+The same seed gives the same paths for every init, so pretrained and random
+weights are compared on identical samples.  Only the attention slices the
+samples need leave the trace; products are formed in float64.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+
+from probe import metrics
+from probe.ablate import TRANSFORMER
+from probe.errors import ProbeError
+from probe.inputs import make_inputs, read_text
+from probe.load import ProbedModel
+from probe.paths import SKIP, path_str, random_path
+from probe.paths import Path as PathTuple
+from probe.results import command_line, utc_now, versions
+
+from .path_common import batches, check_tokens, load_models, model_attrs
+
+Progress = Callable[[int, int, str], None]
+
+
+def sample(
+    model: str | Path | ProbedModel | torch.nn.Module,
+    *,
+    samples: int = 100,
+    init: str = "both",
+    text: str | Path | None = None,
+    sequences: int = 32,
+    tokens: int = 128,
+    seed: int = 0,
+    device: str | None = None,
+    dtype: str | None = None,
+    batch_size: int = 8,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
+    command: str | None = None,
+) -> xr.Dataset:
+    """Distance from rank one of attention products along sampled paths (module docstring)."""
+    if samples < 1:
+        raise ProbeError("--samples must be at least 1")
+    if batch_size < 1:
+        raise ProbeError("--batch-size must be at least 1")
+    if text is not None:
+        read_text(text)
+    models = load_models(model, init, seed, device, dtype)
+    first = models[0]
+    check_tokens(first, tokens)
+    inputs = make_inputs(
+        first.tokenizer,
+        first.config.vocab_size,
+        text=text,
+        sequences=sequences,
+        tokens=tokens,
+        seed=seed,
+        warn=warn,
+    )
+    L, H = first.n_layers, first.adapter.n_heads(first.config)
+    drawn = draw(L, H, samples, inputs.sequences, seed)
+    ratio = np.full((len(models), L, samples, len(metrics.FITS), len(metrics.NORMS)), np.nan)
+    chunks = batches(inputs, batch_size)
+    total, done = len(models) * len(chunks), 0
+    for i, probed in enumerate(models):
+        for start, ids, mask in chunks:
+            stop = start + ids.shape[0]
+            mine = [
+                (d, s, path, seq - start)
+                for d, row in enumerate(drawn)
+                for s, (path, seq) in enumerate(row)
+                if start <= seq < stop
+            ]
+            if mine:
+                products = chain(probed, ids, mask, [(p, q) for _, _, p, q in mine])
+                values = metrics.collapse_metrics(products)["relative_residual"]
+                for (d, s, _, _), value in zip(mine, values.cpu().numpy(), strict=True):
+                    ratio[i, d, s] = value
+            done += 1
+            if progress is not None:
+                progress(done, total, f"{probed.init} attention")
+    return _dataset(ratio, drawn, models, inputs, samples, command)
+
+
+def draw(layers: int, heads: int, samples: int, sequences: int, seed: int):
+    """Per depth d = 1..L, ``samples`` (path, sequence) pairs, reproducible from ``seed``."""
+    rng = random.Random(seed)
+    return [
+        [(random_path(layers, heads, d, rng), rng.randrange(sequences)) for _ in range(samples)]
+        for d in range(1, layers + 1)
+    ]
+
+
+def attention_slices(
+    probed: ProbedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    wanted: list[list[tuple[int, int]]],
+) -> list[torch.Tensor]:
+    """Per layer l, the attention matrices (n_l, token, token) of the (sequence, head) pairs ``wanted[l]``.
+
+    Only these slices leave the trace (reduction next to the model).
+    """
+    device = probed.device
+    index = [
+        (
+            torch.tensor([s for s, _ in pairs], dtype=torch.long, device=device),
+            torch.tensor([h for _, h in pairs], dtype=torch.long, device=device),
+        )
+        for pairs in wanted
+    ]
+    picked: list[torch.Tensor] = []  # outside the trace: nnsight keeps what the body appends
+    root = probed.envoy
+    with (
+        torch.no_grad(),
+        root.trace(
+            input_ids.to(device),
+            attention_mask=attention_mask.to(device),
+            **probed.adapter.forward_kwargs,
+        ) as tracer,
+    ):
+        layer = 0
+        for reads in probed.adapter.paths_stream(root, tracer, TRANSFORMER, norms=False):
+            if "attn" not in reads:
+                continue  # X_0
+            seqs, heads = index[layer]
+            picked.append(reads["attn"][seqs, heads])  # (n_l, token, token)
+            layer += 1
+    if len(picked) != probed.n_layers:
+        raise RuntimeError(f"traced {len(picked)} attention layers, expected {probed.n_layers}")
+    return picked
+
+
+def chain(
+    probed: ProbedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    paths: list[tuple[PathTuple, int]],
+) -> torch.Tensor:
+    """P = A_{l_d} ... A_{l_1} (float64, (n, token, token)) for each (path, sequence in batch)."""
+    L = probed.n_layers
+    wanted: list[list[tuple[int, int]]] = [[] for _ in range(L)]
+    where: dict[tuple[int, int, int], int] = {}
+    for path, seq in paths:
+        for layer, head in enumerate(path):
+            if head is not SKIP and (layer, seq, head) not in where:
+                where[layer, seq, head] = len(wanted[layer])
+                wanted[layer].append((seq, head))
+    slices = attention_slices(probed, input_ids, attention_mask, wanted)
+    tokens = input_ids.shape[1]
+    out = torch.empty((len(paths), tokens, tokens), dtype=torch.float64)
+    for n, (path, seq) in enumerate(paths):
+        product = torch.eye(tokens, dtype=torch.float64)
+        for layer, head in enumerate(path):
+            if head is not SKIP:  # latest layer on the left
+                product = slices[layer][where[layer, seq, head]].to("cpu", torch.float64) @ product
+        out[n] = product
+    return out
+
+
+def _dataset(ratio, drawn, models, inputs, samples, command) -> xr.Dataset:
+    first = models[0]
+    L = first.n_layers
+    depth = np.arange(1, L + 1)
+    coords = {
+        "init": [m.init for m in models],
+        "depth": depth,
+        "sample": np.arange(samples),
+        "fit": list(metrics.FITS),
+        "norm": list(metrics.NORMS),
+        "path": (("depth", "sample"), np.array([[path_str(p) for p, _ in row] for row in drawn])),
+        "sequence": (("depth", "sample"), np.array([[q for _, q in row] for row in drawn])),
+    }
+    ds = xr.Dataset(
+        {"ratio": (("init", "depth", "sample", "fit", "norm"), ratio)},
+        coords=coords,
+    )
+    ds["ratio"].attrs["long_name"] = "||P - 1 p^T|| / ||P|| of the attention product along a path"
+    ds["path"].attrs["long_name"] = (
+        "the sampled path, one entry per layer: 's' (not on the path) or the head index"
+    )
+    ds["sequence"].attrs["long_name"] = "index of the input sequence the path was taken in"
+    ds.attrs = {
+        "analysis": "paths-sample",
+        **model_attrs(models, inputs),
+        "samples": samples,
+        "variant": "transformer",
+        **versions(),
+        "command": command or command_line(),
+        "created": utc_now(),
+        "ablation_table": json.dumps(list(first.adapter.table)),
+    }
+    return ds

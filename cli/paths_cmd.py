@@ -1,0 +1,229 @@
+"""``probe paths``: count paths, sample chained attention along paths, decompose by path length.
+
+One command with three modes, each following the collapse flow: analysis ->
+Dataset -> result file + report beside it -> index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import xarray as xr
+from rich.table import Table
+
+from probe.errors import ProbeError
+
+from .console import Reporter, command_line, out, settings, warn
+from .output import check_out_dir, write_index, wrote
+
+
+def paths(
+    model: Annotated[
+        str | None,
+        typer.Argument(
+            help="Hub id, local folder or `minilm` (--sample/--decompose); for --count optional.",
+            metavar="MODEL",
+        ),
+    ] = None,
+    count: Annotated[
+        bool, typer.Option("--count", help="Count paths per length (no model needed).")
+    ] = False,
+    sample: Annotated[
+        bool, typer.Option("--sample", help="Distance from rank one of attention along paths.")
+    ] = False,
+    decompose: Annotated[
+        bool, typer.Option("--decompose", help="Exact path-length decomposition (SAN+skip).")
+    ] = False,
+    layers: Annotated[int | None, typer.Option(help="--count: number of layers L.")] = None,
+    heads: Annotated[int | None, typer.Option(help="--count: heads per layer H.")] = None,
+    samples: Annotated[int, typer.Option(min=1, help="--sample: paths per depth.")] = 100,
+    init: Annotated[str, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
+    text: Annotated[
+        Path | None,
+        typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
+    ] = None,
+    sequences: Annotated[
+        int | None,
+        typer.Option(
+            min=1, help="Number of sequences [default: 32 for --sample, 8 for --decompose]."
+        ),
+    ] = None,
+    tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
+    seed: Annotated[
+        int,
+        typer.Option(
+            min=0, max=2**63 - 1, help="Seed for init, sampling and synthetic inputs (0 to 2^63-1)."
+        ),
+    ] = 0,
+    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    dtype: Annotated[
+        str | None,
+        typer.Option(help="float32 or float64 [default: float32 for --sample, float64 otherwise]."),
+    ] = None,
+    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 8,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for results and reports.")] = Path(
+        "probe-reports"
+    ),
+) -> None:
+    """Attention paths: --count, --sample MODEL or --decompose MODEL."""
+    from probe.analyses import paths as analysis
+
+    modes = [
+        name for name, on in (("count", count), ("sample", sample), ("decompose", decompose)) if on
+    ]
+    if len(modes) != 1:
+        raise ProbeError("choose one of --count, --sample MODEL, --decompose MODEL")
+    mode = modes[0]
+    if mode != "count":
+        if model is None:
+            raise ProbeError(f"--{mode} needs a MODEL (a hub id, a local folder, or minilm)")
+        if layers is not None or heads is not None:
+            raise ProbeError("--layers/--heads go with --count only")
+    settings["quiet"] = quiet
+    check_out_dir(out_dir)
+    command = command_line()
+    if mode == "count":
+        ds = analysis.count(model, layers=layers, heads=heads, command=command)
+        print_count(ds)
+    else:
+        options = dict(
+            init=init,
+            text=text,
+            tokens=tokens,
+            seed=seed,
+            device=device,
+            batch_size=batch_size,
+            warn=warn,
+            command=command,
+        )
+        if sequences is not None:
+            options["sequences"] = sequences
+        if dtype is not None:
+            options["dtype"] = dtype
+        reporter = Reporter()
+        with reporter.bar(0):
+            if mode == "sample":
+                ds = analysis.sample(model, samples=samples, progress=reporter.update, **options)
+            else:
+                ds = analysis.decompose(model, progress=reporter.update, **options)
+        (print_sample if mode == "sample" else print_decompose)(ds)
+    nc, html = write_paths_result(ds, out_dir)
+    out.print(f"result: {nc}")
+    out.print(f"report: {html}")
+    out.print(f"index: {write_index(out_dir)}")
+
+
+def write_paths_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
+    """DIR/<name>.nc and DIR/<name>.html as one unit (see probe.results.write_together)."""
+    from probe.reports.paths_report import paths_report_name, render_paths
+    from probe.results import write_netcdf, write_together
+
+    name = paths_report_name(ds)
+    nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"
+    page = render_paths(ds, result_file=nc.name)
+    write_together(
+        {
+            nc: lambda tmp: write_netcdf(ds, tmp),
+            html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
+        }
+    )
+    wrote(nc, html)
+    return nc, html
+
+
+def print_count(ds: xr.Dataset) -> None:
+    """One architecture: per-length exact counts; several: one row each."""
+    if ds.sizes["architecture"] == 1:
+        one = ds.isel(architecture=0)
+        table = Table(
+            title=f"{one.architecture.item()}: L={int(one.layers)}, H={int(one.heads)}",
+            title_justify="left",
+        )
+        for column in ("k", "paths of length k", "share", "share up to k"):
+            table.add_column(column, justify="right", overflow="fold")
+        for k in ds.path_length.values:
+            n = str(one["count"].sel(path_length=k).values)
+            if n:
+                table.add_row(
+                    str(int(k)),
+                    n,
+                    f"{float(one['share'].sel(path_length=k)):.4g}",
+                    f"{float(one['cumulative_share'].sel(path_length=k)):.4g}",
+                )
+        out.print(table)
+        out.print(f"{one['total'].item()} paths in total; mean length {float(one.mean_length):.4g}")
+        return
+    table = Table(title="attention paths per architecture", title_justify="left")
+    for column in ("architecture", "L", "H", "mean length", "log10 paths"):
+        table.add_column(column, justify="left" if column == "architecture" else "right")
+    for name in ds.architecture.values:
+        one = ds.sel(architecture=name)
+        table.add_row(
+            str(name),
+            str(int(one.layers)),
+            str(int(one.heads)),
+            f"{float(one.mean_length):.4g}",
+            f"{float(one.log10_total):.4g}",
+        )
+    out.print(table)
+    # Exact totals and sources as plain lines: a table cell would cut or fold them.
+    out.print("paths in total, (H+1)^L:")
+    for name in ds.architecture.values:
+        out.print(f"  {name}: {ds['total'].sel(architecture=name).item()}")
+    out.print("sources of (L, H):")
+    for name in ds.architecture.values:
+        out.print(f"  {name}: {ds['source'].sel(architecture=name).item()}")
+
+
+def print_sample(ds: xr.Dataset) -> None:
+    from probe.plot_paths import fit_decay
+
+    fits = fit_decay(ds)
+    table = Table(
+        title=f"{ds.attrs['model']} · median ||P - 1p^T|| / ||P|| (l1inf) along sampled paths",
+        title_justify="left",
+    )
+    table.add_column("depth", justify="right")
+    for init in ds.init.values:
+        table.add_column(str(init), justify="right")
+    for d in ds.depth.values:
+        table.add_row(
+            str(int(d)),
+            *(f"{float(fits['median'].sel(init=i, depth=d)):.3g}" for i in ds.init.values),
+        )
+    out.print(table)
+    for init in ds.init.values:
+        out.print(
+            f"{init}: decay x10^{float(fits['rate'].sel(init=init)):.3g} per layer, "
+            f"fitted order {float(fits['order'].sel(init=init)):.3g}"
+        )
+
+
+def print_decompose(ds: xr.Dataset) -> None:
+    last = int(ds.layer.max())
+    for init in ds.init.values:
+        one = ds.sel(init=init, norm="fro")
+        table = Table(
+            title=f"{ds.attrs['model']} · {init} · SAN+skip output (layer {last}) by path length",
+            title_justify="left",
+        )
+        for column in ("k", "norm share", "count share", "error keeping <= k", ds.attrs["task"]):
+            table.add_column(column, justify="right")
+        task = ds["loss" if "loss" in ds else "cosine"].sel(init=init).mean("sequence")
+        for k in ds.path_length.values:
+            table.add_row(
+                str(int(k)),
+                f"{float(one['share'].sel(layer=last, path_length=k).mean('sequence')):.3g}",
+                f"{float(ds['uniform_share'].sel(layer=last, path_length=k)):.3g}",
+                f"{float(one['truncation_error'].sel(layer=last, path_length=k).mean('sequence')):.3g}",
+                f"{float(task.sel(path_length=k)):.4g}",
+            )
+        out.print(table)
+        eff = float(one["effective_length"].sel(layer=last).mean("sequence"))
+        out.print(
+            f"{init}: effective path length {eff:.3g} "
+            f"(count mean {float(ds['uniform_mean_length'].sel(layer=last)):.3g})"
+        )

@@ -1,0 +1,272 @@
+"""Figures of the path analyses: pure functions from an xarray.Dataset to a matplotlib Figure.
+
+* :func:`count_shares` — share of paths against path length, one line per
+  architecture (``probe paths --count``);
+* :func:`sample_ratios` — distance from rank one of attention products along
+  sampled paths against depth, a box per depth and init, with the fitted decay
+  and a doubly exponential reference (``probe paths --sample``);
+* :func:`decompose_shares`, :func:`decompose_error` — how the residual stream
+  splits over path lengths, and what keeping only short paths costs
+  (``probe paths --decompose``).
+
+Like ``probe.plot`` nothing here does I/O or touches pyplot.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import seaborn as sns
+import xarray as xr
+from matplotlib.colors import to_hex
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
+
+from .plot import INITS, _plain, _style, ordered
+
+_INIT_COLOURS = {"pretrained": to_hex(sns.color_palette("colorblind")[0]), "random": "#d55e00"}
+_REFERENCE = "#555555"
+
+
+def init_colour(init: str) -> str:
+    return _INIT_COLOURS.get(init, "#7f7f7f")
+
+
+def _shifted_log_axis(ax, longest: int) -> None:
+    """x = k + 1 on a log axis, labelled k, so that length 0 is drawn (at 1)."""
+    ax.set_xscale("log")
+    ticks = [k for k in (0, 1, 2, 3, 5, 10, 20, 30, 50, 100) if k <= longest]
+    ax.xaxis.set_major_locator(FixedLocator([k + 1 for k in ticks]))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{round(x - 1):d}"))
+    ax.set_xlim(0.9, longest + 1.5)
+
+
+# --- counting ---------------------------------------------------------------------
+
+
+def count_shares(ds: xr.Dataset) -> Figure:
+    """Share C(L,k) H^k / (H+1)^L against k, one line per architecture.
+
+    The x-axis is logarithmic in k + 1 and labelled with k, so the single path
+    of length 0 (all skips) stays on the plot.
+    """
+    names = [str(a) for a in ds.architecture.values]
+    palette = sns.color_palette("husl", len(names))
+    with _style():
+        fig = Figure(figsize=(8.0, 4.6), layout="constrained")
+        ax = fig.subplots()
+        for i, name in enumerate(names):
+            one = ds.sel(architecture=name)
+            share = one["share"].values
+            k = ds.path_length.values[np.isfinite(share)]
+            dashed = str(one["group"].values) == "today"
+            ax.plot(
+                k + 1,
+                share[np.isfinite(share)],
+                color=to_hex(palette[i]),
+                linestyle="--" if dashed else "-",
+                linewidth=1.5,
+                label=f"{_plain(name)} (L={int(one.layers)}, H={int(one.heads)})",
+            )
+        _shifted_log_axis(ax, int(ds.path_length.max()))
+        ax.set_xlabel("path length k (log axis at k + 1)")
+        ax.set_ylabel(r"share of paths $\binom{L}{k} H^k / (H+1)^L$")
+        ax.set_ylim(0, None)
+        fig.legend(loc="outside right center", fontsize="small")
+    return fig
+
+
+# --- sampling ---------------------------------------------------------------------
+
+
+def fit_decay(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> xr.Dataset:
+    """Per init: the median ratio per depth and two fits of it.
+
+    ``rate``: slope of log10(median) against depth (exponential decay: a
+    straight line on the log axis).  ``order``: slope of log median(d+1)
+    against log median(d) over the depths where the median lies in
+    [10 eps, 0.5]; an order of 3 is the cubic contraction whose iterates fall
+    doubly exponentially (the paper's bound), 1 is exponential decay.
+    """
+    ratio = ds["ratio"].sel(fit=fit, norm=norm)
+    floor = 10 * float(np.finfo(str(ds.attrs.get("dtype", "float64"))).eps)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        median = ratio.median("sample")
+    rates, orders = [], []
+    depth = ds.depth.values.astype(float)
+    for init in ds.init.values:
+        m = median.sel(init=init).values
+        ok = np.isfinite(m) & (m > floor)
+        rates.append(np.polyfit(depth[ok], np.log10(m[ok]), 1)[0] if ok.sum() >= 2 else np.nan)
+        a, b = m[:-1], m[1:]
+        pair = np.isfinite(a) & np.isfinite(b) & (a > floor) & (b > floor) & (a < 0.5)
+        if pair.sum() >= 2:
+            orders.append(np.polyfit(np.log(a[pair]), np.log(b[pair]), 1)[0])
+        else:
+            orders.append(np.nan)
+    return xr.Dataset(
+        {
+            "median": median,
+            "rate": ("init", np.asarray(rates, float)),
+            "order": ("init", np.asarray(orders, float)),
+        }
+    )
+
+
+def sample_ratios(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> Figure:
+    """Box plot of the ratio against depth (log y), one colour per init.
+
+    Beside the boxes: the fitted exponential decay of the median (solid) and the
+    doubly exponential reference r(d) = r(1)^(3^(d-1)) from the depth-1 median
+    (dotted), the shape of the paper's bound.
+    """
+    inits = ordered(ds.init.values, INITS)
+    fits = fit_decay(ds, fit, norm)
+    depth = ds.depth.values
+    floor = float(np.finfo(str(ds.attrs.get("dtype", "float64"))).eps)
+    width = 0.8 / len(inits)
+    with _style():
+        fig = Figure(figsize=(max(6.0, 0.45 * len(depth) + 3), 4.4), layout="constrained")
+        ax = fig.subplots()
+        for i, init in enumerate(inits):
+            c = init_colour(init)
+            values = ds["ratio"].sel(init=init, fit=fit, norm=norm).values  # (depth, sample)
+            data = [np.clip(v[np.isfinite(v)], floor, None) for v in values]
+            offset = (i - (len(inits) - 1) / 2) * width
+            ax.boxplot(
+                data,
+                positions=depth + offset,
+                widths=width * 0.9,
+                patch_artist=True,
+                manage_ticks=False,
+                boxprops={"facecolor": c, "alpha": 0.35, "edgecolor": c},
+                medianprops={"color": c},
+                whiskerprops={"color": c},
+                capprops={"color": c},
+                flierprops={"markeredgecolor": c, "markersize": 2},
+            )
+            m = fits["median"].sel(init=init).values
+            rate = float(fits["rate"].sel(init=init))
+            if np.isfinite(rate) and np.isfinite(m[0]):
+                ok = np.isfinite(m) & (m > 10 * floor)
+                d0 = depth[ok]
+                intercept = np.mean(np.log10(m[ok]) - rate * d0)
+                ax.plot(
+                    depth,
+                    np.clip(10 ** (intercept + rate * depth), floor, None),
+                    color=c,
+                    linewidth=1.2,
+                    label=f"{init}: fitted decay, ×10^{rate:.2f} per layer",
+                )
+            if np.isfinite(m[0]) and 0 < m[0] < 1:
+                reference = np.clip(m[0] ** (3.0 ** (depth - depth[0])), floor, None)
+                ax.plot(
+                    depth,
+                    reference,
+                    color=c,
+                    linestyle=":",
+                    linewidth=1.2,
+                    label=f"{init}: doubly exponential r(1)^(3^(d-1))",
+                )
+        ax.set_yscale("log")
+        ax.set_xticks(depth)
+        ax.set_xlabel("depth d (heads along the path)")
+        ax.set_ylabel(rf"$\|P - \mathbf{{1}}p^T\|$ / $\|P\|$ ({norm}, fit {fit})")
+        ax.set_ylim(floor / 3, 3)
+        ax.axhline(floor, color=_REFERENCE, linewidth=0.8, linestyle=":")
+        ax.set_title(f"{_plain(str(ds.attrs.get('model', '')))}: attention products along paths")
+        fig.legend(loc="outside lower center", ncols=2, fontsize="small")
+    return fig
+
+
+# --- decomposition ----------------------------------------------------------------
+
+
+def decompose_shares(ds: xr.Dataset, init: str, norm: str = "fro") -> Figure:
+    """Norm share of each path length at the last layer, against the uniform count share."""
+    one = ds.sel(init=init, norm=norm)
+    last = int(ds.layer.max())
+    share = one["output_share"].mean("sequence").values
+    k = ds.path_length.values
+    with _style():
+        fig = Figure(figsize=(7.0, 4.2), layout="constrained")
+        ax = fig.subplots()
+        ax.plot(k + 1, share, marker="o", color=init_colour(init), label="norm share (this model)")
+        ax.plot(
+            k + 1,
+            ds["uniform_share"].sel(layer=last).values,
+            marker="s",
+            linestyle="--",
+            color=_REFERENCE,
+            label=r"count share $\binom{L}{k}H^k/(H+1)^L$",
+        )
+        _shifted_log_axis(ax, int(k.max()))
+        ax.set_yscale("log")
+        ax.set_xlabel("path length k (log axis at k + 1)")
+        ax.set_ylabel(f"share of the output ({norm} norm)")
+        ax.set_title(f"{_plain(str(ds.attrs.get('model', '')))} ({init}): where the output lives")
+        ax.legend(fontsize="small")
+    return fig
+
+
+def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
+    """Relative error of the output with paths up to length k kept, and the task measure."""
+    inits = ordered(ds.init.values, INITS)
+    k = ds.path_length.values
+    task = "loss" if "loss" in ds else "cosine"
+    with _style():
+        fig = Figure(figsize=(10.0, 4.0), layout="constrained")
+        left, right = fig.subplots(1, 2)
+        for init in inits:
+            c = init_colour(init)
+            err = ds["output_error"].sel(init=init, norm=norm)
+            mean_err = err.mean("sequence").values
+            # Keeping every path leaves no error (0 up to rounding): nothing to draw on a log axis.
+            mean_err = np.where(mean_err > 0, mean_err, np.nan)
+            left.plot(k, mean_err, marker="o", color=c, label=init)
+            measure = ds[task].sel(init=init).mean("sequence").values
+            right.plot(k, measure, marker="o", color=c, label=init)
+            if task == "loss":
+                full = float(ds["loss_full"].sel(init=init).mean("sequence"))
+                right.axhline(full, color=c, linestyle=":", linewidth=1)
+        left.set_yscale("log")
+        left.set_xlabel("paths kept: lengths 0..k")
+        left.set_ylabel(f"relative error of the output ({norm})")
+        right.set_xlabel("paths kept: lengths 0..k")
+        right.set_ylabel(
+            "LM loss (nats/token)" if task == "loss" else "cosine to the full mean-pooled output"
+        )
+        for ax in (left, right):
+            ax.set_xticks(k)
+            ax.legend(fontsize="small")
+    return fig
+
+
+def decompose_layers(ds: xr.Dataset, norm: str = "fro") -> Figure:
+    """Effective path length of the residual stream after each layer, against the count mean."""
+    inits = ordered(ds.init.values, INITS)
+    layers = ds.layer.values
+    with _style():
+        fig = Figure(figsize=(7.0, 4.0), layout="constrained")
+        ax = fig.subplots()
+        for init in inits:
+            eff = ds["effective_length"].sel(init=init, norm=norm)
+            mean, sd = eff.mean("sequence").values, eff.std("sequence").values
+            c = init_colour(init)
+            ax.fill_between(layers, mean - sd, mean + sd, color=c, alpha=0.18, linewidth=0)
+            ax.plot(layers, mean, marker="o", color=c, label=f"{init}: norm-weighted")
+        ax.plot(
+            layers,
+            ds["uniform_mean_length"].values,
+            linestyle="--",
+            color=_REFERENCE,
+            label="by count: l H / (H+1)",
+        )
+        ax.set_xticks(layers)
+        ax.set_xlabel("layer l")
+        ax.set_ylabel("mean path length")
+        ax.legend(fontsize="small")
+    return fig

@@ -1,0 +1,276 @@
+"""Reports of the path analyses (``paths-count``, ``paths-sample``, ``paths-decompose``).
+
+Same page, meta tags and figure machinery as the collapse report; one render
+function per analysis, picked by ``ds.attrs["analysis"]``.
+"""
+
+from __future__ import annotations
+
+import xarray as xr
+
+from probe.plot import INITS, ordered
+from probe.plot_paths import (
+    count_shares,
+    decompose_error,
+    decompose_layers,
+    decompose_shares,
+    fit_decay,
+    sample_ratios,
+)
+from probe.results import attrs_id
+
+from .figures import Figures, numbers
+from .naming import model_stem
+from .page import esc, href, page
+from .provenance import ablation_table, provenance_table
+from .tables import fmt
+
+ANALYSES = ("paths-count", "paths-sample", "paths-decompose")
+
+
+def is_paths(ds: xr.Dataset) -> bool:
+    return str(ds.attrs.get("analysis", "")) in ANALYSES
+
+
+def paths_report_name(ds: xr.Dataset) -> str:
+    """E.g. "paths-count-presets-1a2b3c4d", "paths-sample-minilm-pretrained-float32-1a2b3c4d"."""
+    parts = [str(ds.attrs["analysis"]), model_stem(ds.attrs.get("model", "model"))]
+    if "init" in ds.coords:
+        parts += ordered(ds.init.values, INITS)
+    if ds.attrs.get("dtype"):
+        parts.append(str(ds.attrs["dtype"]))
+    # Every other setting (seed, sizes, samples, text, ...) as a short hash, so that two
+    # runs that differ in any of them never write the same file.
+    parts.append(attrs_id(ds.attrs))
+    return "-".join(parts)
+
+
+def render_paths(ds: xr.Dataset, result_file: str | None = None) -> str:
+    result_file = result_file or f"{paths_report_name(ds)}.nc"
+    kind = str(ds.attrs["analysis"])
+    title, body = {
+        "paths-count": _count,
+        "paths-sample": _sample,
+        "paths-decompose": _decompose,
+    }[kind](ds, Figures())
+    header = (
+        f"<header><h1>{esc(title)}</h1>"
+        f'<p class="subtitle">created {esc(ds.attrs.get("created", "?"))} · probe '
+        f"{esc(ds.attrs.get('probe_version', '?'))}</p>"
+        f'<nav class="toc"><a href="{href(result_file)}">data ({esc(result_file)})</a></nav></header>'
+    )
+    reproduce = (
+        '<section id="summary"><p>Reproduce with:</p>'
+        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
+        f'<p>Data: <a href="{href(result_file)}">{esc(result_file)}</a> (netCDF).</p></section>'
+    )
+    details = ""
+    if ds.attrs.get("ablation_table"):
+        details = (
+            '<section id="ablations"><h2>Ablations in this family</h2>'
+            f"{ablation_table(ds.attrs)}</section>"
+        )
+    provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
+    return page(title, header + reproduce + body + details + provenance, _meta(ds, result_file))
+
+
+def _meta(ds: xr.Dataset, result_file: str) -> dict[str, str]:
+    inits = ordered(ds.init.values, INITS) if "init" in ds.coords else []
+    return {
+        "model": str(ds.attrs.get("model", "")),
+        "analysis": str(ds.attrs.get("analysis", "")),
+        "family": str(ds.attrs.get("family", "")),
+        "variants": str(ds.attrs.get("variant", "")),
+        "init": ",".join(inits),
+        "created": str(ds.attrs.get("created", "")),
+        "result": result_file,
+    }
+
+
+def _table(head: list[str], rows: list[list[str]], cls: str) -> str:
+    """Cells are HTML already (callers escape)."""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return (
+        f'<div class="table-scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
+def _big(value: object) -> str:
+    """An exact integer of any length, wrapped rather than cut."""
+    return f'<code style="word-break: break-all">{esc(value)}</code>'
+
+
+# --- counting ---------------------------------------------------------------------
+
+
+def _count(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
+    fig = figure(
+        count_shares(ds),
+        "Share of paths of each length, C(L,k) H<sup>k</sup> / (H+1)<sup>L</sup>. The x-axis is "
+        "logarithmic in k + 1 and labelled with k, so the single all-skip path (k = 0) is drawn "
+        "at 1. Solid: the architectures of the paper's path-length figure; dashed: today's models.",
+        "share of paths against path length",
+    )
+    rows = []
+    for name in ds.architecture.values:
+        one = ds.sel(architecture=name)
+        rows.append(
+            [
+                esc(name),
+                str(int(one.layers)),
+                str(int(one.heads)),
+                _big(one["total"].values),
+                fmt(float(one["log10_total"]), 4),
+                fmt(float(one["mean_length"]), 4),
+                esc(one["source"].values),
+            ]
+        )
+    summary = _table(
+        ["architecture", "L", "H", "paths (H+1)<sup>L</sup>", "log10", "mean length", "source"],
+        rows,
+        "paths-count",
+    )
+    per_length = []
+    for name in ds.architecture.values:
+        one = ds.sel(architecture=name)
+        lines = [
+            [str(int(k)), _big(one["count"].sel(path_length=k).values)]
+            + [fmt(float(one[v].sel(path_length=k)), 4) for v in ("share", "cumulative_share")]
+            for k in ds.path_length.values
+            if str(one["count"].sel(path_length=k).values)
+        ]
+        per_length.append(
+            numbers(
+                _table(["k", "paths of length k", "share", "share up to k"], lines, "counts"),
+                f"{name}: exact counts per length",
+            )
+        )
+    body = (
+        '<section id="counts"><h2>Paths per length</h2>'
+        "<p>An L-layer network with H heads per layer and skip connections is a sum of "
+        "(H+1)<sup>L</sup> paths; C(L,k) H<sup>k</sup> of them go through k heads. The shares are "
+        "a binomial distribution with mean L H / (H+1): by count, almost every path is long.</p>"
+        f"{fig}{summary}{''.join(per_length)}</section>"
+    )
+    title = "Attention paths: how many of each length"
+    return title, body
+
+
+# --- sampling ---------------------------------------------------------------------
+
+
+def _sample(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
+    fits = fit_decay(ds)
+    fig = figure(
+        sample_ratios(ds),
+        f"Relative distance from rank one, ‖P − 1p<sup>T</sup>‖ / ‖P‖ (l1inf norm, p the mean row), "
+        f"of the attention product P = A<sub>l_d</sub> ⋯ A<sub>l_1</sub> along "
+        f"{ds.sizes['sample']} sampled paths per depth d (d distinct layers, one head each, one "
+        "sequence). Boxes: quartiles; whiskers 1.5 IQR. Solid: exponential fit of the median; "
+        "dotted: the doubly exponential reference r(1)<sup>3<sup>d−1</sup></sup>. Clipped at the "
+        "dtype's epsilon.",
+        "ratio against depth, log axis",
+    )
+    rows = [
+        [
+            esc(init),
+            fmt(float(fits["rate"].sel(init=init)), 3),
+            fmt(float(fits["order"].sel(init=init)), 3),
+        ]
+        + [fmt(float(fits["median"].sel(init=init, depth=d)), 3) for d in ds.depth.values]
+        for init in ds.init.values
+    ]
+    head = ["init", "log10 decay per layer", "fitted order"] + [
+        f"median d={int(d)}" for d in ds.depth.values
+    ]
+    svd = ds["ratio"].sel(fit="svd", norm="l1inf").median("sample")
+    svd_rows = [
+        [esc(init)] + [fmt(float(svd.sel(init=init, depth=d)), 3) for d in ds.depth.values]
+        for init in ds.init.values
+    ]
+    body = (
+        '<section id="sample"><h2>Attention products along paths</h2>'
+        "<p>Each attention matrix is row-stochastic, so is their product; the paper shows the "
+        "product along a path of length d approaches a rank-one matrix 1p<sup>T</sup> doubly "
+        "exponentially in d. A fitted order near 3 is that cubic contraction, near 1 plain "
+        "exponential decay.</p>"
+        f"{fig}{_table(head, rows, 'fits')}"
+        + numbers(
+            _table(["init"] + head[3:], svd_rows, "svd"),
+            "Median distance to the best rank-one fit (SVD), l1inf",
+        )
+        + "</section>"
+    )
+    title = f"Attention paths in {ds.attrs.get('model', 'a model')}: chained attention"
+    return title, body
+
+
+# --- decomposition ----------------------------------------------------------------
+
+
+def _decompose(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
+    parts = []
+    for init in ordered(ds.init.values, INITS):
+        parts.append(
+            figure(
+                decompose_shares(ds, init),
+                f"{esc(init)} init: Frobenius-norm share of each path length in the output of the "
+                "frozen SAN+skip network (mean over sequences), next to the share of paths of that "
+                "length by count. x: log axis at k + 1, labelled k.",
+                "norm share against path length",
+            )
+        )
+    task = "loss" in ds
+    parts.append(
+        figure(
+            decompose_error(ds),
+            "Left: relative error ‖X<sub>≤k</sub> − X‖<sub>F</sub> / ‖X‖<sub>F</sub> of the last "
+            "layer's output when only paths of length ≤ k are kept (the bias constant is always "
+            "kept). Right: "
+            + (
+                "next-token loss of GPT-2's tied LM head on the truncated output (dotted: the "
+                "full output)."
+                if task
+                else "cosine of the truncated mean-pooled sentence embedding to the full one."
+            ),
+            "truncation error and task measure against k",
+        )
+    )
+    parts.append(
+        figure(
+            decompose_layers(ds),
+            "Effective path length of the residual stream X<sub>l</sub> after each layer: the "
+            "mean length weighted by each length's Frobenius norm (band: ±1 sd over sequences), "
+            "next to the mean length by count, l H / (H+1).",
+            "effective path length against layer",
+        )
+    )
+    eff = ds["effective_length"].sel(norm="fro").mean("sequence")
+    rows = [
+        [str(int(layer))]
+        + [fmt(float(eff.sel(init=i, layer=layer)), 3) for i in ds.init.values]
+        + [fmt(float(ds["uniform_mean_length"].sel(layer=layer)), 3)]
+        for layer in ds.layer.values
+    ]
+    head = ["layer"] + [f"effective length ({esc(i)})" for i in ds.init.values] + ["count mean"]
+    const = ds["constant_share"].sel(norm="fro").mean("sequence")
+    const_rows = [
+        [str(int(layer))] + [fmt(float(const.sel(init=i, layer=layer)), 3) for i in ds.init.values]
+        for layer in ds.layer.values
+    ]
+    body = (
+        '<section id="decompose"><h2>Exact path-length decomposition</h2>'
+        f"<p>{esc(ds.attrs.get('frozen', ''))}</p>"
+        f"{''.join(parts)}"
+        "<h3>Effective path length per layer (norm-weighted mean length)</h3>"
+        f"{_table(head, rows, 'effective')}"
+        + numbers(
+            _table(["layer"] + [esc(i) for i in ds.init.values], const_rows, "constant"),
+            "Norm of the bias constant relative to the layer's output (Frobenius)",
+        )
+        + "</section>"
+    )
+    title = f"Attention paths in {ds.attrs.get('model', 'a model')}: path-length decomposition"
+    return title, body
