@@ -47,7 +47,9 @@ def train_command(
     baseline_out: Annotated[
         Path | None, typer.Option(help="Folder of the baseline [default: OUT-gpt2].")
     ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of init, batches and dropout.")] = 0,
+    seed: Annotated[
+        int, typer.Option(min=0, max=2**63 - 1, help="Seed of init, batches and dropout.")
+    ] = 0,
     device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
     eval_every: Annotated[
         int | None, typer.Option(min=1, help="Steps between evaluations [default: steps/10].")
@@ -63,9 +65,13 @@ def train_command(
 
     if quick:
         hidden, layers, heads, context, steps, batch, lr = 32, 2, 4, 64, 40, 8, 3e-3
+    from .output import check_out_dir
+
     for folder in [out_dir, baseline_out]:
         if folder is not None and folder.exists() and not folder.is_dir():
             raise ProbeError(f"--out {folder} is a file; give a folder")
+        if folder is not None:  # the checkpoint folder is staged beside it, then renamed
+            check_out_dir(folder.parent, option=f"the folder of {folder}")
     source, body = _read(text)
     settings = TrainSettings(
         text=body,

@@ -104,11 +104,9 @@ def build_report(
     ] = None,
 ) -> None:
     """Render reports again from their result files, and rewrite the folder's index."""
-    from probe.results import open_result
+    from probe.results import check_schema, open_result
 
     from .output import check_out_dir, write_index, write_report
-
-    from probe.results import check_schema
 
     results = _expand(results)
     folders = {result: check_out_dir(out_dir or result.parent) for result in results}

@@ -110,6 +110,20 @@ CASES = [
     (["report", "build", "{damaged}"], "without the variable 'stable_rank'"),
     (["report", "build", "{good}", "--out", UNWRITABLE], "cannot write to --out"),
     (["report", "frobnicate"], "No such command"),
+    # paths
+    (["paths"], "choose one of --count"),
+    (["paths", "--count", "--sample", "minilm"], "choose one of --count"),
+    (["paths", "--sample"], "--sample needs a MODEL"),
+    (["paths", "--decompose", "./nowhere"], "no such model folder"),
+    (["paths", "--sample", "minilm", "--layers", "3"], "--layers/--heads go with --count"),
+    (["paths", "--count", "--out", UNWRITABLE], "cannot write to --out"),
+    (["paths", "--sample", "minilm", "--seed", str(2**64)], "--seed"),
+    # fastformer
+    (["fastformer", "train", "--text", "missing.txt", "--out", "{out}/ff"], "no such text file"),
+    (["fastformer", "train", "--text", "{textdir}", "--out", "{out}/ff"], "is a directory"),
+    (["fastformer", "train", "--text", "README.md", "--out", UNWRITABLE + "/ff"], "cannot write"),
+    (["fastformer", "train", "--text", "README.md", "--out", "{a_file}"], "is a file"),
+    (["fastformer", "train", "--text", "README.md", "--out", "{out}/ff", "--seed", "-1"], "--seed"),
     (["models", "--bogus"], "No such option"),
     (["frobnicate"], "No such command"),
 ]
@@ -120,7 +134,7 @@ def test_bad_input(args, message, files, tiny_folders, tmp_path, monkeypatch):
     monkeypatch.chdir(REPO)
     out = tmp_path / "out"
     out.mkdir()
-    filled = [a.format(tiny=tiny_folders["bert"], **files) for a in args]
+    filled = [a.format(tiny=tiny_folders["bert"], out=out, **files) for a in args]
     if args[0] == "collapse" and "--out" not in args and len(args) > 1:
         filled += ["--out", str(out)]
     if args[0] == "collapse":
