@@ -138,7 +138,7 @@ def test_missing_path_and_bad_options(tiny_folders):
     with pytest.raises(probe.ProbeError, match="unknown init"):
         probe.load(tiny_folders["bert"], init="trained")
     with pytest.raises(probe.ProbeError, match="unknown dtype"):
-        probe.load(tiny_folders["bert"], dtype="float16")
+        probe.load(tiny_folders["bert"], dtype="float8")
     if not torch.cuda.is_available():
         with pytest.raises(probe.ProbeError, match="no CUDA device"):
             probe.load(tiny_folders["bert"], device="cuda")
