@@ -55,15 +55,16 @@ def test_family_comes_from_the_config_not_the_name(tiny_folders, tmp_path):
 def test_bundled_configs_cover_the_canonical_ids():
     from transformers import AutoConfig
 
-    assert set(bundled_configs()) == {
+    base = {
         "bert-base-uncased",
         "bert-base-cased",
         "albert-base-v2",
         "xlnet-base-cased",
         "gpt2",
     }
-    for name, path in bundled_configs().items():
-        config = AutoConfig.for_model(**json.loads(path.read_text()))
+    assert base <= set(bundled_configs())  # the large ones: tests/test_large_models.py
+    for name in base:
+        config = AutoConfig.for_model(**json.loads(bundled_configs()[name].read_text()))
         assert config.num_hidden_layers == 12 and config.hidden_size == 768, name
 
 
