@@ -172,6 +172,9 @@ from .report_cmd import compare, report_app  # noqa: E402  (commands register in
 
 app.command("compare")(compare)
 app.add_typer(report_app, name="report")
+from .toy_cmd import toy_app  # noqa: E402
+
+app.add_typer(toy_app, name="toy")
 
 
 def main() -> None:
