@@ -27,6 +27,8 @@ demo: $(STAMP)
 	$(BIN)/probe compare $(OUT)/collapse-minilm-pretrained-float32.nc \
 		$(OUT)/collapse-bert-base-uncased-random-float32.nc $(OUT)/collapse-albert-base-v2-random-float32.nc \
 		$(OUT)/collapse-xlnet-base-cased-random-float32.nc $(OUT)/collapse-gpt2-random-float32.nc --out $(OUT)
+	$(BIN)/probe toy sort --quick --out $(OUT)
+	$(BIN)/probe toy circle --quick --out $(OUT)
 	@echo "results and reports are in $(OUT)/ (open $(OUT)/index.html)"
 
 lint: $(STAMP)

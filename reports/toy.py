@@ -146,11 +146,23 @@ def _path_results(ds: xr.Dataset, figure: Figures) -> str:
     )
 
 
-def circle_summary(ds: xr.Dataset) -> str:
+def first_below(r: np.ndarray, threshold: float) -> int | None:
+    """The first step whose relative residual is below ``threshold`` (None: never)."""
+    hits = np.flatnonzero(np.nan_to_num(r, nan=0.0) < threshold)
+    return int(hits[0]) if hits.size else None
+
+
+def circle_summary(ds: xr.Dataset, threshold: float = 1e-3) -> str:
     parts = []
     for v in ds.variant.values:
         r = ds.relative_residual.sel(variant=v).values
-        parts.append(f"{v} ends at relative residual {r[-1]:.3g}")
+        step = first_below(r, threshold)
+        when = (
+            f"falls under {threshold:g} at step {step}"
+            if step is not None
+            else (f"stays above {threshold:g}")
+        )
+        parts.append(f"{v} {when} and ends at {r[-1]:.3g}")
     return (
         f"Each network was trained to move two points one step along two arcs of a "
         f"circle, then applied to its own output for {int(ds.step[-1])} steps from the "

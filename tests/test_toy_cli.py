@@ -133,3 +133,29 @@ def test_out_is_a_file(tmp_path) -> None:
     target.write_text("x")
     result = runner.invoke(app, ["toy", "circle", "--quick", "--out", str(target)])
     assert result.exit_code == 2 and "is a file" in result.output
+
+
+def readme_toy_commands() -> list[str]:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", readme, flags=re.S)
+    lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith("probe toy ")]
+
+
+def test_readme_lists_every_task() -> None:
+    named = {c.split()[2] for c in readme_toy_commands()}
+    assert named == set(TASKS)
+
+
+@pytest.mark.parametrize("command", readme_toy_commands())
+def test_readme_toy_example(command, tmp_path) -> None:
+    """Each README example parses and runs (shortened: --quick, one epoch)."""
+    import shlex
+
+    args = shlex.split(command)[1:] + ["--quick", "--epochs", "1", "--out", str(tmp_path)]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert len(list(tmp_path.glob("toy-*.nc"))) == 1
