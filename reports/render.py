@@ -163,6 +163,10 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
     `result_file` defaults to `report_name(ds) + ".nc"`; `threshold` is the
     level of r the summary paragraph calls collapsed.
     """
+    if ds.attrs.get("analysis") == "toy":  # `probe toy` results have their own page
+        from .toy import render_toy
+
+        return render_toy(ds, result_file)
     result_file = result_file or f"{report_name(ds)}.nc"
     a = ds.attrs
     inits = ", ".join(ordered(ds.init.values, INITS))

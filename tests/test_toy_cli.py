@@ -159,3 +159,11 @@ def test_readme_toy_example(command, tmp_path) -> None:
     result = invoke(*args)
     assert result.exit_code == 0, result.output
     assert len(list(tmp_path.glob("toy-*.nc"))) == 1
+
+
+def test_report_build_renders_a_toy_result(quick_runs, tmp_path) -> None:
+    nc = quick_runs["_out"] / "toy-circle-seed3-quick.nc"
+    result = invoke("report", "build", nc, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "toy-circle-seed3-quick.html").read_text()
+    assert html.count("<svg") == 3 and 'content="toy"' in html
