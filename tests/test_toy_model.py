@@ -125,3 +125,15 @@ def test_the_model_is_not_modified_by_path_runs() -> None:
         for sub in (True, False):
             model.forward_paths(ids, list(itertools.islice(all_paths(DEPTH, HEADS), 5)), sub)
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+def test_a_shared_trace_gives_the_same_paths() -> None:
+    model, ids = _tiny(11), _inputs(12)
+    paths = [(SKIP, 0, 1), (1, SKIP, SKIP)]
+    with torch.no_grad():
+        full = model.trace(ids)
+        for sub in (True, False):
+            assert torch.equal(
+                model.forward_paths(ids, paths, sub, full=full),
+                model.forward_paths(ids, paths, sub),
+            )

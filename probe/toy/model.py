@@ -167,9 +167,16 @@ class ToySAN(nn.Module):
     # ---- paths -----------------------------------------------------------------
 
     def path_states(
-        self, x: Tensor, paths: Sequence[Sequence[int | None]], sub_path: bool = True
+        self,
+        x: Tensor,
+        paths: Sequence[Sequence[int | None]],
+        sub_path: bool = True,
+        full: dict | None = None,
     ) -> Tensor:
-        """Sum over ``paths`` of each path's output token matrix (B, T, D)."""
+        """Sum over ``paths`` of each path's output token matrix (B, T, D).
+
+        ``full`` is ``self.trace(x)`` when the caller already has it (it is reused
+        across many path sets of the same inputs)."""
         if not self.cfg.skip or self.cfg.mlp:
             raise ProbeError("paths need the skip connection and no MLP (see probe.toy.model)")
         for path in paths:
@@ -179,7 +186,7 @@ class ToySAN(nn.Module):
                 raise ProbeError(
                     f"path {tuple(path)} does not fit depth {self.cfg.depth}, width {self.cfg.heads}"
                 )
-        full = self.trace(x)
+        full = full if full is not None else self.trace(x)
         x0 = full["states"][0]
         total = torch.zeros_like(x0)
         for path in paths:
@@ -190,10 +197,14 @@ class ToySAN(nn.Module):
         return total
 
     def forward_paths(
-        self, x: Tensor, paths: Sequence[Sequence[int | None]], sub_path: bool = True
+        self,
+        x: Tensor,
+        paths: Sequence[Sequence[int | None]],
+        sub_path: bool = True,
+        full: dict | None = None,
     ) -> Tensor:
         """The read-out of the summed path outputs (its bias added once)."""
-        return self.readout(self.path_states(x, paths, sub_path))
+        return self.readout(self.path_states(x, paths, sub_path, full))
 
     def _frozen_path(self, x: Tensor, path: Sequence[int | None], full: dict) -> Tensor:
         leading_skips = True

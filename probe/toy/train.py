@@ -110,10 +110,11 @@ def path_accuracy(
     acc = np.zeros((depth + 1, repeats))
     names = np.empty((depth + 1, repeats, n_paths), dtype=object)
     total = (depth + 1) * repeats
+    full = model.trace(x)  # attention and statistics of the full model, shared by all draws
     for k in range(depth + 1):
         for r in range(repeats):
             paths = random_paths(depth, heads, k, n_paths, path_seed(seed, k, r))
-            acc[k, r] = accuracy(model.forward_paths(x, paths, sub_path=sub_path), y)
+            acc[k, r] = accuracy(model.forward_paths(x, paths, sub_path=sub_path, full=full), y)
             names[k, r] = [path_str(p) for p in paths]
             progress(k * repeats + r + 1, total, f"paths of length {k}")
     return acc, names.astype(str)
