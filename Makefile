@@ -31,6 +31,8 @@ demo: $(STAMP)
 	$(BIN)/probe paths --count --out $(OUT)
 	$(BIN)/probe paths --sample minilm --init both --samples 50 --sequences 8 --out $(OUT)
 	$(BIN)/probe paths --decompose minilm --init both --sequences 4 --out $(OUT)
+	$(BIN)/probe toy sort --quick --out $(OUT)
+	$(BIN)/probe toy circle --quick --out $(OUT)
 	@echo "results and reports are in $(OUT)/ (open $(OUT)/index.html)"
 
 lint: $(STAMP)

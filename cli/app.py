@@ -238,6 +238,9 @@ app.add_typer(fastformer_app, name="fastformer")
 from .paths_cmd import paths  # noqa: E402
 
 app.command("paths")(paths)
+from .toy_cmd import toy_app  # noqa: E402
+
+app.add_typer(toy_app, name="toy")
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from .comparison import render_comparison
 from .index import index_entries, render_index
 from .naming import comparison_name, report_name
 from .render import render
+from .toy import render_toy, toy_name
 
 __all__ = [
     "comparison_name",
@@ -21,4 +22,6 @@ __all__ = [
     "render_comparison",
     "render_index",
     "report_name",
+    "render_toy",
+    "toy_name",
 ]

@@ -180,6 +180,10 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
     """
     if is_paths(ds):  # probe paths results have their own page
         return render_paths(ds, result_file)
+    if ds.attrs.get("analysis") == "toy":  # `probe toy` results have their own page
+        from .toy import render_toy
+
+        return render_toy(ds, result_file)
     result_file = result_file or f"{report_name(ds)}.nc"
     a = ds.attrs
     inits = ", ".join(ordered(ds.init.values, INITS))

@@ -1,0 +1,174 @@
+"""``probe toy sort|convex-hull|memorization|circle``: train, evaluate paths, write result + report.
+
+Each command is thin: its options become ``probe.analyses.toy.run(task, ...)``
+keywords (None keeps the task's default from ``TASKS``), the Dataset is saved
+with ``save_result``, its report rendered by ``probe.reports.render_toy``, and
+the folder's index rewritten.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+import xarray as xr
+from rich.table import Table
+
+from probe.analyses import toy
+from probe.errors import ProbeError
+from probe.reports import render_toy, toy_name
+from probe.results import write_netcdf, write_together
+
+from .console import Reporter, command_line, out
+from .output import check_out_dir, write_index, wrote
+
+toy_app = typer.Typer(
+    help="The paper's trained experiments: accuracy against path length, and the circle.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+
+Epochs = Annotated[int | None, typer.Option(min=1, help="Training epochs [default: the paper's].")]
+Seed = Annotated[
+    int,
+    typer.Option(min=0, max=2**63 - 1, help="Seed of the data, the initial weights and the paths."),
+]
+Device = Annotated[str, typer.Option(help="cpu or cuda.")]
+Out = Annotated[Path, typer.Option("--out", help="Folder for results and reports.")]
+Quick = Annotated[bool, typer.Option("--quick", help="A reduced size that runs in under a minute.")]
+Width = Annotated[int | None, typer.Option(min=1, help="Heads per layer.")]
+Depth = Annotated[int | None, typer.Option(min=1, help="Layers.")]
+Hidden = Annotated[int | None, typer.Option(min=1, help="Hidden size (a multiple of --width).")]
+Lr = Annotated[float | None, typer.Option(min=0.0, help="Adam learning rate.")]
+Batch = Annotated[int | None, typer.Option("--batch-size", min=1, help="Sequences per step.")]
+Train = Annotated[int | None, typer.Option("--train", min=1, help="Training sequences.")]
+Eval = Annotated[int | None, typer.Option("--eval", min=1, help="Evaluation sequences.")]
+NPaths = Annotated[
+    int, typer.Option("--n-paths", min=1, help="Random paths summed per evaluation.")
+]
+Repeats = Annotated[int, typer.Option(min=1, help="Draws of paths per path length.")]
+SubPath = Annotated[
+    bool,
+    typer.Option(
+        "--sub-path/--no-sub-path",
+        help="--sub-path: each path's term of the exact decomposition (normalisation frozen); "
+        "--no-sub-path (the paper's runs): each path a pure chain of single heads.",
+    ),
+]
+DEFAULT_OUT = Path("probe-reports")
+
+
+def _run(task: str, out_dir: Path, **options) -> None:
+    check_out_dir(out_dir)
+    reporter = Reporter()
+    with reporter.bar(0):
+        ds = toy.run(task, progress=reporter.update, command=command_line(), **options)
+    name = toy_name(ds)
+    nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"
+    page = render_toy(ds, result_file=nc.name)
+    write_together(
+        {
+            nc: lambda tmp: write_netcdf(ds, tmp),
+            html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
+        }
+    )
+    wrote(nc, html)
+    _print(ds)
+    out.print(f"result: {nc}")
+    out.print(f"report: {html}")
+    out.print(f"index: {write_index(out_dir)}")
+
+
+def _print(ds: xr.Dataset) -> None:
+    a = ds.attrs
+    if a["task"] == "circle":
+        table = Table(title="circle · relative residual of the two points", title_justify="left")
+        table.add_column("variant")
+        for step in (0, len(ds.step) // 2, len(ds.step) - 1):
+            table.add_column(f"step {int(ds.step[step])}", justify="right")
+        for v in ds.variant.values:
+            r = ds.relative_residual.sel(variant=v).values
+            table.add_row(str(v), *(f"{r[s]:.3g}" for s in (0, len(r) // 2, len(r) - 1)))
+    else:
+        table = Table(
+            title=f"{a['task']} · accuracy of {a['n_paths']} random paths per length "
+            f"(full model {float(ds.full_accuracy):.3f}, per-position majority "
+            f"{float(ds.baseline_position):.3f}, majority {float(ds.baseline_majority):.3f})",
+            title_justify="left",
+        )
+        table.add_column("path length", justify="right")
+        table.add_column("accuracy", justify="right")
+        for k in ds.path_length.values:
+            acc = ds.accuracy.sel(path_length=k)
+            table.add_row(str(int(k)), f"{float(acc.mean()):.3f} ± {float(acc.std()):.3f}")
+    out.print(table)
+    out.print(f"time: {a['seconds']:.1f} s on {a['device']}")
+
+
+
+@toy_app.command("sort")
+def sort(
+    length: Annotated[int | None, typer.Option(min=2, help="Tokens per sequence [8].")] = None,
+    symbols: Annotated[int | None, typer.Option(min=2, help="Distinct symbols [10].")] = None,
+    width: Width = None, depth: Depth = None, hidden: Hidden = None,
+    train: Train = None, eval_: Eval = None, epochs: Epochs = None, lr: Lr = None,
+    batch_size: Batch = None, n_paths: NPaths = 5, repeats: Repeats = 5,
+    sub_path: SubPath = False, seed: Seed = 0, device: Device = "cpu",
+    out_dir: Out = DEFAULT_OUT, quick: Quick = False,
+) -> None:  # fmt: skip
+    """Sort 8 tokens from 10 symbols (width 2, depth 6, hidden 48; 1000/200 sequences; 65 epochs)."""
+    _run("sort", out_dir, length=length, symbols=symbols, width=width, depth=depth,
+         hidden=hidden, train=train, eval=eval_, epochs=epochs, lr=lr, batch_size=batch_size,
+         n_paths=n_paths, repeats=repeats, sub_path=sub_path, seed=seed, device=device,
+         quick=quick)  # fmt: skip
+
+
+@toy_app.command("convex-hull")
+def convex_hull(
+    points: Annotated[int | None, typer.Option(min=3, help="Points per set [10].")] = None,
+    shift: Annotated[float | None, typer.Option(min=0.0, help="Max random shift per set [1].")] = None,
+    width: Width = None, depth: Depth = None, hidden: Hidden = None,
+    train: Train = None, eval_: Eval = None, epochs: Epochs = None, lr: Lr = None,
+    batch_size: Batch = None, n_paths: NPaths = 5, repeats: Repeats = 5,
+    sub_path: SubPath = False, seed: Seed = 0, device: Device = "cpu",
+    out_dir: Out = DEFAULT_OUT, quick: Quick = False,
+) -> None:  # fmt: skip
+    """Which of 10 points are on their convex hull (width 3, depth 6, hidden 84; 10000/300; 70 epochs)."""
+    _run("convex-hull", out_dir, points=points, shift=shift, width=width, depth=depth,
+         hidden=hidden, train=train, eval=eval_, epochs=epochs, lr=lr, batch_size=batch_size,
+         n_paths=n_paths, repeats=repeats, sub_path=sub_path, seed=seed, device=device,
+         quick=quick)  # fmt: skip
+
+
+@toy_app.command("memorization")
+def memorization(
+    text: Annotated[
+        Path | None, typer.Option(help="UTF-8 text [default: the built-in sample text].")
+    ] = None,
+    sequences: Annotated[int | None, typer.Option(min=1, help="Sequences to memorise [500].")] = None,
+    tokens: Annotated[int | None, typer.Option(min=2, help="Tokens per sequence [128].")] = None,
+    width: Width = None, depth: Depth = None, hidden: Hidden = None,
+    epochs: Epochs = None, lr: Lr = None, batch_size: Batch = None,
+    n_paths: NPaths = 5, repeats: Repeats = 5, sub_path: SubPath = False,
+    seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,
+) -> None:  # fmt: skip
+    """Memorise random labels of BERT tokens (width 2, depth 6, hidden 250; 500 x 128; 50 epochs)."""
+    _run("memorization", out_dir, text=str(text) if text else None, train=sequences,
+         tokens=tokens, width=width, depth=depth, hidden=hidden, epochs=epochs, lr=lr,
+         batch_size=batch_size, n_paths=n_paths, repeats=repeats, sub_path=sub_path,
+         seed=seed, device=device, quick=quick)  # fmt: skip
+
+
+@toy_app.command("circle")
+def circle(
+    points: Annotated[int | None, typer.Option(min=4, help="Points on the circle [1000].")] = None,
+    steps: Annotated[int | None, typer.Option(min=1, help="Recurrent steps [300].")] = None,
+    width: Width = None, depth: Depth = None, hidden: Hidden = None,
+    epochs: Epochs = None, lr: Lr = None, batch_size: Batch = None,
+    seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,
+) -> None:  # fmt: skip
+    """Two arcs of a circle, then recurrence: SAN, SAN+skip, SAN+MLP (depth 1, width 2, hidden 32)."""
+    _run("circle", out_dir, points=points, steps=steps, width=width, depth=depth, hidden=hidden,
+         epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, device=device,
+         quick=quick)  # fmt: skip

@@ -1,0 +1,170 @@
+"""`probe toy ...` end to end in --quick mode: files, reports, learning, seeds, errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from cli.app import app
+from probe.analyses import toy
+from probe.paths import parse_path, path_length
+from probe.reports import index_entries
+from probe.results import open_result
+from probe.toy.train import baselines
+
+runner = CliRunner()
+TASKS = ("sort", "convex-hull", "memorization", "circle")
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args], catch_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def quick_runs(tmp_path_factory):
+    """Each task once through the CLI with --quick; {task: (Dataset, html text)}."""
+    out = tmp_path_factory.mktemp("toy")
+    runs = {}
+    for task in TASKS:
+        result = invoke("toy", task, "--quick", "--seed", 3, "--out", out)
+        assert result.exit_code == 0, result.output
+        name = f"toy-{task}-seed3-quick"
+        runs[task] = (open_result(out / f"{name}.nc"), (out / f"{name}.html").read_text())
+    runs["_out"] = out
+    return runs
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_quick_training_lowers_the_loss(quick_runs, task) -> None:
+    loss = quick_runs[task][0].train_loss
+    if "variant" in loss.dims:
+        assert (loss.isel(epoch=-1) < loss.isel(epoch=0)).all()
+    else:
+        # Convex hull in --quick mode first learns the label prior (loss ~0.74 -> ~0.67,
+        # the entropy of the on-hull rate); the other tasks drop much further.
+        assert float(loss[-1]) < float(loss[0]) - 0.02
+
+
+@pytest.mark.parametrize("task", ["sort", "convex-hull", "memorization"])
+def test_path_results(quick_runs, task) -> None:
+    ds, html = quick_runs[task]
+    depth = ds.attrs["depth"]
+    assert ds.accuracy.dims == ("path_length", "repeat")
+    assert list(ds.path_length.values) == list(range(depth + 1))
+    assert ds.sizes["repeat"] == 5 and ds.sizes["path"] == 5
+    assert ((ds.accuracy >= 0) & (ds.accuracy <= 1)).all()
+    for k in ds.path_length.values:  # every recorded path has its length
+        for text in ds.paths.sel(path_length=k).values.ravel():
+            assert path_length(parse_path(str(text), heads=ds.attrs["width"])) == k
+    # The five length-0 paths are all the skip path: nothing random left, std 0.
+    assert float(ds.accuracy.sel(path_length=0).std()) == 0
+    assert 0 <= float(ds.full_accuracy) <= 1 and 0 <= float(ds.baseline_majority) <= 1
+    assert '<meta name="probe:analysis" content="toy">' in html
+    assert html.count("<svg") == 2 and "accuracy against path length" in html
+
+
+def test_circle_results(quick_runs) -> None:
+    ds, html = quick_runs["circle"]
+    assert list(ds.variant.values) == ["SAN", "SAN+skip", "SAN+MLP"]
+    assert ds.trajectory.dims == ("variant", "step", "token", "coord")
+    # Start: two antipodal points, so the residual to their mean is the whole matrix.
+    np.testing.assert_allclose(ds.relative_residual.sel(step=0), 1.0, rtol=1e-6)
+    assert html.count("<svg") == 3 and "trajectories of the two points" in html
+
+
+def test_index_lists_the_reports(quick_runs) -> None:
+    entries = index_entries(quick_runs["_out"])
+    assert {e["model"] for e in entries} == {f"toy-{t}" for t in TASKS}
+    assert all(e["analysis"] == "toy" for e in entries)
+    assert (quick_runs["_out"] / "index.html").is_file()
+
+
+def test_reports_make_no_requests(quick_runs) -> None:
+    for task in TASKS:
+        html = quick_runs[task][1]
+        assert "http://" not in html.split("<body>")[1].replace("http://www.w3.org", "")
+        assert "https://" not in html.split("<body>")[1]
+
+
+def test_seeds_give_identical_results() -> None:
+    a = toy.run("sort", quick=True, epochs=2, repeats=2, seed=5)
+    b = toy.run("sort", quick=True, epochs=2, repeats=2, seed=5)
+    c = toy.run("sort", quick=True, epochs=2, repeats=2, seed=6)
+    for name in ("accuracy", "train_loss", "full_accuracy", "paths"):
+        assert np.array_equal(a[name].values, b[name].values), name
+    assert not np.array_equal(a.train_loss.values, c.train_loss.values)
+
+
+def test_sub_path_mode_runs_the_exact_decomposition() -> None:
+    ds = toy.run("sort", quick=True, epochs=2, repeats=2, sub_path=True)
+    assert ds.attrs["sub_path"] is True
+    assert ds.accuracy.sizes == {"path_length": 7, "repeat": 2}
+
+
+def test_baselines_are_measured() -> None:
+    y_train = torch.tensor([[0, 1], [0, 1], [2, 1]])
+    y_eval = torch.tensor([[0, 0], [2, 1]])
+    # Overall majority label 1 (3 of 6): right on 1 of 4 eval tokens.
+    # Per position: 0 then 1: right on (0, _), (_, 1) = 2 of 4.
+    assert baselines(y_train, y_eval) == {"majority": 0.25, "position": 0.5}
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["sort", "--hidden", "47"], "not a multiple of --width"),
+        (["sort", "--device", "tpu"], "--device"),
+        (["circle", "--points", "7"], "even number of points"),
+        (["memorization", "--text", "/nonexistent/t.txt"], "no such file"),
+        (["sort", "--epochs", "0"], "--epochs"),
+    ],
+)
+def test_bad_input_is_one_line(args, message, tmp_path) -> None:
+    result = runner.invoke(app, ["toy", *args, "--quick", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert not list(tmp_path.glob("*.nc"))
+
+
+def test_out_is_a_file(tmp_path) -> None:
+    target = tmp_path / "file"
+    target.write_text("x")
+    result = runner.invoke(app, ["toy", "circle", "--quick", "--out", str(target)])
+    assert result.exit_code == 2 and "is a file" in result.output
+
+
+def readme_toy_commands() -> list[str]:
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```text\n(.*?)```", readme, flags=re.S)
+    lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith("probe toy ")]
+
+
+def test_readme_lists_every_task() -> None:
+    named = {c.split()[2] for c in readme_toy_commands()}
+    assert named == set(TASKS)
+
+
+@pytest.mark.parametrize("command", [c for c in readme_toy_commands() if len(c.split()) > 3])
+def test_readme_toy_example(command, tmp_path) -> None:
+    """Each README example with options runs (shortened: --quick, one epoch); the bare
+    `probe toy TASK` lines are the quick_runs fixture's commands."""
+    import shlex
+
+    args = shlex.split(command)[1:] + ["--quick", "--epochs", "1", "--out", str(tmp_path)]
+    result = invoke(*args)
+    assert result.exit_code == 0, result.output
+    assert len(list(tmp_path.glob("toy-*.nc"))) == 1
+
+
+def test_report_build_renders_a_toy_result(quick_runs, tmp_path) -> None:
+    nc = quick_runs["_out"] / "toy-circle-seed3-quick.nc"
+    result = invoke("report", "build", nc, "--out", tmp_path)
+    assert result.exit_code == 0, result.output
+    html = (tmp_path / "toy-circle-seed3-quick.html").read_text()
+    assert html.count("<svg") == 3 and 'content="toy"' in html
