@@ -141,6 +141,7 @@ class Reporter:
         self._label = ""
         self._bar = None
         self._task = None
+        self._last = self.start
 
     @contextmanager
     def loading(self, words: str):
@@ -167,6 +168,7 @@ class Reporter:
         )
 
         self.total, self.done, self.start = total, 0, time.monotonic()
+        self._last = self.start
         if self.quiet or not self.terminal:
             yield self
             self._plain_line()
@@ -195,7 +197,9 @@ class Reporter:
         """
         if label != self._label:
             self._plain_line()
-            self._label, self._label_start = label, time.monotonic()
+            # The step that just ended was this label's first: it began at the last update.
+            self._label, self._label_start = label, self._last
+        self._last = time.monotonic()
         self.done = self.done + 1 if self.total else done_in_part
         if self._bar is not None:
             total = self.total or total_in_part

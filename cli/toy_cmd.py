@@ -16,7 +16,6 @@ import xarray as xr
 from rich.table import Table
 
 from probe.analyses import toy
-from probe.errors import ProbeError
 from probe.reports import render_toy, toy_name
 from probe.results import write_netcdf, write_together
 
@@ -104,7 +103,6 @@ def _print(ds: xr.Dataset) -> None:
             table.add_row(str(int(k)), f"{float(acc.mean()):.3f} ± {float(acc.std()):.3f}")
     out.print(table)
     out.print(f"time: {a['seconds']:.1f} s on {a['device']}")
-
 
 
 @toy_app.command("sort")

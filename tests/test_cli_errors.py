@@ -124,6 +124,12 @@ CASES = [
     (["fastformer", "train", "--text", "README.md", "--out", UNWRITABLE + "/ff"], "cannot write"),
     (["fastformer", "train", "--text", "README.md", "--out", "{a_file}"], "is a file"),
     (["fastformer", "train", "--text", "README.md", "--out", "{out}/ff", "--seed", "-1"], "--seed"),
+    # toy
+    (["toy", "sort", "--out", UNWRITABLE, "--quick"], "cannot write to --out"),
+    (["toy", "sort", "--out", "{a_file}", "--quick"], "is a file"),
+    (["toy", "sort", "--seed", str(2**64), "--quick"], "--seed"),
+    (["toy", "memorization", "--text", "missing.txt", "--quick"], "missing.txt: no such file"),
+    (["toy", "frobnicate"], "No such command"),
     (["models", "--bogus"], "No such option"),
     (["frobnicate"], "No such command"),
 ]
@@ -135,7 +141,7 @@ def test_bad_input(args, message, files, tiny_folders, tmp_path, monkeypatch):
     out = tmp_path / "out"
     out.mkdir()
     filled = [a.format(tiny=tiny_folders["bert"], out=out, **files) for a in args]
-    if args[0] == "collapse" and "--out" not in args and len(args) > 1:
+    if args[0] in ("collapse", "toy") and "--out" not in args and len(args) > 1:
         filled += ["--out", str(out)]
     if args[0] == "collapse":
         filled += ["--quiet"] if len(args) > 1 else []

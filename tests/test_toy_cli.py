@@ -30,8 +30,8 @@ def quick_runs(tmp_path_factory):
     for task in TASKS:
         result = invoke("toy", task, "--quick", "--seed", 3, "--out", out)
         assert result.exit_code == 0, result.output
-        name = f"toy-{task}-seed3-quick"
-        runs[task] = (open_result(out / f"{name}.nc"), (out / f"{name}.html").read_text())
+        (nc,) = out.glob(f"toy-{task}-seed3-quick-*.nc")  # the last part: a settings hash
+        runs[task] = (open_result(nc), nc.with_suffix(".html").read_text())
     runs["_out"] = out
     return runs
 
@@ -163,8 +163,8 @@ def test_readme_toy_example(command, tmp_path) -> None:
 
 
 def test_report_build_renders_a_toy_result(quick_runs, tmp_path) -> None:
-    nc = quick_runs["_out"] / "toy-circle-seed3-quick.nc"
+    (nc,) = quick_runs["_out"].glob("toy-circle-seed3-quick-*.nc")
     result = invoke("report", "build", nc, "--out", tmp_path)
     assert result.exit_code == 0, result.output
-    html = (tmp_path / "toy-circle-seed3-quick.html").read_text()
+    html = (tmp_path / nc.with_suffix(".html").name).read_text()
     assert html.count("<svg") == 3 and 'content="toy"' in html
