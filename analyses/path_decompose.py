@@ -77,6 +77,8 @@ def decompose(
         read_text(text)
     models = load_models(model, init, seed, device, dtype)
     first = models[0]
+    if first.adapter.not_decomposable:
+        raise ProbeError(f"--decompose: {first.adapter.not_decomposable}")
     check_tokens(first, tokens)
     inputs = make_inputs(
         first.tokenizer,

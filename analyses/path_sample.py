@@ -81,7 +81,7 @@ def sample(
         seed=seed,
         warn=warn,
     )
-    L, H = first.n_layers, first.adapter.n_heads(first.config)
+    L, H = first.n_layers, first.adapter.path_heads(first.config)
     drawn = draw(L, H, samples, inputs.sequences, seed)
     ratio = np.full((len(models), L, samples, len(metrics.FITS), len(metrics.NORMS)), np.nan)
     chunks = batches(inputs, batch_size)

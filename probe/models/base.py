@@ -90,6 +90,13 @@ class Adapter:
     #: or "pre" (x + heads(LN(x))).
     norm_position: ClassVar[str] = "post"
 
+    #: Why the exact path-length decomposition does not apply to this family ("": it does).
+    not_decomposable: ClassVar[str] = ""
+
+    def path_heads(self, config) -> int:
+        """Token-mixing matrices per layer that a sampled path chooses from (default: the heads)."""
+        return self.n_heads(config)
+
     def attention_probs(self, layer) -> torch.Tensor:
         """Attention probabilities (batch, head, query token, key token) of one layer call."""
         raise NotImplementedError

@@ -67,8 +67,24 @@ class FastformerAdapter(Adapter):
         },
     )
 
+    not_decomposable = (
+        "the Fastformer's additive attention multiplies pooled vectors elementwise with the "
+        "tokens, so a layer is multilinear, not affine, in its input even with its poolings "
+        "frozen; the exact path-length decomposition does not apply (--sample works)"
+    )
+
     def __init__(self, strict: bool = False):
         self.strict = strict
+
+    def path_heads(self, config) -> int:
+        """2H: a sampled path picks one of the H query-pooling or the H key-pooling matrices."""
+        return 2 * self.n_heads(config)
+
+    def paths_layer(self, layer, ablation: Ablation, norms: bool) -> dict:
+        """Both poolings' matrices as heads (query pooling 0..H-1, key pooling H..2H-1)."""
+        heads = layer.attention.query_pool._module.n_heads  # CausalPooling's own head count
+        found = self._walk(layer, None if ablation.is_identity else ablation, heads)
+        return {"attn": torch.cat([found["query"], found["key"]], dim=1), "norm_input": None}
 
     def layers(self, root):
         return root.fastformer_model.decoders
