@@ -7,16 +7,17 @@ Dataset -> result file + report beside it -> index.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import xarray as xr
 from rich.table import Table
 
 from probe.errors import ProbeError
 
 from .console import Reporter, command_line, out, settings, warn
-from .output import check_out_dir, write_index, wrote
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 
 def paths(
@@ -82,6 +83,8 @@ def paths(
             raise ProbeError(f"--{mode} needs a MODEL (a hub id, a local folder, or minilm)")
         if layers is not None or heads is not None:
             raise ProbeError("--layers/--heads go with --count only")
+    from .output import check_out_dir, write_index  # not at the top: keeps --help fast
+
     settings["quiet"] = quiet
     check_out_dir(out_dir)
     command = command_line()
@@ -120,6 +123,8 @@ def write_paths_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
     """DIR/<name>.nc and DIR/<name>.html as one unit (see probe.results.write_together)."""
     from probe.reports.paths_report import paths_report_name, render_paths
     from probe.results import write_netcdf, write_together
+
+    from .output import wrote
 
     name = paths_report_name(ds)
     nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"

@@ -9,18 +9,15 @@ the folder's index rewritten.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import xarray as xr
 from rich.table import Table
 
-from probe.analyses import toy
-from probe.reports import render_toy, toy_name
-from probe.results import write_netcdf, write_together
-
 from .console import Reporter, command_line, out
-from .output import check_out_dir, write_index, wrote
+
+if TYPE_CHECKING:
+    import xarray as xr
 
 toy_app = typer.Typer(
     help="The paper's trained experiments: accuracy against path length, and the circle.",
@@ -59,6 +56,13 @@ DEFAULT_OUT = Path("probe-reports")
 
 
 def _run(task: str, out_dir: Path, **options) -> None:
+    # Imported here, not at the top: `probe --help` must not load torch.
+    from probe.analyses import toy
+    from probe.reports import render_toy, toy_name
+    from probe.results import write_netcdf, write_together
+
+    from .output import check_out_dir, write_index, wrote
+
     check_out_dir(out_dir)
     reporter = Reporter()
     with reporter.bar(0):

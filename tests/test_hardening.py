@@ -373,3 +373,15 @@ def test_padded_sequences_give_the_metrics_of_their_real_tokens(family):
                 torch.testing.assert_close(
                     b[name][row], a[name][0], rtol=1e-12, atol=1e-14, msg=f"{name} {layer}"
                 )
+
+
+def test_the_command_line_starts_without_heavy_imports():
+    """`probe --help` stays fast (benchmarks/cli_startup.py times it): parsing the command
+    line imports neither torch, transformers, xarray nor seaborn."""
+    code = (
+        "import sys; sys.argv = ['probe']; import probe.cli.app; "
+        "print(sorted(m for m in ('torch', 'transformers', 'xarray', 'seaborn') if m in sys.modules))"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
