@@ -158,7 +158,7 @@ def execute(
         "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
         **{name: np.full(shape, np.nan) for name in METRICS[1:]},
     }
-    batches = _batches(inputs, plan.batch_size)
+    batches = inputs.batches(plan.batch_size)
     done = 0
     for i, variant in enumerate(names):
         ablation = PRESETS[variant].with_surgery(plan.surgery)
@@ -237,7 +237,7 @@ def _run_streaming(plan: Plan, progress: Progress | None, path) -> xr.Dataset:
     models, names = plan.models, plan.variants
     L = models[0].n_layers
     skeleton = _dataset(_empty(len(names), len(models), L, 0), plan)
-    batches = _batches(plan.inputs, plan.batch_size)
+    batches = plan.inputs.batches(plan.batch_size)
     done = 0
     with SequenceWriter(path, skeleton) as writer:
         for _, ids, mask in batches:
@@ -287,17 +287,6 @@ def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedMo
             allow_missing_weights=allow_missing,
         )
         for name in inits
-    ]
-
-
-def _batches(inputs: Inputs, batch_size: int):
-    return [
-        (
-            start,
-            inputs.input_ids[start : start + batch_size],
-            inputs.attention_mask[start : start + batch_size],
-        )
-        for start in range(0, inputs.sequences, batch_size)
     ]
 
 

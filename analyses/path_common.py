@@ -52,17 +52,6 @@ def check_tokens(probed: ProbedModel, tokens: int) -> None:
         )
 
 
-def batches(inputs: Inputs, batch_size: int):
-    return [
-        (
-            start,
-            inputs.input_ids[start : start + batch_size],
-            inputs.attention_mask[start : start + batch_size],
-        )
-        for start in range(0, inputs.sequences, batch_size)
-    ]
-
-
 def model_attrs(models: list[ProbedModel], inputs: Inputs) -> dict:
     first = models[0]
     return {

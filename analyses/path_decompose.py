@@ -49,7 +49,7 @@ from probe.inputs import make_inputs, read_text
 from probe.load import ProbedModel
 from probe.results import command_line, utc_now, versions
 
-from .path_common import batches, check_tokens, load_models, model_attrs
+from .path_common import check_tokens, load_models, model_attrs
 
 NORMS = ("fro", "l1inf")
 Progress = Callable[[int, int, str], None]
@@ -107,7 +107,7 @@ def decompose(
     if has_lm:
         output["loss"] = np.full((len(models), K, S), np.nan)
         output["loss_full"] = np.full((len(models), S), np.nan)
-    chunks = batches(inputs, batch_size)
+    chunks = inputs.batches(batch_size)
     total, done = len(models) * len(chunks), 0
     for i, probed in enumerate(models):
         weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]

@@ -41,7 +41,7 @@ from probe.paths import SKIP, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.results import command_line, utc_now, versions
 
-from .path_common import batches, check_tokens, load_models, model_attrs
+from .path_common import check_tokens, load_models, model_attrs
 
 Progress = Callable[[int, int, str], None]
 
@@ -84,7 +84,7 @@ def sample(
     L, H = first.n_layers, first.adapter.path_heads(first.config)
     drawn = draw(L, H, samples, inputs.sequences, seed)
     ratio = np.full((len(models), L, samples, len(metrics.FITS), len(metrics.NORMS)), np.nan)
-    chunks = batches(inputs, batch_size)
+    chunks = inputs.batches(batch_size)
     total, done = len(models) * len(chunks), 0
     for i, probed in enumerate(models):
         for start, ids, mask in chunks:

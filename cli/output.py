@@ -52,9 +52,14 @@ def result_paths(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
 
 
 def write_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
-    """DIR/<name>.nc and DIR/<name>.html, as one unit; returns both paths."""
-    nc, html = result_paths(ds, out_dir)
-    page = render(ds, result_file=nc.name)
+    """DIR/<name>.nc and DIR/<name>.html of a collapse result, as one unit; both paths."""
+    nc, _ = result_paths(ds, out_dir)
+    return write_pair(ds, out_dir, nc.stem, render(ds, result_file=nc.name))
+
+
+def write_pair(ds: xr.Dataset, out_dir: Path, name: str, page: str) -> tuple[Path, Path]:
+    """DIR/<name>.nc (``ds``) and DIR/<name>.html (``page``), put in place together."""
+    nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"
     write_together(
         {
             nc: lambda tmp: write_netcdf(ds, tmp),

@@ -122,21 +122,11 @@ def paths(
 def write_paths_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
     """DIR/<name>.nc and DIR/<name>.html as one unit (see probe.results.write_together)."""
     from probe.reports.paths_report import paths_report_name, render_paths
-    from probe.results import write_netcdf, write_together
 
-    from .output import wrote
+    from .output import write_pair
 
     name = paths_report_name(ds)
-    nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"
-    page = render_paths(ds, result_file=nc.name)
-    write_together(
-        {
-            nc: lambda tmp: write_netcdf(ds, tmp),
-            html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
-        }
-    )
-    wrote(nc, html)
-    return nc, html
+    return write_pair(ds, out_dir, name, render_paths(ds, result_file=f"{name}.nc"))
 
 
 def print_count(ds: xr.Dataset) -> None:

@@ -59,24 +59,15 @@ def _run(task: str, out_dir: Path, **options) -> None:
     # Imported here, not at the top: `probe --help` must not load torch.
     from probe.analyses import toy
     from probe.reports import render_toy, toy_name
-    from probe.results import write_netcdf, write_together
 
-    from .output import check_out_dir, write_index, wrote
+    from .output import check_out_dir, write_index, write_pair
 
     check_out_dir(out_dir)
     reporter = Reporter()
     with reporter.bar(0):
         ds = toy.run(task, progress=reporter.update, command=command_line(), **options)
     name = toy_name(ds)
-    nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"
-    page = render_toy(ds, result_file=nc.name)
-    write_together(
-        {
-            nc: lambda tmp: write_netcdf(ds, tmp),
-            html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
-        }
-    )
-    wrote(nc, html)
+    nc, html = write_pair(ds, out_dir, name, render_toy(ds, result_file=f"{name}.nc"))
     _print(ds)
     out.print(f"result: {nc}")
     out.print(f"report: {html}")

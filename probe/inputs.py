@@ -72,6 +72,13 @@ class Inputs:
     def tokens(self) -> int:
         return self.input_ids.shape[1]
 
+    def batches(self, size: int) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
+        """(first sequence, ids, mask) for consecutive batches of at most ``size`` sequences."""
+        return [
+            (start, self.input_ids[start : start + size], self.attention_mask[start : start + size])
+            for start in range(0, self.sequences, size)
+        ]
+
 
 def sample_text() -> str:
     return (resources.files("probe") / "data" / "sample.txt").read_text(encoding="utf-8")
