@@ -149,30 +149,43 @@ def execute(
     (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
     returned Dataset reads from that file lazily.
     """
-    if stream_to is not None:
-        return _run_streaming(plan, progress, stream_to)
     models, names, inputs = plan.models, plan.variants, plan.inputs
     L = models[0].n_layers
-    shape = (len(names), len(models), L + 1, inputs.sequences)
-    data = {
-        "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
-        **{name: np.full(shape, np.nan) for name in METRICS[1:]},
-    }
-    batches = inputs.batches(plan.batch_size)
+    blocks = _blocks(plan, progress)
+    if stream_to is not None:
+        from probe.stream import SequenceWriter
+
+        skeleton = _dataset(_empty(len(names), len(models), L, 0), plan)
+        with SequenceWriter(stream_to, skeleton) as writer:
+            for _, block in blocks:
+                writer.append(block)
+        return xr.open_dataset(stream_to, engine=ENGINE)
+    data = _empty(len(names), len(models), L, inputs.sequences)
+    for start, block in blocks:
+        for name, values in block.items():
+            data[name][:, :, :, start : start + values.shape[3]] = values
+    return _dataset(data, plan)
+
+
+def _blocks(plan: Plan, progress: Progress | None):
+    """(first sequence, results) batch by batch: every variant and init of a batch at once."""
+    models, names = plan.models, plan.variants
+    L = models[0].n_layers
     done = 0
-    for i, variant in enumerate(names):
-        ablation = PRESETS[variant].with_surgery(plan.surgery)
-        for j, probed in enumerate(models):
-            for start, ids, mask in batches:
-                per_layer = layer_values(probed, ids, ablation, _reduce, mask)
-                stop = start + ids.shape[0]
+    for start, ids, mask in plan.inputs.batches(plan.batch_size):
+        block = _empty(len(names), len(models), L, ids.shape[0])
+        reducers = [_Reducer(L + 1) for _ in models]  # X_0 is shared by a model's variants
+        for i, variant in enumerate(names):
+            ablation = PRESETS[variant].with_surgery(plan.surgery)
+            for j, probed in enumerate(models):
+                per_layer = layer_values(probed, ids, ablation, reducers[j], mask)
                 for layer, values in enumerate(per_layer):
                     for name, value in values.items():
-                        data[name][i, j, layer, start:stop] = value.numpy()
+                        block[name][i, j, layer] = value.numpy()
                 done += 1
                 if progress is not None:
                     progress(done, plan.steps, f"{probed.name} · {probed.init} · {variant}")
-    return _dataset(data, plan)
+        yield start, block
 
 
 def run(
@@ -230,32 +243,6 @@ def _equivalent_command(model, settings: dict, text) -> str:
     return shlex.join(args)
 
 
-def _run_streaming(plan: Plan, progress: Progress | None, path) -> xr.Dataset:
-    """As ``execute``, batch by batch: all variants and inits of a batch, then its block is written."""
-    from probe.stream import SequenceWriter
-
-    models, names = plan.models, plan.variants
-    L = models[0].n_layers
-    skeleton = _dataset(_empty(len(names), len(models), L, 0), plan)
-    batches = plan.inputs.batches(plan.batch_size)
-    done = 0
-    with SequenceWriter(path, skeleton) as writer:
-        for _, ids, mask in batches:
-            block = _empty(len(names), len(models), L, ids.shape[0])
-            for i, variant in enumerate(names):
-                ablation = PRESETS[variant].with_surgery(plan.surgery)
-                for j, probed in enumerate(models):
-                    per_layer = layer_values(probed, ids, ablation, _reduce, mask)
-                    for layer, values in enumerate(per_layer):
-                        for name, value in values.items():
-                            block[name][i, j, layer] = value.numpy()
-                    done += 1
-                    if progress is not None:
-                        progress(done, plan.steps, f"{probed.name} · {probed.init} · {variant}")
-            writer.append(block)
-    return xr.open_dataset(path, engine=ENGINE)
-
-
 def _empty(variants: int, inits: int, layers: int, sequences: int) -> dict[str, np.ndarray]:
     shape = (variants, inits, layers + 1, sequences)
     return {
@@ -264,9 +251,29 @@ def _empty(variants: int, inits: int, layers: int, sequences: int) -> dict[str, 
     }
 
 
-def _reduce(x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """Per-layer reduction inside the trace: only per-sequence numbers leave the model."""
-    return {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
+class _Reducer:
+    """The per-layer reduction inside the trace: only per-sequence numbers leave the model.
+
+    The stream starts at the embeddings X_0, which no ablation touches, so one reducer serves
+    all the variants of a batch and model: X_0's metrics are computed once and reused for as
+    long as X_0 is exactly the same tensor (checked, never assumed).
+    """
+
+    def __init__(self, layers: int) -> None:
+        self.layers = layers
+        self.calls = 0
+        self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
+
+    def __call__(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+        layer, self.calls = self.calls % self.layers, self.calls + 1
+        if layer == 0 and self.first is not None:
+            x0, mask0, values = self.first
+            if torch.equal(x, x0) and torch.equal(mask, mask0):
+                return values
+        values = {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
+        if layer == 0:
+            self.first = (x.clone(), mask.clone(), values)
+        return values
 
 
 def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedModel]:

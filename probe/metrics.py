@@ -26,21 +26,30 @@ Complementary, fit-free measures of collapse, all computed from the singular val
 And token uniformity, the mean cosine similarity over distinct pairs of tokens, which tends to 1
 as the representation collapses.
 
-How they are computed (fast, and as exact as an SVD).  Let k = min(token, hidden) and G the
-k x k Gram matrix of X (X X^T when tokens <= hidden, else X^T X), one batched matmul.
+How they are computed (fast, and as exact as an SVD).  Let k = min(token, hidden), R = X - 1 mean^T
+the mean residual (mean over real tokens), and G_R its k x k Gram matrix (R R^T when tokens <=
+hidden, else R^T R): one batched matmul.
 
+* X's own Gram matrix G follows from G_R in O(k^2), with no second matmul: X = R + m mean^T (m
+  the real-token indicator), so X X^T = G_R + m g^T + g m^T + |mean|^2 m m^T with g = R mean,
+  and X^T X = G_R + n mean mean^T.  Each term is rounded to eps of its size, at most ~eps
+  lambda_1(X): the accuracy of a Gram matrix formed from X.  Formed the other way round
+  (G_R from G), G_R would carry that same absolute rounding, which swamps a nearly collapsed
+  R; formed from R it is accurate to eps of R's own size however small R is.
 * l1, linf and Frobenius norms need no factorisation: absolute row and column sums and
-  sums of squares of the explicitly formed matrices X, R = X - 1 mean^T and
-  R_1 = X - sigma_1 u_1 v_1^T (each one fused broadcasting pass).
-* The eigenvalues lambda_i of G (eigvalsh: a tridiagonalisation, no eigenvectors), and the
-  top eigenvector w_1 by inverse iteration shifted just past lambda_1 (one small LU
-  factorisation, three solves).  w_1 is u_1 on the token side, v_1 on the hidden side.  The
-  rank-one residual is the projection R_1 = (I - u_1 u_1^T) X (or X (I - v_1 v_1^T)), so its
-  norms come from R_1 itself, and sigma_1 = ||X^T u_1|| (||X v_1||) is a Rayleigh quotient.
+  sums of squares of the explicitly formed matrices X, R and R_1 = X - sigma_1 u_1 v_1^T (each
+  one fused broadcasting pass); ||X||_F^2 and ||R||_F^2 are the traces of G and G_R.
+* The eigenvalues lambda_i of G and mu_i of G_R (eigvalsh: a tridiagonalisation, no
+  eigenvectors); ||R||_2 = sqrt(mu_1).  The top eigenvector w_1 of G by inverse iteration
+  shifted just past lambda_1 (one small LU factorisation, three solves).  w_1 is u_1 on the
+  token side, v_1 on the hidden side.  The rank-one residual is the projection
+  R_1 = (I - u_1 u_1^T) X (or X (I - v_1 v_1^T)), so its norms come from R_1 itself, and
+  sigma_1 = ||X^T u_1|| (||X v_1||) is a Rayleigh quotient.
 * The other singular values are sqrt(lambda_i) only where that is accurate.  eigvalsh is
   accurate to ~eps lambda_1 in absolute terms, so sqrt(lambda_i) has relative error
-  ~eps lambda_1 / lambda_i: fine (<= ~1e-10) where every lambda_i >= 1e-6 lambda_1, the usual
-  case for hidden states.  Elsewhere (padding, rank deficiency) those sequences get the
+  ~eps lambda_1 / lambda_i: fine (<= ~1e-10) where every nonzero lambda_i >= 1e-6 lambda_1,
+  the usual case for hidden states (a sequence with n real tokens has at most n nonzero
+  ones: the rest are set to zero).  Elsewhere (rank deficiency) those sequences get the
   eigenvectors w_i of G and s_i = ||X^T w_i||, whose error is eps s_1 plus the square of the
   eigenvector error: the absolute accuracy of a backward-stable SVD (the reference's).
 * A nearly collapsed X (s_2 < 1e-2 s_1) puts s_2.. at or below G's rounding, where neither
@@ -49,18 +58,21 @@ k x k Gram matrix of X (X X^T when tokens <= hidden, else X^T X), one batched ma
   are exactly X's without sigma_1, by the same method on R_1's own Gram matrix: accurate to
   eps s_2 rather than eps s_1.  sigma_2 = ||R_1||_2 and all s_i for the effective rank follow;
   the stable rank is trace(G) / s_1^2.
-* ||R||_2, the spectral norm of the mean residual, is sqrt of the top eigenvalue of R's Gram
-  matrix.  That matrix is P G P (P the centring on real tokens), O(k^2) from G, where its top
-  eigenvalue is >= 1e-4 of G's (rounding eps lambda_1(X) is then <= ~1e-12 of it); for a
-  nearly collapsed X the subtraction would lose R, and there it is formed from the explicit R.
-* cosine similarity: from the token Gram matrix when it is formed (tokens <= hidden),
-  sum_{i != j} G_ij / (|x_i| |x_j|), otherwise from the normalised tokens directly.
+* cosine similarity: sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2 over the unit
+  tokens u_i, where sum_i u_i is one matrix-vector product with the inverse token norms.
 
-So per batch, typically: one k x k x hidden matmul, two eigvalsh and one LU of k x k
-matrices, and a dozen passes over X -- instead of an SVD of X and one of R per sequence, which
-LAPACK runs one matrix at a time with memory-bound bidiagonalisation.  Computing only some
-metrics (``metrics=``) skips what they do not need.  Everything runs on X's device: the same
-code serves CPU and CUDA.
+So per batch, typically: one k x k x hidden matmul, one batch of 2 x sequence eigvalsh and one
+of LU factorisations of k x k matrices, and about a dozen passes over X -- instead of an SVD of
+X and one of R per sequence, which LAPACK runs one matrix at a time with memory-bound
+bidiagonalisation.  Computing only some metrics (``metrics=``) skips what they do not need.
+
+Everything runs on X's device: the same code serves CPU and CUDA.  Two things apply to a CPU
+only.  torch hands LAPACK one small matrix at a time, and MKL threads each of those poorly:
+the eigensolves are cut into one piece per thread and run in a small pool whose threads each
+run LAPACK serially (``_lapack``), a 2-3x gain on 2 cores that leaves every matrix's result
+as it would be alone.  And the (sequence, token, hidden) float64 buffers are reused from call
+to call (``_workspace``): fresh ones cost a page fault per 4 KiB, more than the pass that
+fills them.
 
 Accuracy (tests/test_metrics.py checks it against the NumPy SVD oracle): relative error
 <= 1e-10 in residual ratios above 1e-6 and absolute <= 1e-14 below (the float64 reference itself
@@ -91,7 +103,11 @@ device.  Degenerate inputs:
 
 from __future__ import annotations
 
+import ctypes
 import math
+import os
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -108,14 +124,88 @@ _SAFE_EXPONENT = 256
 DEFLATE = 1e-2
 # Below this lambda_i / lambda_1, sqrt(lambda_i) is not accurate enough for the effective rank.
 RESOLVED = 1e-6
-# The mean residual's Gram matrix is derived from X's (no matmul) where its top eigenvalue is
-# at least this fraction of X's: rounding of eps lambda_1(X) is then <= ~1e-12 of it.
-DERIVED = 1e-4
 
 
 def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
     if name not in valid:
         raise ValueError(f"unknown {what} {name!r}; valid {what}s: {', '.join(valid)}")
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _lapack(fn, *problems: Tensor) -> list:
+    """``[fn(P) for P in problems]`` for a batched LAPACK routine, split over the CPU's threads.
+
+    On a CPU, torch hands LAPACK one small matrix at a time; each batch is cut into one piece
+    per thread and the pieces run at once in a pool whose threads run LAPACK serially
+    (``_serial_lapack``): on 2 cores, half the time of the plain batched call, a third of it
+    when MKL would thread each small matrix itself.  Every matrix is solved exactly as it
+    would be alone, so results do not depend on the split.  On CUDA the calls are made as
+    they are.
+    """
+    threads = torch.get_num_threads()
+    if problems[0].device.type != "cpu" or threads < 2:
+        return [fn(P) for P in problems]
+    # Even a single matrix goes to the pool: every matrix is then solved by serial LAPACK,
+    # whose rounding does not depend on the batch it came in or the number of threads.
+    workers = min(threads, max(P.shape[0] for P in problems))
+    global _POOL
+    if _POOL is None or _POOL._max_workers < threads:
+        _POOL = ThreadPoolExecutor(
+            threads, thread_name_prefix="probe-lapack", initializer=_serial_lapack
+        )
+    futures = [[_POOL.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
+    results = []
+    for pending in futures:
+        parts = [future.result() for future in pending]
+        if isinstance(parts[0], Tensor):
+            results.append(torch.cat(parts))
+        else:
+            results.append(tuple(torch.cat(pieces) for pieces in zip(*parts, strict=True)))
+    return results
+
+
+def _serial_lapack() -> None:
+    # In each worker, MKL's LAPACK runs one thread per matrix: for matrices this small its
+    # own threading costs more than it gains (2-3x slower on 2 cores), and the workers already
+    # share the cores between them.  mkl_set_num_threads_local is MKL's per-thread setting,
+    # exported by the x86 CPU builds of torch; torch.set_num_threads would change the whole
+    # process.  Other builds (OpenBLAS) keep their defaults.
+    try:
+        library = ctypes.CDLL(
+            os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        )
+        library.mkl_set_num_threads_local(ctypes.byref(ctypes.c_int(1)))
+    except (OSError, AttributeError):
+        pass
+
+
+_SCRATCH = threading.local()
+
+
+def _workspace(like: Tensor, count: int) -> list[Tensor]:
+    """``count`` float64 tensors shaped like ``like``, reused from call to call on a CPU.
+
+    A fresh (sequence, token, hidden) tensor costs a page fault per 4 KiB on first touch,
+    more than the pass that fills it; a layer-by-layer analysis asks for the same shapes
+    over and over.  Only the latest shape is kept (per thread).  On CUDA the caching
+    allocator already reuses memory.
+    """
+    if like.device.type != "cpu":
+        return [torch.empty(like.shape, dtype=_F64, device=like.device) for _ in range(count)]
+    cached = getattr(_SCRATCH, "tensors", [])
+    if not cached or cached[0].shape != like.shape:
+        cached = []
+    while len(cached) < count:
+        cached.append(torch.empty(like.shape, dtype=_F64))
+    _SCRATCH.tensors = cached
+    return cached[:count]
+
+
+def _eigvalsh(*G: Tensor) -> list[Tensor]:
+    """Eigenvalues of each batch of symmetric matrices, descending."""
+    return [lam.flip(-1) for lam in _lapack(torch.linalg.eigvalsh, *G)]
 
 
 def _tall(A: Tensor) -> Tensor:
@@ -203,10 +293,16 @@ def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Te
         detail = ", ".join(f"sequence {i} has {int(counts[i])}" for i in bad[:5])
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         raise ValueError(f"every sequence needs at least 2 real tokens; {detail}{more}")
-    Xm = X.to(_F64)
+    if X.dtype == _F64:
+        Xm = X
+    else:  # converted into reused memory (never the caller's X, which stays untouched)
+        Xm = _workspace(X, 3)[2].copy_(X)
     if not bool(mask.all()):
-        # torch.where rather than multiplying by the mask: padding may hold NaN or inf.
-        Xm = torch.where(mask[..., None], Xm, 0.0)
+        # where/masked_fill rather than multiplying by the mask: padding may hold NaN or inf.
+        if Xm is X:
+            Xm = torch.where(mask[..., None], Xm, 0.0)
+        else:
+            Xm.masked_fill_(~mask[..., None], 0.0)
     # The largest |entry| is NaN or inf exactly when some real entry is: one pass checks both.
     peak = torch.linalg.vector_norm(Xm, ord=math.inf, dim=(-2, -1))
     if not bool(torch.isfinite(peak).all()):
@@ -224,8 +320,14 @@ def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
     return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64)[:, None, None])
 
 
-def _mean_residual(Xm: Tensor, mask: Tensor, counts: Tensor, out: Tensor | None = None) -> Tensor:
-    mean = Xm.sum(-2) / counts[:, None]  # (sequence, hidden)
+def _mean(Xm: Tensor, counts: Tensor) -> Tensor:
+    return Xm.sum(-2) / counts[:, None]  # (sequence, hidden); padded rows are zero
+
+
+def _mean_residual(
+    Xm: Tensor, mask: Tensor, counts: Tensor, out: Tensor | None = None, mean: Tensor | None = None
+) -> Tensor:
+    mean = _mean(Xm, counts) if mean is None else mean
     # Xm - m mean^T in one fused broadcasting pass; padded rows are 0 - 0 * mean = 0.
     return torch.addcmul(Xm, mask.to(_F64)[:, :, None], mean[:, None, :], value=-1.0, out=out)
 
@@ -234,46 +336,83 @@ def _gram(A: Tensor, wide: bool) -> Tensor:
     return A @ A.mT if wide else A.mT @ A
 
 
+def _uncentred_gram(
+    G_R: Tensor, R: Tensor, mean: Tensor, mask: Tensor, counts: Tensor, wide: bool
+) -> Tensor:
+    """X's Gram matrix from that of its mean residual R, X = R + m mean^T, in O(k^2).
+
+    Token side: X X^T = R R^T + m g^T + g m^T + |mean|^2 m m^T with g = R mean, written as
+    G_R + [m, g] [g + |mean|^2 m, m]^T (one batched rank-2 update).  Hidden side:
+    X^T X = R^T R + n mean mean^T, the cross terms R^T m being zero (R's columns sum to zero).
+    Every term is rounded to eps of its size, at most ~eps lambda_1(X): the accuracy of a
+    Gram matrix formed from X itself.
+    """
+    if wide:
+        m = mask.to(_F64)
+        g = (R @ mean[:, :, None])[..., 0]  # (sequence, token); zero on padded rows
+        sq = mean.square().sum(-1, keepdim=True)
+        left = torch.stack([m, g], dim=-1)
+        right = torch.stack([torch.addcmul(g, sq, m), m], dim=-1)
+        return torch.baddbmm(G_R, left, right.mT)
+    return torch.baddbmm(G_R, mean[:, :, None] * counts[:, None, None], mean[:, None, :])
+
+
 def _trace(G: Tensor) -> Tensor:
     return G.diagonal(dim1=-2, dim2=-1).sum(-1)
 
 
-class _Top:
-    """Eigenvalues of X's Gram matrix G, its top eigenvector, and what follows from them."""
+def _rows(A: Tensor, index: Tensor) -> Tensor:
+    # A[index] copies; the common case of every sequence needs no copy.
+    return A if len(index) == A.shape[0] else A[index]
 
-    def __init__(self, mask: Tensor, G: Tensor, wide: bool) -> None:
-        self.lam = torch.linalg.eigvalsh(G).flip(-1)  # descending
+
+def _put_rows(A: Tensor, index: Tensor, values: Tensor) -> Tensor:
+    return values if len(index) == A.shape[0] else A.index_copy(0, index, values)
+
+
+class _Top:
+    """X's Gram matrix G, its eigenvalues (descending), top eigenvector, and what follows."""
+
+    def __init__(self, mask: Tensor, counts: Tensor, G: Tensor, lam: Tensor, wide: bool) -> None:
+        self.lam = lam
         self.G = G
         self.wide = wide
-        w1 = _top_vector(G, self.lam[..., 0])
+        # rank(X) <= real tokens: the eigenvalues past it are zero, whatever rounding says.
+        self.rank = counts.to(torch.long).clamp(max=lam.shape[-1])
+        w1 = _top_vector(G, lam[..., 0])
         if wide:  # w1 = u_1 lives on tokens; make it exactly 0 on padded rows
             self.direction = torch.where(mask, w1, 0.0)
         else:  # w1 = v_1 lives on hidden units
             self.direction = w1
 
-    def project_out(self, A: Tensor, out: Tensor | None = None) -> Tensor:
+    def image(self, A: Tensor) -> Tensor:
+        """A^T u_1 (sequence, hidden) or A v_1 (sequence, token): s_1 v_1 or s_1 u_1 for X."""
+        d = self.direction
+        if self.wide:
+            return (d[:, None, :] @ A)[:, 0, :]  # u^T A: a faster memory pattern than A^T u
+        return (A @ d[:, :, None])[..., 0]
+
+    def project_out(self, A: Tensor, image: Tensor, out: Tensor | None = None) -> Tensor:
         """R_1 = (I - u u^T) A, or A (I - v v^T): the rank-one residual in one fused pass."""
         d = self.direction
         if self.wide:
-            image = (A.mT @ d[:, :, None])[..., 0]  # A^T u = s_1 v_1 (sequence, hidden)
             return torch.addcmul(A, d[:, :, None], image[:, None, :], value=-1.0, out=out)
-        image = (A @ d[:, :, None])[..., 0]  # A v = s_1 u_1 (sequence, token)
         return torch.addcmul(A, image[:, :, None], d[:, None, :], value=-1.0, out=out)
 
-    def singular_values(self, Xm: Tensor, R1: Tensor, full: bool) -> Tensor:
+    def singular_values(self, Xm: Tensor, image: Tensor, R1: Tensor, full: bool) -> Tensor:
         """All k singular values of X (``full``) or s_1, s_2 only, descending.
 
         s_1 = ||X^T u_1|| (or ||X v_1||), a Rayleigh-quotient estimate.  The others are
-        sqrt(lambda_i) where every lambda_i >= RESOLVED * lambda_1 (their relative error,
-        ~eps lambda_1 / lambda_i, is then ~1e-10 at most); in the other sequences all are
-        ||X^T w_i|| over the eigenvectors w_i of G (eigh, for those sequences only).  Where
-        s_2 < DEFLATE * s_1 the trailing eigenpairs are at or below G's rounding
+        sqrt(lambda_i) where every nonzero lambda_i (i <= rank bound) is >= RESOLVED * lambda_1
+        (their relative error, ~eps lambda_1 / lambda_i, is then ~1e-10 at most); in the other
+        sequences all are ||X^T w_i|| over the eigenvectors w_i of G (eigh, for those sequences
+        only).  Where s_2 < DEFLATE * s_1 the trailing eigenpairs are at or below G's rounding
         (eps lambda_1); for those sequences s_2.. are the singular values of the explicitly
         formed residual R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram
         matrix.
         """
         lam, k = self.lam, self.lam.shape[-1]
-        s1 = _row_norms(Xm, self.direction[..., None], self.wide)
+        s1 = torch.linalg.vector_norm(image, dim=-1, keepdim=True)
         if k == 1:
             return s1
         rest = lam[..., 1:] if full else lam[..., 1:2]
@@ -281,15 +420,19 @@ class _Top:
         lam1 = lam[..., 0]
         deflate = (lam[..., 1] < DEFLATE**2 * lam1) & (lam1 > 0)
         if full:
-            refine = torch.nonzero((lam[..., -1] < RESOLVED * lam1) & ~deflate).flatten()
+            smallest = lam.gather(-1, (self.rank - 1)[:, None])[:, 0]
+            refine = torch.nonzero((smallest < RESOLVED * lam1) & ~deflate).flatten()
             if len(refine):
-                S = S.index_copy(0, refine, _accurate(Xm[refine], self.G[refine], k, self.wide))
+                accurate = _accurate(_rows(Xm, refine), _rows(self.G, refine), k, self.wide)
+                S = _put_rows(S, refine, accurate)
         deflate = torch.nonzero(deflate).flatten()
         if len(deflate):
-            rest = R1[deflate]
+            rest = _rows(R1, deflate)
             # R_1's Gram matrix has one more null direction (u_1): its top k - 1 values.
             values = _spectrum(rest, _gram(rest, self.wide), S.shape[-1] - 1, self.wide, full)
-            S = S.index_copy(0, deflate, torch.cat([S[deflate, :1], values], -1))
+            S = _put_rows(S, deflate, torch.cat([S[deflate, :1], values], -1))
+        if full:  # past the rank bound the values are zero (rounding aside)
+            S = torch.where(torch.arange(k, device=S.device) < self.rank[:, None], S, 0.0)
         return torch.sort(S, dim=-1, descending=True).values
 
 
@@ -304,8 +447,9 @@ def _top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
     """
     k = G.shape[-1]
     shift = torch.where(lam1 > 0, lam1 * (1 + 1e-12), 1.0)  # an all-zero G: any vector
-    eye = torch.eye(k, dtype=G.dtype, device=G.device)
-    LU, pivots = torch.linalg.lu_factor(G - shift[:, None, None] * eye)
+    shifted = G.clone()
+    shifted.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
+    LU, pivots = torch.linalg.lu_factor(shifted)
     # A fixed start with a component along every direction (all ones would miss a u_1 that
     # is orthogonal to it).
     start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=G.dtype, device=G.device) * 2.3)
@@ -318,18 +462,18 @@ def _top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
 
 def _accurate(A: Tensor, G: Tensor, count: int, wide: bool) -> Tensor:
     """The top ``count`` singular values of A as ||A^T w_i|| over G's eigenvectors."""
-    _, W = torch.linalg.eigh(G)
+    [(_, W)] = _lapack(torch.linalg.eigh, G)
     return _row_norms(A, W.flip(-1)[..., :count], wide)
 
 
 def _spectrum(A: Tensor, G: Tensor, count: int, wide: bool, full: bool) -> Tensor:
     """Top ``count`` singular values of A (Gram matrix G), as in _Top.singular_values."""
-    lam = torch.linalg.eigvalsh(G).flip(-1)[..., :count]
+    lam = _eigvalsh(G)[0][..., :count]
     S = lam.clamp(min=0.0).sqrt()
     if full and count > 1:
         refine = torch.nonzero(lam[..., -1] < RESOLVED * lam[..., 0]).flatten()
         if len(refine):
-            S = S.index_copy(0, refine, _accurate(A[refine], G[refine], count, wide))
+            S = _put_rows(S, refine, _accurate(_rows(A, refine), _rows(G, refine), count, wide))
     return S
 
 
@@ -340,55 +484,20 @@ def _row_norms(A: Tensor, W: Tensor, wide: bool) -> Tensor:
     return torch.linalg.vector_norm(A @ W, dim=-2)
 
 
-def _mean_residual_spectral(
-    G: Tensor, Xm: Tensor, R: Tensor, mask: Tensor, counts: Tensor, lam1: Tensor, wide: bool
-) -> Tensor:
-    """||R||_2 for the mean residual R = P X, P = I - m m^T / n the centring on real tokens.
-
-    R's Gram matrix is P G P (token side) or G - n mean mean^T (hidden side), O(k^2) from G.
-    Its rounding is that of G, ~eps lambda_1(X): fine where lambda_1(R) >= DERIVED lambda_1(X).
-    Elsewhere (a nearly collapsed X) the subtraction would lose R: there its Gram matrix is
-    formed from the explicit R.
-    """
-    n = counts[:, None]
-    if wide:
-        m = mask.to(_F64)
-        g = (G @ m[:, :, None])[..., 0] / n  # G m / n
-        c = (m * g).sum(-1, keepdim=True) / n  # m^T G m / n^2
-        G_R = G - m[:, :, None] * g[:, None, :] - g[:, :, None] * m[:, None, :]
-        G_R = G_R + c[:, :, None] * m[:, :, None] * m[:, None, :]
-    else:
-        # sum_i R_i = 0, so R^T R = X^T X - n mean mean^T.
-        mean = Xm.sum(-2) / n
-        G_R = G - n[:, :, None] * mean[:, :, None] * mean[:, None, :]
-    lam = torch.linalg.eigvalsh(G_R)[:, -1]
-    explicit = torch.nonzero(lam < DERIVED * lam1).flatten()
-    if len(explicit):
-        exact = torch.linalg.eigvalsh(_gram(R[explicit], wide))[:, -1]
-        lam = lam.index_copy(0, explicit, exact)
-    return lam.clamp(min=0.0).sqrt()
-
-
 def _effective_rank(S: Tensor) -> Tensor:
     # An all-zero sequence gives p = 0/0 = NaN, which propagates: the convention we want.
     p = S / S.sum(-1, keepdim=True)
     return torch.exp(-torch.special.xlogy(p, p).sum(-1))  # xlogy(0, 0) = 0
 
 
-def _cosine_from_gram(G: Tensor, counts: Tensor) -> Tensor:
-    # G is the token Gram matrix; zero-norm (and padded) rows get weight 0.
-    sq = G.diagonal(dim1=-2, dim2=-1)
-    inv = torch.where(sq > 0, sq.rsqrt(), 0.0)
-    total = (inv[:, None, :] @ G @ inv[:, :, None])[:, 0, 0] - (sq * inv * inv).sum(-1)
-    return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
-
-
 def _cosine(Xm: Tensor, counts: Tensor) -> Tensor:
-    norms = torch.linalg.vector_norm(Xm, dim=-1, keepdim=True)  # (sequence, token, 1)
-    # Zero-norm (and padded) rows stay zero, so they add 0 to every pair they belong to.
-    unit = Xm / torch.where(norms > 0, norms, 1.0)
-    # sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2: O(token) instead of O(token^2).
-    total = unit.sum(-2).square().sum(-1) - unit.square().sum((-2, -1))
+    norms = torch.linalg.vector_norm(Xm, dim=-1)  # (sequence, token)
+    # Zero-norm (and padded) tokens get weight 0, so they add 0 to every pair they belong to.
+    inverse = torch.where(norms > 0, 1.0 / norms, 0.0)
+    # sum_{i != j} <u_i, u_j> = ||sum_i u_i||^2 - sum_i ||u_i||^2 with u_i = x_i / |x_i|: one
+    # matrix-vector product instead of O(token^2) dot products or a normalised copy of X.
+    total = (inverse[:, None, :] @ Xm)[:, 0, :].square().sum(-1)
+    total = total - (norms * inverse).square().sum(-1)
     return (total / (counts * (counts - 1))).clamp(-1.0, 1.0)  # clamp: rounding only
 
 
@@ -396,24 +505,29 @@ def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
     """The core: Xm is prepared (zeroed padding) and rescaled; see the module docstring."""
     wide = Xm.shape[-2] <= Xm.shape[-1]
     want = set(wanted)
-    spectral_work = bool(want & {"relative_residual", "effective_rank", "stable_rank"})
-    G = _gram(Xm, wide) if spectral_work or ("cosine_similarity" in want and wide) else None
+    residual = "relative_residual" in want
     out: dict[str, Tensor] = {}
-    if "relative_residual" in want or "effective_rank" in want:
-        top = _Top(mask, G, wide)
-        k = top.lam.shape[-1]
-        residual = "relative_residual" in want
-        # Fresh (sequence, token, hidden) tensors cost page faults on every call, more than
-        # the passes that fill them: R and then R_1 share one buffer, |.| another.
-        buffer = torch.empty_like(Xm)
-        scratch = torch.empty_like(Xm) if residual else None
+    if residual or "effective_rank" in want:
+        # R and then R_1 share one buffer, |.| another (see _workspace).
+        buffer, scratch = _workspace(Xm, 3)[:2]
         if residual:
-            R = _mean_residual(Xm, mask, counts, out=buffer)
-            R_spectral = _mean_residual_spectral(G, Xm, R, mask, counts, top.lam[:, 0], wide)
-            mean_table = _norm_table(R, _fro(R), R_spectral, scratch)
-        R1 = top.project_out(Xm, out=buffer)  # R is done with
+            mean = _mean(Xm, counts)
+            R = _mean_residual(Xm, mask, counts, out=buffer, mean=mean)
+            # R's Gram matrix formed from R (accurate however small R is), X's from it.
+            G_R = _gram(R, wide)
+            G = _uncentred_gram(G_R, R, mean, mask, counts, wide)
+            lam, lam_R = _eigvalsh(G, G_R)
+            R_spectral = lam_R[:, 0].clamp(min=0.0).sqrt()  # ||R||_2
+            mean_table = _norm_table(R, _trace(G_R).sqrt(), R_spectral, scratch)
+        else:
+            G = _gram(Xm, wide)
+            [lam] = _eigvalsh(G)
+        top = _Top(mask, counts, G, lam, wide)
+        k = lam.shape[-1]
+        image = top.image(Xm)
+        R1 = top.project_out(Xm, image, out=buffer)  # R is done with
         # All k singular values for the effective rank, otherwise only s_1 and s_2.
-        S = top.singular_values(Xm, R1, full="effective_rank" in want)
+        S = top.singular_values(Xm, image, R1, full="effective_rank" in want)
         s1 = S[:, 0]
         if "effective_rank" in want:
             out["effective_rank"] = _effective_rank(S)
@@ -426,10 +540,11 @@ def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
         if "stable_rank" in want:
             out["stable_rank"] = _trace(G) / s1**2  # 0/0 = NaN for an all-zero sequence
     elif "stable_rank" in want:
-        s1 = torch.linalg.eigvalsh(G)[:, -1].clamp(min=0.0).sqrt()  # relative accuracy eps
+        G = _gram(Xm, wide)
+        s1 = _eigvalsh(G)[0][:, 0].clamp(min=0.0).sqrt()  # relative accuracy eps
         out["stable_rank"] = _trace(G) / s1**2
     if "cosine_similarity" in want:
-        out["cosine_similarity"] = _cosine_from_gram(G, counts) if wide else _cosine(Xm, counts)
+        out["cosine_similarity"] = _cosine(Xm, counts)
     return {name: out[name] for name in METRICS if name in out}
 
 
@@ -459,8 +574,9 @@ def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor
     # The direction comes from the rescaled X (its Gram matrix must not overflow); the
     # projection is applied to X itself, so the residual keeps X's scale.
     wide = Xm.shape[-2] <= Xm.shape[-1]
-    Xs = _rescale(Xm, peak)
-    return _Top(mask, _gram(Xs, wide), wide).project_out(Xm)
+    G = _gram(_rescale(Xm, peak), wide)
+    top = _Top(mask, counts, G, _eigvalsh(G)[0], wide)
+    return top.project_out(Xm, top.image(Xm))
 
 
 def relative_residual(

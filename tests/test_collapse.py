@@ -125,3 +125,29 @@ def test_loaded_model_and_init_mismatch(tiny_folders):
 def test_too_many_tokens_for_the_positions(tiny_folders):
     with pytest.raises(probe.ProbeError, match="at most 64 tokens"):
         collapse.run(tiny_folders["gpt2"], init="random", sequences=1, tokens=65)
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2"])
+def test_embeddings_are_measured_once_per_batch(family, tiny_folders, monkeypatch):
+    # X_0 is the same under every ablation: its metrics are computed for the first variant
+    # of a batch and reused, after an exact check, by the other three.
+    calls = []
+    real = collapse.metrics.collapse_metrics
+
+    def counted(x, mask):
+        calls.append(x.shape)
+        return real(x, mask)
+
+    together = collapse.run(tiny_folders[family], init="random", **SMALL)
+    monkeypatch.setattr(collapse.metrics, "collapse_metrics", counted)
+    collapse.run(tiny_folders[family], init="random", **SMALL)
+    layers = together.sizes["layer"]
+    batches = -(-SMALL["sequences"] // SMALL.get("batch_size", 16))
+    assert len(calls) == batches * (4 * layers - 3)
+    monkeypatch.undo()
+    for variant in together.variant.values:  # alone, each variant measures X_0 itself
+        alone = collapse.run(tiny_folders[family], init="random", variants=variant, **SMALL)
+        np.testing.assert_array_equal(
+            alone.relative_residual.sel(variant=variant),
+            together.relative_residual.sel(variant=variant),
+        )
