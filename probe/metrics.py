@@ -104,7 +104,6 @@ device.  Degenerate inputs:
 from __future__ import annotations
 
 import ctypes
-import math
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -304,7 +303,8 @@ def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Te
         else:
             Xm.masked_fill_(~mask[..., None], 0.0)
     # The largest |entry| is NaN or inf exactly when some real entry is: one pass checks both.
-    peak = torch.linalg.vector_norm(Xm, ord=math.inf, dim=(-2, -1))
+    flat = Xm.flatten(1)  # amax and amin: two fast passes, 4x faster than an inf-norm
+    peak = torch.maximum(flat.amax(-1), -flat.amin(-1))
     if not bool(torch.isfinite(peak).all()):
         raise ValueError("X has non-finite values (NaN or inf) in real (unmasked) tokens")
     return Xm, mask, counts.to(_F64), peak
@@ -399,8 +399,10 @@ class _Top:
             return torch.addcmul(A, d[:, :, None], image[:, None, :], value=-1.0, out=out)
         return torch.addcmul(A, image[:, :, None], d[:, None, :], value=-1.0, out=out)
 
-    def singular_values(self, Xm: Tensor, image: Tensor, R1: Tensor, full: bool) -> Tensor:
-        """All k singular values of X (``full``) or s_1, s_2 only, descending.
+    def singular_values(
+        self, Xm: Tensor, image: Tensor, R1: Tensor, full: bool
+    ) -> tuple[Tensor, Tensor]:
+        """All k singular values of X (``full``) or s_1, s_2 only, descending; and ||R_1||_F.
 
         s_1 = ||X^T u_1|| (or ||X v_1||), a Rayleigh-quotient estimate.  The others are
         sqrt(lambda_i) where every nonzero lambda_i (i <= rank bound) is >= RESOLVED * lambda_1
@@ -410,11 +412,16 @@ class _Top:
         (eps lambda_1); for those sequences s_2.. are the singular values of the explicitly
         formed residual R_1 = (I - u_1 u_1^T) X instead, by the same method on R_1's Gram
         matrix.
+
+        ||R_1||_F^2 = trace(G) - s_1^2 where s_2 >= DEFLATE s_1 (then ||R_1||_F^2 >= 1e-4 s_1^2,
+        so the subtraction loses at most ~1e4 eps relative), the trace of R_1's Gram matrix
+        where the spectrum is deflated.
         """
         lam, k = self.lam, self.lam.shape[-1]
         s1 = torch.linalg.vector_norm(image, dim=-1, keepdim=True)
-        if k == 1:
-            return s1
+        fro = (_trace(self.G) - s1[:, 0].square()).clamp(min=0.0)
+        if k == 1:  # rank one: R_1 is rounding, which the subtraction would square-root
+            return s1, _fro(R1)
         rest = lam[..., 1:] if full else lam[..., 1:2]
         S = torch.cat([s1, rest.clamp(min=0.0).sqrt()], dim=-1)
         lam1 = lam[..., 0]
@@ -428,12 +435,14 @@ class _Top:
         deflate = torch.nonzero(deflate).flatten()
         if len(deflate):
             rest = _rows(R1, deflate)
+            G1 = _gram(rest, self.wide)
             # R_1's Gram matrix has one more null direction (u_1): its top k - 1 values.
-            values = _spectrum(rest, _gram(rest, self.wide), S.shape[-1] - 1, self.wide, full)
+            values = _spectrum(rest, G1, S.shape[-1] - 1, self.wide, full)
             S = _put_rows(S, deflate, torch.cat([S[deflate, :1], values], -1))
+            fro = _put_rows(fro, deflate, _trace(G1))
         if full:  # past the rank bound the values are zero (rounding aside)
             S = torch.where(torch.arange(k, device=S.device) < self.rank[:, None], S, 0.0)
-        return torch.sort(S, dim=-1, descending=True).values
+        return torch.sort(S, dim=-1, descending=True).values, fro.sqrt()
 
 
 def _top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
@@ -527,13 +536,13 @@ def _metrics(Xm: Tensor, mask: Tensor, counts: Tensor, wanted: tuple[str, ...]):
         image = top.image(Xm)
         R1 = top.project_out(Xm, image, out=buffer)  # R is done with
         # All k singular values for the effective rank, otherwise only s_1 and s_2.
-        S = top.singular_values(Xm, image, R1, full="effective_rank" in want)
+        S, R1_fro = top.singular_values(Xm, image, R1, full="effective_rank" in want)
         s1 = S[:, 0]
         if "effective_rank" in want:
             out["effective_rank"] = _effective_rank(S)
         if residual:
             s2 = S[:, 1] if k > 1 else torch.zeros_like(s1)
-            tables = {"mean": mean_table, "svd": _norm_table(R1, _fro(R1), s2, scratch)}
+            tables = {"mean": mean_table, "svd": _norm_table(R1, R1_fro, s2, scratch)}
             residuals = torch.stack([tables[fit] for fit in FITS], dim=1)
             reference = _norm_table(Xm, _trace(G).sqrt(), s1, scratch)[:, None, :]
             out["relative_residual"] = residuals / reference  # (sequence, fit, norm)
