@@ -13,6 +13,7 @@ import xarray as xr
 from rich.table import Table
 
 from probe.analyses import collapse
+from probe.results import ENGINE, temp_beside
 
 from .console import Reporter, command_line, err, out, warn
 from .output import check_out_dir, write_comparison, write_index, write_result
@@ -29,18 +30,33 @@ def run_collapse(
         with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
             plans.append(collapse.prepare(model, warn=warn, command=command, **options))
     results: list[tuple[xr.Dataset, Path]] = []
-    with reporter.bar(sum(plan.steps for plan in plans)):
-        datasets = [collapse.execute(plan, progress=reporter.update) for plan in plans]
-    for ds in datasets:
-        nc, html = write_result(ds, out_dir)
-        results.append((ds, nc))
-        print_table(ds, metric, norm, fit)
-        out.print(f"result: {nc}")
-        out.print(f"report: {html}")
-    if len(results) > 1:
-        comparison = write_comparison([ds for ds, _ in results], [nc for _, nc in results], out_dir)
-        out.print(f"comparison: {comparison}")
-    out.print(f"index: {write_index(out_dir)}")
+    # Results go to disk batch by batch (probe.stream): host memory does not grow with the
+    # number of sequences.  Each file is moved into place, next to its report, at the end.
+    streams = [Path(temp_beside(out_dir / "collapse.nc")) for _ in plans]
+    try:
+        with reporter.bar(sum(plan.steps for plan in plans)):
+            datasets = [
+                collapse.execute(plan, progress=reporter.update, stream_to=stream)
+                for plan, stream in zip(plans, streams, strict=True)
+            ]
+        for ds, stream in zip(datasets, streams, strict=True):
+            nc, html = write_result(ds, out_dir, streamed=stream)
+            ds.close()
+            ds = xr.open_dataset(nc, engine=ENGINE)  # lazily, from where the file now is
+            results.append((ds, nc))
+            print_table(ds, metric, norm, fit)
+            out.print(f"result: {nc}")
+            out.print(f"report: {html}")
+        if len(results) > 1:
+            datasets = [ds for ds, _ in results]
+            comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
+            out.print(f"comparison: {comparison}")
+        out.print(f"index: {write_index(out_dir)}")
+    finally:
+        for ds, _ in results:
+            ds.close()
+        for stream in streams:  # left only by a failure
+            stream.unlink(missing_ok=True)
 
 
 def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> xr.DataArray:

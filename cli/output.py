@@ -51,18 +51,27 @@ def result_paths(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
     return out_dir / f"{name}.nc", out_dir / f"{name}.html"
 
 
-def write_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
-    """DIR/<name>.nc and DIR/<name>.html of a collapse result, as one unit; both paths."""
+def write_result(ds: xr.Dataset, out_dir: Path, streamed: Path | None = None) -> tuple[Path, Path]:
+    """DIR/<name>.nc and DIR/<name>.html of a collapse result, as one unit; both paths.
+
+    ``streamed``: the netCDF file ``ds`` was streamed into (and is read from); it is moved
+    into place instead of being written again.
+    """
     nc, _ = result_paths(ds, out_dir)
-    return write_pair(ds, out_dir, nc.stem, render(ds, result_file=nc.name))
+    return write_pair(ds, out_dir, nc.stem, render(ds, result_file=nc.name), streamed)
 
 
-def write_pair(ds: xr.Dataset, out_dir: Path, name: str, page: str) -> tuple[Path, Path]:
-    """DIR/<name>.nc (``ds``) and DIR/<name>.html (``page``), put in place together."""
+def write_pair(
+    ds: xr.Dataset, out_dir: Path, name: str, page: str, streamed: Path | None = None
+) -> tuple[Path, Path]:
+    """DIR/<name>.nc (``ds``, or the file ``streamed``) and DIR/<name>.html (``page``),
+    put in place together."""
     nc, html = out_dir / f"{name}.nc", out_dir / f"{name}.html"
     write_together(
         {
-            nc: lambda tmp: write_netcdf(ds, tmp),
+            nc: (lambda tmp: os.replace(streamed, tmp))
+            if streamed is not None
+            else (lambda tmp: write_netcdf(ds, tmp)),
             html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
         }
     )

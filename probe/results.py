@@ -159,7 +159,7 @@ def write_together(writers: dict[Path, Callable[[str], None]]) -> list[Path]:
     temps: dict[Path, str] = {}
     try:
         for path, write in writers.items():
-            temps[Path(path)] = _temp_beside(Path(path))
+            temps[Path(path)] = temp_beside(Path(path))
             write(temps[Path(path)])
         with _signals_held():
             for path, tmp in temps.items():
@@ -206,7 +206,7 @@ def _umask() -> int:
     return mask
 
 
-def _temp_beside(path: Path) -> str:
+def temp_beside(path: Path) -> str:
     """An empty temporary file next to ``path``: ``.<name>.<pid>.<random>.part``.
 
     The pid lets a later run tell a file left by a killed process from one being
@@ -247,7 +247,7 @@ def _signals_held():
 def _atomic(path: str | os.PathLike):
     """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
     path = Path(path)
-    tmp = _temp_beside(path)
+    tmp = temp_beside(path)
     try:
         yield tmp
         os.replace(tmp, path)

@@ -16,14 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 import xarray as xr
 
-from .errors import ProbeError
-from .results import ENGINE, netcdf_safe
+from .results import ENGINE, netcdf_safe, temp_beside
 
 SEQUENCE = "sequence"
 CHUNK_SEQUENCES = 256  # sequences per HDF5 chunk: appends touch few chunks, reads stay fast
@@ -43,17 +41,9 @@ class SequenceWriter:
         if skeleton.sizes.get(SEQUENCE, None) != 0:
             raise ValueError("the skeleton must have an empty 'sequence' dimension")
         self.path = Path(path)
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as err:
-            raise ProbeError(
-                f"cannot create the output folder {self.path.parent}: {err.strerror}"
-            ) from None
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{self.path.stem}-", suffix=".part", dir=self.path.parent
-        )
-        os.close(fd)
-        self._tmp = Path(tmp)
+        # Named like every temporary file probe writes, so that a later run removes it only
+        # once this process is gone (results.clean_parts); its mode follows the umask.
+        self._tmp = Path(temp_beside(self.path))
         self.length = 0
         self._variables = [name for name in skeleton.variables if SEQUENCE in skeleton[name].dims]
         skeleton = skeleton.copy()

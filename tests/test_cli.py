@@ -6,6 +6,7 @@ import re
 import shlex
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -213,3 +214,35 @@ def test_compare_and_report_commands(tiny_folders, tmp_path, monkeypatch):
     (bert_nc,) = tmp_path.glob("collapse-tiny-bert-random-float32-*.nc")
     result = invoke("report", "open", bert_nc)
     assert result.exit_code == 0 and "no browser here" in result.output and len(opened) == 1
+
+
+def test_collapse_streams_its_results_to_disk(tiny_folders, tmp_path, monkeypatch):
+    # The command never holds the per-sequence arrays of a run: every batch is appended to
+    # the result file as it comes (an unlimited, chunked sequence dimension), which is then
+    # moved into place beside its report; the numbers are those of an in-memory run.
+    from probe.analyses import collapse
+
+    seen = []
+    real = collapse.execute
+
+    def spy(plan, progress=None, stream_to=None):
+        seen.append(stream_to)
+        return real(plan, progress, stream_to)
+
+    monkeypatch.setattr(collapse, "execute", spy)
+    args = (tiny_folders["gpt2"], "--init", "random", "--batch-size", "2")
+    result = small(*args, out=tmp_path, sequences=5, tokens=6)
+    assert result.exit_code == 0, result.output
+    assert len(seen) == 1 and seen[0] is not None
+    (nc,) = tmp_path.glob("collapse-*.nc")
+    import h5netcdf
+
+    with h5netcdf.File(nc, "r") as f:
+        assert "sequence" in f.dimensions and f.dimensions["sequence"].isunlimited()
+    in_memory = collapse.run(
+        tiny_folders["gpt2"], init="random", sequences=5, tokens=6, batch_size=2
+    )
+    streamed = probe.open_result(nc)
+    for name in in_memory.data_vars:
+        np.testing.assert_array_equal(streamed[name].values, in_memory[name].values)
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
