@@ -63,10 +63,7 @@ def bench(
     inputs = make_inputs(
         probed.tokenizer, probed.config.vocab_size, sequences=sequences, tokens=tokens, seed=0
     )
-    batches = [
-        (inputs.input_ids[i : i + batch], inputs.attention_mask[i : i + batch])
-        for i in range(0, inputs.sequences, batch)
-    ]
+    batches = [(ids, mask) for _, ids, mask in inputs.batches(batch)]
     variants = parse_variants("all")
 
     def forwards():

@@ -131,7 +131,7 @@ def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
 
 
 _POOL: ThreadPoolExecutor | None = None
-_POOL_PID = 0
+_POOL_KEY: tuple[int, int] | None = None  # (pid, threads) it was made for
 
 
 def _lapack(fn, *problems: Tensor) -> list:
@@ -150,13 +150,13 @@ def _lapack(fn, *problems: Tensor) -> list:
     # Even a single matrix goes to the pool: every matrix is then solved by serial LAPACK,
     # whose rounding does not depend on the batch it came in or the number of threads.
     workers = min(threads, max(P.shape[0] for P in problems))
-    global _POOL, _POOL_PID
+    global _POOL, _POOL_KEY
     # A forked child inherits the pool object but none of its threads: it makes its own.
-    if _POOL is None or _POOL._max_workers < threads or _POOL_PID != os.getpid():
+    if _POOL_KEY != (os.getpid(), threads):
         _POOL = ThreadPoolExecutor(
             threads, thread_name_prefix="probe-lapack", initializer=_serial_lapack
         )
-        _POOL_PID = os.getpid()
+        _POOL_KEY = (os.getpid(), threads)
     futures = [[_POOL.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
     results = []
     for pending in futures:
