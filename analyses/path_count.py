@@ -18,7 +18,6 @@ gives the exact number back.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
@@ -81,42 +80,27 @@ def mean_length(layers: int, heads: int) -> float:
 
 
 def model_shape(model) -> Preset:
-    """(L, H) from a model's config, offline where the config ships with probe."""
-    from probe.load import MINILM_ALIASES, bundled_configs, minilm_path
+    """(L, H) from a model's config, offline where the config ships with probe.
+
+    A name resolves as in every other command (:func:`probe.load.read_config`): ``minilm``,
+    the shipped checkpoints, local folders, bundled configs, then the local hub cache.
+    """
+    from probe.load import read_config
     from probe.models import adapter_for
 
     config = getattr(model, "config", None)
     name = getattr(model, "name", None) or type(model).__name__
     if config is None:
         name = str(model)
-        config, source = _config(name, bundled_configs(), MINILM_ALIASES, minilm_path)
+        try:
+            config, source = read_config(name, prefer_bundled=True)
+        except ProbeError as err:
+            raise ProbeError(f"{err}; or give --layers L --heads H") from None
     else:
         source = "the loaded model's config"
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
+    adapter.check(config)
     return Preset(name, adapter.n_layers(config), adapter.n_heads(config), "model", source)
-
-
-def _config(name: str, bundled, aliases, minilm_path):
-    from transformers import AutoConfig
-
-    if name in bundled:
-        data = json.loads(bundled[name].read_text())
-        return AutoConfig.for_model(**data), f"config bundled with probe ({bundled[name].name})"
-    if name in aliases:
-        folder = minilm_path()
-        return AutoConfig.from_pretrained(folder), f"config.json of {folder}"
-    path = Path(name).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ProbeError(f"{name} is a folder without config.json")
-        return AutoConfig.from_pretrained(path), f"config.json of {path}"
-    try:
-        return AutoConfig.from_pretrained(name, local_files_only=True), f"cached config of {name}"
-    except (OSError, ValueError):
-        raise ProbeError(
-            f"no config for {name} offline; bundled: {', '.join(sorted(bundled))}, minilm; "
-            "or give --layers L --heads H"
-        ) from None
 
 
 def _dataset(rows: Sequence[Preset], command: str | None) -> xr.Dataset:

@@ -150,8 +150,10 @@ class Reporter:
             yield
             return
         if not self.terminal:
-            err.print(f"probe: {words}", markup=False)
+            # Said once it has worked: a refusal stays the command's only line.
+            start = time.monotonic()
             yield
+            err.print(f"probe: {words} done in {time.monotonic() - start:.1f} s", markup=False)
             return
         with err.status(words, spinner="dots"):
             yield

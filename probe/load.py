@@ -250,6 +250,20 @@ def _locate(name: str) -> tuple[str | Path, str]:
     return name, f"hub id {name}"
 
 
+def read_config(name: str, prefer_bundled: bool = True):
+    """(config, where it came from) for a name any command accepts, offline where it can be.
+
+    The one place a model name becomes a config: ``minilm``, probe's shipped checkpoints,
+    local folders, bundled configs (first, when ``prefer_bundled``) and hub ids all
+    resolve here the same way for every command, and nothing a checkpoint brings is run.
+    """
+    name = str(name)
+    location, where = _locate(name)
+    if prefer_bundled and isinstance(location, str) and location in bundled_configs():
+        where = f"the config of {name} bundled with probe"
+    return _config(name, location, prefer_bundled), where
+
+
 def _config(name: str, location, prefer_bundled: bool):
     from transformers import AutoConfig
 
@@ -257,9 +271,13 @@ def _config(name: str, location, prefer_bundled: bool):
     if prefer_bundled and isinstance(location, str) and location in bundled:
         data = json.loads(bundled[location].read_text())
         return AutoConfig.for_model(**data)
+    if isinstance(location, Path):
+        refuse_custom_code(name, location)
     try:
         with _quiet():
-            return AutoConfig.from_pretrained(location, **_hub_kwargs(location))
+            config = AutoConfig.from_pretrained(
+                location, trust_remote_code=False, **_hub_kwargs(location)
+            )
     except ValueError as err:  # an unknown model_type, say
         raise ProbeError(f"cannot read the config of {name}: {_one_line(err)}") from None
     except OSError as err:
@@ -271,9 +289,46 @@ def _config(name: str, location, prefer_bundled: bool):
             else ""
         )
         raise ProbeError(
-            f"cannot get the weights of {name}: not in the local HuggingFace cache and "
+            f"cannot get {name}: its config is not in the local HuggingFace cache and "
             f"{_hub_state()}; {hint}pass a local save_pretrained folder, or connect to the network"
         ) from None
+    if getattr(config, "auto_map", None):  # a hub config: its code was not run, nor will be
+        raise ProbeError(_custom_code_refusal(name, "config.json", config.model_type))
+    return config
+
+
+#: Files of a checkpoint whose ``auto_map`` would make transformers import the folder's code.
+CODE_MAPS = ("config.json", "tokenizer_config.json", "processor_config.json")
+
+
+def refuse_custom_code(name: str, folder: Path) -> None:
+    """Refuse a folder that asks transformers to import Python code from it.
+
+    probe never needs a checkpoint's own code: every family it probes is built from
+    transformers' (or probe's) classes.  Such a folder is refused before transformers
+    sees it, and every load passes ``trust_remote_code=False`` as well, so the code can
+    run neither through a prompt nor through a default.
+    """
+    for file in CODE_MAPS:
+        path = folder / file
+        if not path.is_file():
+            continue
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as err:
+            raise ProbeError(f"cannot read {path}: {_one_line(err)}") from None
+        if not isinstance(data, dict):
+            raise ProbeError(f"{path} is not a JSON object; point to a save_pretrained folder")
+        if data.get("auto_map"):
+            raise ProbeError(_custom_code_refusal(name, file, data.get("model_type")))
+
+
+def _custom_code_refusal(name: str, file: str, model_type) -> str:
+    stock = f" a stock {model_type!r} checkpoint," if model_type else ""
+    return (
+        f"{name} asks to run its own Python code ('auto_map' in its {file}); probe never "
+        f"runs a checkpoint's code. If it is{stock} remove 'auto_map' from {file}"
+    )
 
 
 def _hub_kwargs(location) -> dict:
@@ -318,7 +373,9 @@ def _random_model(config, seed: int, device=None, dtype=None) -> torch.nn.Module
     # Fresh weights from the seed, without disturbing the caller's RNG.
     with torch.random.fork_rng(devices=forked), _quiet(), device:
         torch.manual_seed(seed)
-        return AutoModel.from_config(config, attn_implementation="eager", dtype=build_dtype)
+        return AutoModel.from_config(
+            config, attn_implementation="eager", dtype=build_dtype, trust_remote_code=False
+        )
 
 
 def _pretrained_model(
@@ -333,6 +390,7 @@ def _pretrained_model(
             model, info = AutoModel.from_pretrained(
                 location,
                 config=config,
+                trust_remote_code=False,
                 attn_implementation="eager",
                 dtype=torch.float32,
                 output_loading_info=True,
@@ -423,7 +481,9 @@ def _tokenizer(location):
         return None
     try:
         with _quiet():
-            tokenizer = AutoTokenizer.from_pretrained(location, **_hub_kwargs(location))
+            tokenizer = AutoTokenizer.from_pretrained(
+                location, trust_remote_code=False, **_hub_kwargs(location)
+            )
     except Exception:  # no tokenizer files, no network, missing sentencepiece, ...
         return None
     # transformers may build an empty default tokenizer (special tokens only): no use.

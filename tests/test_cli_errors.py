@@ -53,7 +53,10 @@ def files(tmp_path_factory) -> dict[str, str]:
 # {tiny} is a tiny random BERT folder, OUT is the test's (empty) output folder.
 CASES = [
     # collapse: models
-    (["collapse", "bert-base-uncased"], "cannot get the weights of bert-base-uncased"),
+    (
+        ["collapse", "bert-base-uncased"],
+        "cannot get bert-base-uncased: its config is not in the local HuggingFace cache",
+    ),
     (["collapse", "./nowhere"], "no such model folder"),
     (
         ["collapse", "{tiny}", "./nowhere", "--init", "random", "--tokens", "8"],

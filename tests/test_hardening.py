@@ -250,7 +250,7 @@ def test_interrupt_is_one_line_and_leaves_no_result_without_report(
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
-    # Not a terminal: the first stderr line says a model is loading; the handlers are set.
+    # Not a terminal: the first stderr line says the model has loaded; the handlers are set.
     first = proc.stderr.readline()
     assert first.startswith("probe: loading"), first
     time.sleep(1.0)
@@ -272,8 +272,9 @@ def test_progress_is_plain_lines_off_a_terminal_and_silent_with_quiet(tiny_folde
     loud = invoke(*args)
     assert loud.exit_code == 0
     lines = loud.stderr.splitlines()
-    assert lines[0].startswith("probe: loading")
-    done = [line for line in lines if " done in " in line]
+    # The loading line comes once the model has loaded, so a refusal stays the only line.
+    assert lines[0].startswith("probe: loading") and " done in " in lines[0]
+    done = [line for line in lines[1:] if " done in " in line]
     assert len(done) == 2 and "random · SAN done in" in done[0]
     quiet = invoke(*args, "--quiet")
     assert quiet.exit_code == 0

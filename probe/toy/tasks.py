@@ -69,7 +69,7 @@ def text_tokens(text: str) -> np.ndarray:
 
     from probe.load import minilm_path
 
-    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()))
+    tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()), trust_remote_code=False)
     tokenizer.model_max_length = len(text) + 1  # one long stream, cut into windows later
     ids = tokenizer(text, add_special_tokens=False)["input_ids"]
     return np.asarray(ids, dtype=np.int64)
