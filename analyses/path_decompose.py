@@ -153,9 +153,7 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
     with (
         torch.no_grad(),
         root.trace(
-            input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            **probed.adapter.forward_kwargs,
+            **probed.adapter.model_inputs(input_ids.to(device), attention_mask.to(device))
         ) as tracer,
     ):
         for layer in probed.adapter.paths_stream(root, tracer, SAN_SKIP, norms=True):
@@ -164,19 +162,22 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
         raise RuntimeError(f"traced {len(reads)} layers, expected {probed.n_layers + 1}")
     xs = [r["x"].to(torch.float64) for r in reads]
     layers = [
-        frozen.freeze(w, r["attn"], r["norm_input"])
+        frozen.freeze(w, r["attn"], r["norm_input"], r.get("branch_norm_input"))
         for w, r in zip(weights, reads[1:], strict=True)
     ]
     final, output = None, None
     norm = probed.adapter.final_norm(probed.model)
     if norm is not None:
-        gamma, beta, eps = norm
+        gamma, beta, eps, *kind = norm
+        kind = kind[0] if kind else "layernorm"
         final = frozen.FrozenNorm(
-            gamma.to(torch.float64), beta.to(torch.float64), frozen.inverse_sigma(xs[-1], eps)
+            gamma.to(torch.float64),
+            beta.to(torch.float64),
+            frozen.inverse_sigma(xs[-1], eps, kind),
+            kind,
         )
-        output = torch.nn.functional.layer_norm(
-            xs[-1], (xs[-1].shape[-1],), final.gamma, final.beta, eps
-        )
+        # The real output: the model's own final norm on the real X_L.
+        output = probed.adapter.final_output(probed.model, reads[-1]["x"]).to(torch.float64)
     return {
         "x0": xs[0],
         "xs": xs,

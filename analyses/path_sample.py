@@ -138,9 +138,7 @@ def attention_slices(
     with (
         torch.no_grad(),
         root.trace(
-            input_ids.to(device),
-            attention_mask=attention_mask.to(device),
-            **probed.adapter.forward_kwargs,
+            **probed.adapter.model_inputs(input_ids.to(device), attention_mask.to(device))
         ) as tracer,
     ):
         layer = 0

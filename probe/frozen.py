@@ -6,10 +6,14 @@ the values of one real forward pass makes every layer an affine map of the
 token matrix x (token, hidden):
 
     post-LN (BERT, ALBERT, XLNet):  F(x) = N(x + sum_h A_h (x W_v^h + 1 b_v^h) W_o^h + 1 b_o)
-    pre-LN  (GPT-2):                F(x) = x + sum_h A_h (N(x) W_v^h + 1 b_v^h) W_o^h + 1 b_o
+    pre-LN  (GPT-2, Llama, ...):    F(x) = x + sum_h A_h (N(x) W_v^h + 1 b_v^h) W_o^h + 1 b_o
+    sandwich (Gemma2):              F(x) = x + P(sum_h A_h (N(x) W_v^h + 1 b_v^h) W_o^h + 1 b_o)
 
 with the frozen LayerNorm N(z) = diag(s) (z - mean_row(z)) diag(gamma) + 1 beta^T and
-s = 1/sigma read from the real run.  Split each F into its skip branch, its head
+s = 1/sigma read from the real run; an RMS norm (Llama, T5; Gemma's scales by 1 + w)
+does not centre and has no beta: N(z) = diag(s) z diag(gamma), s = 1/rms(z).  Grouped-query
+attention enters only through W_v^h (each key/value head's weights repeated for its
+query heads), Gemma2's norm P on the attention output is frozen like N.  Split each F into its skip branch, its head
 branch (both linear) and the constant F(0).  Unrolling L layers, the output is
 a sum over the (H+1)^L choices of skip or one head per layer, each a linear map
 of the embeddings X_0, plus one constant that gathers every bias, beta and
@@ -38,42 +42,59 @@ F64 = torch.float64
 
 @dataclass(frozen=True)
 class FrozenLayer:
-    """One SAN+skip layer with its attention and LayerNorm scale fixed (all float64)."""
+    """One SAN+skip layer with its attention and norm scales fixed (all float64)."""
 
     weights: LayerWeights
     attn: torch.Tensor  # (batch, head, token, token)
-    scale: torch.Tensor  # (batch, token): 1/sigma of the frozen LayerNorm
+    scale: torch.Tensor  # (batch, token): 1/sigma (1/rms) of the frozen norm
+    branch_scale: torch.Tensor | None = None  # (batch, token): Gemma2's norm on the heads
 
 
 @dataclass(frozen=True)
 class FrozenNorm:
-    """A final LayerNorm that belongs to the output (GPT-2's ln_f), scale fixed."""
+    """A final norm that belongs to the output (GPT-2's ln_f, Llama's norm), scale fixed."""
 
     gamma: torch.Tensor
     beta: torch.Tensor
     scale: torch.Tensor  # (batch, token)
+    kind: str = "layernorm"
 
 
-def inverse_sigma(norm_input: torch.Tensor, eps: float) -> torch.Tensor:
-    """1/sigma per token of a LayerNorm's input (batch, token, hidden), as LayerNorm computes it."""
+def inverse_sigma(norm_input: torch.Tensor, eps: float, kind: str = "layernorm") -> torch.Tensor:
+    """1/sigma (LayerNorm) or 1/rms (RMS norms) per token of a norm's input (batch, token, hidden)."""
     z = norm_input.to(F64)
+    if kind == "none":
+        return torch.ones(z.shape[:-1], dtype=F64, device=z.device)
+    if kind == "rms":
+        return torch.rsqrt(z.square().mean(-1) + eps)
     return torch.rsqrt(z.var(-1, unbiased=False) + eps)
 
 
-def freeze(weights: LayerWeights, attn: torch.Tensor, norm_input: torch.Tensor) -> FrozenLayer:
+def freeze(
+    weights: LayerWeights,
+    attn: torch.Tensor,
+    norm_input: torch.Tensor,
+    branch_norm_input: torch.Tensor | None = None,
+) -> FrozenLayer:
     w = LayerWeights(
         **{
             name: value.to(F64) if isinstance(value, torch.Tensor) else value
             for name, value in vars(weights).items()
         }
     )
-    return FrozenLayer(w, attn.to(F64), inverse_sigma(norm_input, weights.eps))
+    branch = None
+    if w.branch_gamma is not None:
+        branch = inverse_sigma(branch_norm_input, w.branch_eps, w.branch_kind)
+    return FrozenLayer(w, attn.to(F64), inverse_sigma(norm_input, w.eps, w.kind), branch)
 
 
-def _norm(x: torch.Tensor, gamma, beta, scale, bias: bool) -> torch.Tensor:
-    """Frozen LayerNorm of x (..., batch, token, hidden): linear, plus beta when ``bias``."""
-    y = (x - x.mean(-1, keepdim=True)) * scale[..., None] * gamma
-    return y + beta if bias else y
+def _norm(x: torch.Tensor, gamma, beta, scale, bias: bool, kind: str = "layernorm"):
+    """Frozen norm of x (..., batch, token, hidden): linear, plus beta when ``bias``."""
+    if kind == "none":
+        return x
+    centred = x - x.mean(-1, keepdim=True) if kind == "layernorm" else x
+    y = centred * scale[..., None] * gamma
+    return y + beta if bias and kind == "layernorm" else y
 
 
 def _heads(layer: FrozenLayer, x: torch.Tensor, bias: bool) -> torch.Tensor:
@@ -105,10 +126,13 @@ def apply(
             z = z + x
         if heads:
             z = z + _heads(layer, x, bias)
-        return _norm(z, w.gamma, w.beta, layer.scale, bias)
+        return _norm(z, w.gamma, w.beta, layer.scale, bias, w.kind)
     out = x if skip else torch.zeros_like(x)
     if heads:
-        out = out + _heads(layer, _norm(x, w.gamma, w.beta, layer.scale, bias), bias)
+        h = _heads(layer, _norm(x, w.gamma, w.beta, layer.scale, bias, w.kind), bias)
+        if layer.branch_scale is not None:  # Gemma2: a norm on the attention output
+            h = _norm(h, w.branch_gamma, None, layer.branch_scale, False, w.branch_kind)
+        out = out + h
     return out
 
 
@@ -120,7 +144,7 @@ def forward(
     for layer in layers:
         xs.append(apply(layer, xs[-1]))
     if final is not None:
-        xs.append(_norm(xs[-1], final.gamma, final.beta, final.scale, True))
+        xs.append(_norm(xs[-1], final.gamma, final.beta, final.scale, True, final.kind))
     return xs
 
 
@@ -145,8 +169,8 @@ def iter_path_terms(layers: list[FrozenLayer], x0: torch.Tensor, final: FrozenNo
         yield terms, const
     if final is not None:
         yield (
-            _norm(terms, final.gamma, final.beta, final.scale, False),
-            _norm(const, final.gamma, final.beta, final.scale, True),
+            _norm(terms, final.gamma, final.beta, final.scale, False, final.kind),
+            _norm(const, final.gamma, final.beta, final.scale, True, final.kind),
         )
 
 

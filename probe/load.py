@@ -25,6 +25,7 @@ import io
 import json
 import logging
 import os
+import re
 import socket
 import warnings
 from dataclasses import dataclass, field
@@ -44,10 +45,29 @@ DTYPES = {name: getattr(torch, name) for name in names.DTYPES}
 MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
 
 
+#: Short names the hub still answers to -> the organisation's id of a shipped config.
+CONFIG_ALIASES = {
+    "roberta-base": "FacebookAI/roberta-base",
+    "distilbert-base-uncased": "distilbert/distilbert-base-uncased",
+    "t5-base": "google-t5/t5-base",
+    "EleutherAI/gpt-j-6B": "EleutherAI/gpt-j-6b",
+}
+
+
+@functools.lru_cache(maxsize=1)
 def bundled_configs() -> dict[str, Path]:
-    """Hub ids whose configs ship with probe -> their JSON files."""
+    """Hub ids whose configs ship with probe -> their JSON files.
+
+    A file ``org--name.json`` is the config of the hub id ``org/name``; the aliases above
+    resolve to the same files.
+    """
     folder = resources.files("probe") / "configs"
-    return {Path(p.name).stem: Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json")}
+    found = {
+        Path(p.name).stem.replace("--", "/"): Path(str(p))
+        for p in folder.iterdir()
+        if p.name.endswith(".json")
+    }
+    return found | {alias: found[target] for alias, target in CONFIG_ALIASES.items()}
 
 
 @dataclass
@@ -92,6 +112,12 @@ class ProbedModel:
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    @property
+    def attn_implementation(self) -> str:
+        """The attention that runs: HF's ``eager``, or ``probe_eager`` (float64 kept, see
+        ``probe.models.attention``)."""
+        return str(getattr(self.config, "_attn_implementation", "eager"))
+
     @cached_property
     def envoy(self):
         """The nnsight wrapper, built once: it installs controllers that are inert outside a trace."""
@@ -101,7 +127,11 @@ class ProbedModel:
             # BERT's submodules called `output` are served as `.E_output`; the
             # adapter knows, the user need not be told on every load.
             warnings.filterwarnings("ignore", message=".*has a submodule named 'output'.*")
-            return NNsight(self.model)
+            envoy = NNsight(self.model)
+        install = getattr(self.adapter, "install", None)
+        if install is not None:  # operation-level sites, built before any trace
+            install(envoy)
+        return envoy
 
 
 def load(
@@ -137,21 +167,24 @@ def load(
     config._attn_implementation = "eager"
 
     if init == "random":
-        model = _random_model(config, seed, torch_device, torch_dtype)
+        model = _random_model(config, seed, torch_device, torch_dtype, adapter)
         weights = f"random init (seed {seed}) from the config of {where}"
     else:
         model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
     model = model.to(device=torch_device, dtype=torch_dtype).eval()
-    return ProbedModel(
-        name=name,
-        model=model,
-        adapter=adapter,
-        init=init,
-        seed=seed,
-        weights=weights,
-        tokenizer=_tokenizer(location),
-        source=where,
+    _choose_attention(model, adapter)
+    return _verified(
+        ProbedModel(
+            name=name,
+            model=model,
+            adapter=adapter,
+            init=init,
+            seed=seed,
+            weights=weights,
+            tokenizer=_tokenizer(location),
+            source=where,
+        )
     )
 
 
@@ -171,8 +204,6 @@ def wrap(
         raise ProbeError("probe needs a HuggingFace model with a .config; got a plain module")
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
-    if getattr(config, "_attn_implementation", "eager") not in ("eager", None):
-        raise ProbeError("load the model with attn_implementation='eager' to probe its attention")
     param = next(model.parameters())
     target_dtype = param.dtype if dtype is None else _dtype(dtype)
     target_device = param.device if device is None else _device(device)
@@ -180,16 +211,33 @@ def wrap(
         model = copy.deepcopy(model).to(device=target_device, dtype=target_dtype).eval()
     else:
         model = _same_weights_copy(model)
-    return ProbedModel(
-        name=name or type(model).__name__,
-        model=model,
-        adapter=adapter,
-        init=init,
-        seed=seed,
-        weights="module passed by the caller",
-        tokenizer=tokenizer,
-        source="module passed by the caller",
+    # The copy has its own config: its attention is switched to one that returns the
+    # probabilities (eager), and the caller's model keeps whatever it had.
+    model.config._attn_implementation = "eager"
+    _choose_attention(model, adapter)
+    return _verified(
+        ProbedModel(
+            name=name or type(model).__name__,
+            model=model,
+            adapter=adapter,
+            init=init,
+            seed=seed,
+            weights="module passed by the caller",
+            tokenizer=tokenizer,
+            source="module passed by the caller",
+        )
     )
+
+
+def _verified(probed: ProbedModel) -> ProbedModel:
+    """A model whose family spec passed its self-test (``probe.check``) on a short input."""
+    from .models.spec import SpecAdapter
+
+    if isinstance(probed.adapter, SpecAdapter):
+        from .check import verify
+
+        verify(probed)
+    return probed
 
 
 def _same_weights_copy(model: torch.nn.Module) -> torch.nn.Module:
@@ -245,9 +293,13 @@ def _locate(name: str) -> tuple[str | Path, str]:
                 f"{name} is a folder without config.json; point to a save_pretrained folder"
             )
         return path, f"local folder {path}"
-    if path.suffix or name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ProbeError(f"no such model folder: {name}")
-    return name, f"hub id {name}"
+    if name in bundled_configs() or _HUB_ID.fullmatch(name):
+        return name, f"hub id {name}"
+    raise ProbeError(f"no such model folder: {name}")
+
+
+#: What the hub accepts as a repository id: [org/]name, letters, digits, '-', '_', '.'.
+_HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
 
 
 def read_config(name: str, prefer_bundled: bool = True):
@@ -356,8 +408,29 @@ def _hub_state() -> str:
     return "the hub cannot be reached" if not _hub_reachable() else "the hub has no such model"
 
 
-def _random_model(config, seed: int, device=None, dtype=None) -> torch.nn.Module:
+def _choose_attention(model: torch.nn.Module, adapter: Adapter) -> None:
+    """float64 models of families whose eager softmax runs in float32 get ``probe_eager``."""
+    spec = getattr(adapter, "spec", None)
+    if spec is None or not spec.float32_softmax:
+        return
+    if next(model.parameters()).dtype == torch.float64:
+        from .models.attention import register
+
+        model.config._attn_implementation = register()
+
+
+def model_class(adapter: Adapter):
+    """The transformers class a family loads as (``AutoModel``'s choice unless the spec names one)."""
+    import transformers
+
+    name = getattr(getattr(adapter, "spec", None), "model_class", "")
+    return getattr(transformers, name) if name else transformers.AutoModel
+
+
+def _random_model(config, seed: int, device=None, dtype=None, adapter=None) -> torch.nn.Module:
     from transformers import AutoModel
+
+    cls = AutoModel if adapter is None else model_class(adapter)
 
     device = torch.device("cpu") if device is None else torch.device(device)
     # On the CPU the weights are drawn in float32 and cast afterwards, so a seed gives the
@@ -373,21 +446,21 @@ def _random_model(config, seed: int, device=None, dtype=None) -> torch.nn.Module
     # Fresh weights from the seed, without disturbing the caller's RNG.
     with torch.random.fork_rng(devices=forked), _quiet(), device:
         torch.manual_seed(seed)
-        return AutoModel.from_config(
-            config, attn_implementation="eager", dtype=build_dtype, trust_remote_code=False
-        )
+        if cls is AutoModel:
+            return AutoModel.from_config(
+                config, attn_implementation="eager", dtype=build_dtype, trust_remote_code=False
+            )
+        return cls._from_config(config, attn_implementation="eager", dtype=build_dtype)
 
 
 def _pretrained_model(
     name: str, location, config, adapter: Adapter, allow_missing: bool
 ) -> tuple[torch.nn.Module, str]:
     """The base model with its checkpoint's weights, and a note on what did not load."""
-    from transformers import AutoModel
-
     where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
     try:
         with _quiet():
-            model, info = AutoModel.from_pretrained(
+            model, info = model_class(adapter).from_pretrained(
                 location,
                 config=config,
                 trust_remote_code=False,

@@ -42,7 +42,7 @@ def layer_values(
     root = probed.envoy
     with (
         torch.no_grad(),
-        root.trace(input_ids, attention_mask=mask, **probed.adapter.forward_kwargs) as tracer,
+        root.trace(**probed.adapter.model_inputs(input_ids, mask)) as tracer,
     ):
         for x in probed.adapter.stream(root, tracer, ablation):
             values.append(reduce(x, real))

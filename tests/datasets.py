@@ -15,7 +15,7 @@ import json
 import numpy as np
 import xarray as xr
 
-from probe.models.bert import BertAdapter
+from probe.models import ADAPTERS
 from probe.names import FITS, INITS, NORMS, VARIANTS
 
 # Different norms measure the same residual at slightly different scales.
@@ -24,7 +24,7 @@ _NORM_SCALE = {"l1inf": 1.0, "fro": 0.95, "spectral": 0.9, "l1": 1.05, "linf": 1
 _FIT_SCALE = {"mean": 1.0, "svd": 0.85}
 
 # The ablation table a real BERT result carries (the adapter's own rows, never a paraphrase).
-ABLATIONS = [dict(row) for row in BertAdapter.table]
+ABLATIONS = [dict(row) for row in ADAPTERS["bert"].table]
 
 
 def _step(variant: str, r: np.ndarray, pretrained: bool) -> np.ndarray:

@@ -93,16 +93,22 @@ def test_minilm_alias_is_the_embedded_checkpoint():
     assert torch.equal(first, next(probed.model.parameters()))
 
 
-def test_unsupported_family_lists_the_supported_ones(tmp_path):
-    from transformers import RobertaConfig
+def test_unsupported_family_lists_the_supported_ones_and_probe_check(tmp_path):
+    from transformers import BloomConfig
 
-    RobertaConfig(num_hidden_layers=1, hidden_size=16, num_attention_heads=2).save_pretrained(
-        tmp_path
-    )
+    BloomConfig(n_layer=1, hidden_size=16, n_head=2).save_pretrained(tmp_path)
     with pytest.raises(
         probe.ProbeError,
-        match="unsupported model family 'roberta'; supported: bert, albert, xlnet, gpt2",
+        match=r"unsupported model family 'bloom'; supported: bert, roberta, .*llama.*probe check",
     ):
+        probe.load(tmp_path, init="random")
+
+
+def test_a_refused_family_says_why(tmp_path):
+    from transformers import MambaConfig
+
+    MambaConfig(num_hidden_layers=1, hidden_size=16).save_pretrained(tmp_path)
+    with pytest.raises(probe.ProbeError, match="'mamba' is refused: not an attention model"):
         probe.load(tmp_path, init="random")
 
 
@@ -171,10 +177,11 @@ def test_albert_with_several_layer_groups_is_refused(tmp_path):
 def test_wrap_needs_a_hf_model_of_a_supported_family():
     with pytest.raises(probe.ProbeError, match="HuggingFace model"):
         probe.wrap(torch.nn.Linear(2, 2))
+    # An sdpa model is taken as it is: probe's copy runs eager, the caller's keeps sdpa.
     sdpa = tiny_model("bert")
     sdpa.config._attn_implementation = "sdpa"
-    with pytest.raises(probe.ProbeError, match="attn_implementation='eager'"):
-        probe.wrap(sdpa)
+    assert probe.wrap(sdpa).attn_implementation == "eager"
+    assert sdpa.config._attn_implementation == "sdpa"
 
 
 def test_an_unreachable_hub_is_not_asked(monkeypatch):

@@ -21,7 +21,8 @@ from tests.reference.tiny import FAMILIES
 
 def _hf_attentions(model, batch, family):
     """(layer, batch, head, token, token) from HuggingFace's own output_attentions."""
-    kwargs = {"use_mems": False} if family == "xlnet" else {}
+    # One-shot forwards, as probe makes them: no memory (XLNet), no key/value cache (GPT-2).
+    kwargs = {"xlnet": {"use_mems": False}, "gpt2": {"use_cache": False}}.get(family, {})
     with torch.no_grad():
         out = model(batch, output_attentions=True, **kwargs)
     return torch.stack(list(out.attentions))

@@ -11,7 +11,7 @@ import pytest
 import xarray as xr
 
 from probe import plot, reports
-from probe.models.bert import BertAdapter
+from probe.models import ADAPTERS
 from tests.datasets import VARIANTS, make_collapse_dataset
 
 # Imported through the package: ruff files "probe.reports" (mapped from reports/) apart from probe.
@@ -181,7 +181,7 @@ def test_paragraph(html, ds):
 def test_ablation_and_provenance(html, ds):
     ablations = table(html, "ablations")
     assert "<th>ablation</th><th>probe</th><th>paper</th>" in ablations
-    no_skip = BertAdapter.table[0]
+    no_skip = ADAPTERS["bert"].table[0]
     assert f"<td>no skip</td><td>{escape(no_skip['probe'])}</td>" in ablations
     provenance = table(html, "provenance")
     for key in ds.attrs:

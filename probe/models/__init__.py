@@ -1,22 +1,27 @@
-"""Family adapters, one file per family; adding a family is adding one file here."""
+"""The families probe can walk: data specs (``families.py``) and three code adapters.
+
+Most families are one :class:`~probe.models.spec.Family` entry executed by the generic
+walker; ALBERT (one layer applied L times), XLNet (two streams, sequence-first) and the
+Fastformer (additive attention) keep code where data cannot say it.
+"""
 
 from __future__ import annotations
 
 from ..errors import ProbeError
 from .albert import AlbertAdapter
 from .base import Adapter, table_markdown
-from .bert import BertAdapter
+from .families import FAMILIES as SPECS
+from .families import REFUSED
 from .fastformer import FastformerAdapter
-from .gpt2 import GPT2Adapter
+from .spec import Family, SpecAdapter
 from .xlnet import XLNetAdapter
 
 ADAPTERS: dict[str, Adapter] = {
     adapter.family: adapter
     for adapter in (
-        BertAdapter(),
+        *(SpecAdapter(spec) for spec in SPECS),
         AlbertAdapter(),
         XLNetAdapter(),
-        GPT2Adapter(),
         FastformerAdapter(),
     )
 }
@@ -28,7 +33,21 @@ def adapter_for(model_type: str) -> Adapter:
     for adapter in ADAPTERS.values():
         if model_type in adapter.model_types:
             return adapter
-    raise ProbeError(f"unsupported model family {model_type!r}; supported: {', '.join(FAMILIES)}")
+    if model_type in REFUSED:
+        raise ProbeError(f"model family {model_type!r} is refused: {REFUSED[model_type]}")
+    raise ProbeError(
+        f"unsupported model family {model_type!r}; supported: {', '.join(FAMILIES)} "
+        "(`probe models` lists them; a new family is one entry in probe/models/families.py, "
+        "and `probe check MODEL` tests it)"
+    )
 
 
-__all__ = ["ADAPTERS", "FAMILIES", "Adapter", "adapter_for", "table_markdown"]
+__all__ = [
+    "ADAPTERS",
+    "FAMILIES",
+    "Adapter",
+    "Family",
+    "SpecAdapter",
+    "adapter_for",
+    "table_markdown",
+]

@@ -39,6 +39,14 @@ class Adapter:
     )
     #: Extra keyword arguments for the model's forward.
     forward_kwargs: ClassVar[dict[str, Any]] = {}
+    #: What a model of this family reads: token ``ids`` or image ``pixels``.
+    inputs: ClassVar[str] = "ids"
+
+    def model_inputs(self, data: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
+        """Keyword arguments of the model's forward for one batch (ids or pixels, and its mask)."""
+        if self.inputs == "pixels":
+            return {"pixel_values": data, **self.forward_kwargs}
+        return {"input_ids": data, "attention_mask": mask, **self.forward_kwargs}
 
     # --- configuration (HF's attribute_map gives every family these names) ------------
     def n_layers(self, config) -> int:
@@ -126,9 +134,13 @@ class Adapter:
         """The attention sublayer's parameters of layer ``index`` (outside any trace)."""
         raise NotImplementedError
 
-    def final_norm(self, model) -> tuple[torch.Tensor, torch.Tensor, float] | None:
-        """(gamma, beta, eps) of a final LayerNorm that is part of the output, if any."""
+    def final_norm(self, model) -> tuple[torch.Tensor, torch.Tensor, float, str] | None:
+        """(gamma, beta, eps, kind) of a final norm that is part of the output, if any."""
         return None
+
+    def final_output(self, model, x: torch.Tensor) -> torch.Tensor:
+        """That final norm on the last layer's output, as the model computes it."""
+        raise NotImplementedError
 
     def lm_head(self, model) -> torch.Tensor | None:
         """(vocab, hidden) weight of a language-model head the base model holds, if any."""
@@ -152,7 +164,8 @@ class LayerWeights:
     """The parameters of one attention sublayer, written per head.
 
     Head h maps x (token, hidden) to ``A_h (x W_v[h] + b_v[h]) W_o[h]``; the sublayer adds
-    ``b_o``; its LayerNorm (``gamma``, ``beta``, ``eps``) sits where ``norm`` says.
+    ``b_o``; its norm (``gamma``, ``beta``, ``eps``, of ``kind``) sits where ``norm`` says.
+    Grouped-query attention is written per query head (each key/value head repeated).
     """
 
     w_v: torch.Tensor  # (head, hidden, head_dim)
@@ -163,6 +176,12 @@ class LayerWeights:
     beta: torch.Tensor  # (hidden,)
     eps: float
     norm: str  # "post" or "pre"
+    #: "layernorm" (centred), "rms" (not centred, no beta) or "none" (no norm at all).
+    kind: str = "layernorm"
+    #: A norm on the heads' output before the residual sum (Gemma2's post_attention_layernorm).
+    branch_gamma: torch.Tensor | None = None
+    branch_eps: float = 0.0
+    branch_kind: str = ""
 
 
 def linear_heads(value, dense, heads: int) -> tuple[torch.Tensor, ...]:

@@ -308,6 +308,8 @@ def reference_hidden_states(
         work(
             input_ids=input_ids.to(device),
             attention_mask=None if attention_mask is None else attention_mask.to(device),
+            # A decoder builds no key/value cache for a one-shot forward (as probe runs it).
+            **({"use_cache": False} if family == "gpt2" else {}),
         )
 
     expected = _num_layer_calls(work, family) + 1

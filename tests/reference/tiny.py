@@ -98,6 +98,220 @@ _MODEL_CLASSES = {
     "gpt2": GPT2Model,
 }
 
+_DECODER = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=HIDDEN,
+    num_hidden_layers=3,
+    num_attention_heads=HEADS,
+    num_key_value_heads=2,  # grouped-query attention: 2 query heads per key/value head
+    intermediate_size=48,
+    max_position_embeddings=MAX_POSITIONS,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=0,
+)
+_ENCODER = dict(
+    vocab_size=VOCAB_SIZE,
+    hidden_size=HIDDEN,
+    num_hidden_layers=2,
+    num_attention_heads=HEADS,
+    intermediate_size=48,
+    max_position_embeddings=MAX_POSITIONS,
+    pad_token_id=0,
+)
+
+#: family -> (transformers config class, its keyword arguments): the tiny model of every
+#: family the generic walker runs.  A new family is one entry here (and one in
+#: probe/models/families.py); the tests find it in both registries.
+TINY_CONFIGS: dict[str, tuple[str, dict]] = {
+    "bert": ("BertConfig", _ENCODER),
+    "roberta": ("RobertaConfig", {**_ENCODER, "max_position_embeddings": MAX_POSITIONS + 2}),
+    "electra": ("ElectraConfig", {**_ENCODER, "embedding_size": 16}),
+    "deberta-v2": (
+        "DebertaV2Config",
+        {
+            **_ENCODER,
+            "relative_attention": True,
+            "position_buckets": 8,
+            "max_relative_positions": 16,
+            "pos_att_type": ["p2c", "c2p"],
+            "norm_rel_ebd": "layer_norm",
+            "position_biased_input": False,
+        },
+    ),
+    "distilbert": (
+        "DistilBertConfig",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            dim=HIDDEN,
+            n_layers=2,
+            n_heads=HEADS,
+            hidden_dim=48,
+            max_position_embeddings=MAX_POSITIONS,
+            pad_token_id=0,
+        ),
+    ),
+    "gpt2": (
+        "GPT2Config",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            n_positions=MAX_POSITIONS,
+            n_embd=HIDDEN,
+            n_layer=2,
+            n_head=HEADS,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    "llama": ("LlamaConfig", _DECODER),
+    "mistral": ("MistralConfig", {**_DECODER, "sliding_window": 5}),
+    "qwen2": ("Qwen2Config", _DECODER),
+    "qwen3": ("Qwen3Config", {**_DECODER, "head_dim": 8}),
+    "gemma": ("GemmaConfig", {**_DECODER, "head_dim": 8, "num_key_value_heads": 1}),
+    "gemma2": (
+        "Gemma2Config",
+        {
+            **_DECODER,
+            "head_dim": 8,
+            "sliding_window": 5,
+            "attn_logit_softcapping": 5.0,
+            "final_logit_softcapping": 30.0,
+            "query_pre_attn_scalar": 8,
+        },
+    ),
+    "phi3": ("Phi3Config", _DECODER),
+    "opt": (
+        "OPTConfig",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            ffn_dim=48,
+            word_embed_proj_dim=HIDDEN,
+            max_position_embeddings=MAX_POSITIONS,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    "gptj": (
+        "GPTJConfig",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            n_embd=HIDDEN,
+            n_layer=2,
+            n_head=HEADS,
+            rotary_dim=4,
+            n_positions=MAX_POSITIONS,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    "falcon": (
+        "FalconConfig",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            multi_query=True,
+            parallel_attn=True,
+            new_decoder_architecture=False,
+            bias=False,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
+    "gpt-neox": ("GPTNeoXConfig", {**_DECODER, "num_key_value_heads": None, "rotary_pct": 0.25}),
+    "modernbert": (
+        "ModernBertConfig",
+        {
+            **_ENCODER,
+            "num_hidden_layers": 3,
+            "global_attn_every_n_layers": 2,
+            "local_attention": 4,
+            "bos_token_id": 1,
+            "eos_token_id": 2,
+            "cls_token_id": 1,
+            "sep_token_id": 2,
+        },
+    ),
+    "t5": (
+        "T5Config",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            d_model=HIDDEN,
+            d_kv=8,
+            d_ff=48,
+            num_layers=2,
+            num_heads=HEADS,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=16,
+            pad_token_id=0,
+            eos_token_id=1,
+            decoder_start_token_id=0,
+        ),
+    ),
+    "vit": (
+        "ViTConfig",
+        dict(
+            hidden_size=HIDDEN,
+            num_hidden_layers=2,
+            num_attention_heads=HEADS,
+            intermediate_size=48,
+            image_size=16,
+            patch_size=4,
+            num_channels=3,
+        ),
+    ),
+}
+#: The branches a family's code takes on its config, each a tiny model of its own:
+#: name -> (family, config changes).
+TINY_VARIANTS: dict[str, tuple[str, dict]] = {
+    "opt-post-ln": ("opt", {"do_layer_norm_before": False, "word_embed_proj_dim": 16}),
+    "gpt-neox-sequential": ("gpt-neox", {"use_parallel_residual": False}),
+    "falcon-sequential": ("falcon", {"parallel_attn": False, "multi_query": False}),
+    "falcon-new-architecture": (
+        "falcon",
+        {"new_decoder_architecture": True, "num_kv_heads": 2, "multi_query": False},
+    ),
+    "falcon-alibi": ("falcon", {"alibi": True, "multi_query": False}),
+}
+#: Families whose base model is not AutoModel's choice for their config.
+_SPEC_CLASSES = {"t5": "T5EncoderModel"}
+
+
+def tiny_spec_config(family: str):
+    import transformers
+
+    family, changes = TINY_VARIANTS.get(family, (family, {}))
+    name, kwargs = TINY_CONFIGS[family]
+    kwargs = {k: v for k, v in {**kwargs, **changes}.items() if v is not None}
+    return getattr(transformers, name)(**kwargs)
+
+
+def tiny_spec_model(
+    family: str, seed: int = 0, dtype: torch.dtype = torch.float64, attn: str = "eager"
+) -> torch.nn.Module:
+    """A tiny random model of a walker family in eval mode, redrawn as ``_randomize_`` does."""
+    import transformers
+
+    config = tiny_spec_config(family)
+    config._attn_implementation = attn
+    cls = getattr(
+        transformers, _SPEC_CLASSES.get(TINY_VARIANTS.get(family, (family,))[0], "AutoModel")
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = (
+            transformers.AutoModel.from_config(config, attn_implementation=attn)
+            if cls is transformers.AutoModel
+            else cls._from_config(config, attn_implementation=attn)
+        )
+        _randomize_(model)
+    return model.to(dtype).eval()
+
 
 def _randomize_(model: torch.nn.Module) -> None:
     """Redraw every floating parameter from the (already seeded) global RNG."""
@@ -106,7 +320,9 @@ def _randomize_(model: torch.nn.Module) -> None:
             for name, param in module.named_parameters(recurse=False):
                 if not param.is_floating_point():
                     continue
-                if isinstance(module, torch.nn.LayerNorm) and name == "weight":
+                if name == "weight" and (
+                    isinstance(module, torch.nn.LayerNorm) or "Norm" in type(module).__name__
+                ):
                     param.copy_(1.0 + 0.2 * torch.randn_like(param))
                 else:
                     param.copy_(0.15 * torch.randn_like(param))

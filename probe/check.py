@@ -1,0 +1,208 @@
+"""Does a family's spec still mean what it says on this model?  The self-test.
+
+A spec names operations of transformers' code (``residual_0``: the line
+``residual = hidden_states``).  A transformers release can rename or move them; an
+edit that then lands on the wrong value would give numbers from a wrong ablation.
+So before any numbers, probe checks on the model itself, layer by layer, the
+identities that hold only if the edits are right (x the layer's input, b the
+attention branch the spec reads, N the sublayer's norm of a post-LN family):
+
+* **clean**: the walked residual stream X_0 .. X_L equals HuggingFace's own
+  ``hidden_states`` (and, where a final norm follows the last layer, the model's
+  output equals that norm of X_L), and a clean run after ablated ones gives the
+  same numbers (the model was left as it was);
+* **SAN**: each layer's output equals its attention branch alone, N(b) post-LN;
+* **SAN+skip**: each layer's output equals x + b, N(x + b) post-LN.
+
+:func:`identities` measures them (``probe check MODEL`` prints them; the test suite
+asserts exact equality in float64 for every family); :func:`verify` runs them on a
+short input when a model is loaded and refuses the model with one line naming the
+identity that failed.  They hold exactly in any precision on a deterministic device
+(the same operations run on both sides); :func:`verify` allows a few units in the
+last place of the dtype, so a nondeterministic GPU kernel does not refuse a right spec,
+while a wrong edit is off by the size of the values themselves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .ablate import SAN, SAN_SKIP, TRANSFORMER
+from .errors import ProbeError
+from .models.base import _first
+from .models.spec import SpecAdapter, _resolve_module
+
+#: verify()'s allowance, in units of the dtype's machine epsilon times the values' scale.
+ULPS = 64
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One identity on one model: how far its two sides are apart, and relative to what."""
+
+    name: str
+    max_diff: float
+    scale: float
+    detail: str = ""
+    error: str = ""
+
+    def holds(self, tolerance: float = 0.0) -> bool:
+        return not self.error and self.max_diff <= tolerance * max(self.scale, 1e-30)
+
+
+def identities(probed, data: torch.Tensor | None = None, mask: torch.Tensor | None = None):
+    """The identities above on one batch (default: one seeded sequence of 8 tokens)."""
+    adapter = probed.adapter
+    data, mask = _inputs(probed, data, mask)
+    found = [_clean(probed, data, mask)]
+    if isinstance(adapter, SpecAdapter):
+        found += [_ablated(probed, data, mask, ablation) for ablation in (SAN, SAN_SKIP)]
+    found.append(_unchanged(probed, data, mask, found[0]))
+    return found
+
+
+def verify(probed) -> None:
+    """Refuse (one line) a model on which a spec identity fails; see the module docstring."""
+    eps = torch.finfo(probed.dtype).eps if probed.dtype.is_floating_point else 0.0
+    for identity in identities(probed):
+        if not identity.holds(ULPS * eps):
+            what = identity.error or (
+                f"off by {identity.max_diff:.3g} (values of size {identity.scale:.3g})"
+            )
+            raise ProbeError(
+                f"the {probed.family} spec does not fit this model: {identity.name} fails "
+                f"{identity.detail}({what}); its operation names may have changed with "
+                f"transformers; `probe check {probed.name}` shows every identity"
+            )
+
+
+def _inputs(probed, data, mask):
+    if data is not None:
+        return data.to(probed.device), (torch.ones_like(data) if mask is None else mask).to(
+            probed.device
+        )
+    generator = torch.Generator().manual_seed(0)
+    if probed.adapter.inputs == "pixels":
+        config = probed.config
+        size = config.image_size
+        data = torch.randn(1, config.num_channels, size, size, generator=generator)
+        data = data.to(device=probed.device, dtype=probed.dtype)
+        tokens = (size // config.patch_size) ** 2 + 1
+        return data, torch.ones(1, tokens, dtype=torch.long, device=probed.device)
+    limit = probed.adapter.max_tokens(probed.config) or 8
+    ids = torch.randint(0, probed.config.vocab_size, (1, min(8, limit)), generator=generator)
+    return ids.to(probed.device), torch.ones_like(ids).to(probed.device)
+
+
+def _walk(probed, data, mask, ablation, wanted=frozenset()) -> list[dict]:
+    root = probed.envoy
+    out: list[dict] = []  # outside the trace: nnsight keeps what the body appends
+    with torch.no_grad(), root.trace(**probed.adapter.model_inputs(data, mask)) as tracer:
+        if isinstance(probed.adapter, SpecAdapter):
+            for values in probed.adapter.walk(root, ablation, frozenset(wanted)):
+                out.append(values)
+        else:
+            for x in probed.adapter.stream(root, tracer, ablation):
+                out.append({"x": x})
+    return out
+
+
+def _diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
+    a, b = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    if a.shape != b.shape:
+        return float("inf"), float(b.abs().max())
+    return float((a - b).abs().max()), float(b.abs().max())
+
+
+def _clean(probed, data, mask) -> Identity:
+    name = "clean run = HF hidden_states"
+    try:
+        walked = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
+        with torch.no_grad():
+            out = probed.model(**probed.adapter.model_inputs(data, mask), output_hidden_states=True)
+    except Exception as err:  # a renamed site fails inside nnsight
+        return Identity(name, float("inf"), 0.0, error=_one_line(err))
+    hf = list(out.hidden_states)
+    worst, scale, where = 0.0, 0.0, ""
+    batch_first = getattr(probed.adapter, "batch_first", lambda x: x)
+    last = len(walked) - 1
+    for layer, x in enumerate(walked):
+        reference = hf[layer] if layer < len(hf) else None
+        final = _final(probed, x) if layer == last else None
+        if layer == last and final is not None:  # HF's last entry may come after the final norm
+            reference, x = out.last_hidden_state, final
+        if reference is None:
+            continue
+        d, s = _diff(x, reference if reference.shape == x.shape else batch_first(reference))
+        scale = max(scale, s)
+        if d > worst:
+            worst, where = d, f"at layer {layer} "
+    return Identity(name, worst, scale, where)
+
+
+def _final(probed, x):
+    """The model's output from X_L through the modules after the last layer, if any run."""
+    spec = getattr(probed.adapter, "spec", None)
+    modules = [
+        _resolve_module(probed.model, path, missing_ok=True)
+        for path in (spec.output_modules() if spec is not None else ())
+    ]
+    modules = [m for m in modules if m is not None]
+    if not modules:
+        return None
+    with torch.no_grad():
+        for module in modules:
+            x = module(x)
+    return x
+
+
+def _ablated(probed, data, mask, ablation) -> Identity:
+    adapter: SpecAdapter = probed.adapter
+    style = adapter.style(probed.config)
+    name = f"{ablation.name} = " + (
+        ("N(branch)" if ablation is SAN else "N(x + branch)")
+        if style == "post"
+        else ("branch" if ablation is SAN else "x + branch")
+    )
+    try:
+        walked = _walk(probed, data, mask, ablation, {"branch"})
+    except Exception as err:
+        return Identity(name, float("inf"), 0.0, error=_one_line(err))
+    norm = adapter.spec.norm
+    layers = _resolve_module(probed.model, adapter.spec.layers)
+    worst, scale, where = 0.0, 0.0, ""
+    for layer in range(1, len(walked)):
+        x, values = walked[layer - 1]["x"], walked[layer]
+        expected = values["branch"] if ablation is SAN else x + values["branch"]
+        if style == "post":
+            with torch.no_grad():
+                expected = _resolve_module(layers[layer - 1], norm)(expected)
+        d, s = _diff(values["x"], expected)
+        scale = max(scale, s)
+        if d > worst:
+            worst, where = d, f"at layer {layer} "
+    return Identity(name, worst, scale, where)
+
+
+def _unchanged(probed, data, mask, clean: Identity) -> Identity:
+    name = "clean run after ablated runs = first clean run"
+    if clean.error:
+        return Identity(name, float("inf"), 0.0, error="the clean run failed")
+    try:
+        first = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
+        _walk(probed, data, mask, SAN)
+        again = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
+    except Exception as err:
+        return Identity(name, float("inf"), 0.0, error=_one_line(err))
+    worst, scale = 0.0, 0.0
+    for a, b in zip(again, first, strict=True):
+        d, s = _diff(_first(a), _first(b))
+        worst, scale = max(worst, d), max(scale, s)
+    return Identity(name, worst, scale)
+
+
+def _one_line(err: BaseException) -> str:
+    text = " ".join(f"{type(err).__name__}: {err}".split())
+    return text[:300]

@@ -1,0 +1,441 @@
+"""Every family probe walks with the generic walker, one entry each (see ``spec.py``).
+
+Each entry lists one layer's steps in forward order.  The operation names
+(``:residual_0``, ``:hidden_states_0``) are nnsight's names for lines of the
+layer's ``forward`` in transformers 5; the comment beside each names the line.
+``probe check MODEL`` (and every run, before its numbers) verifies that the edits
+still mean what the table says.
+
+Adding a family: one entry here (usually a call of :func:`pre_ln` or
+:func:`bert_like`), one tiny config in ``tests/reference/tiny.py``; the self-tests
+pick it up from the registry.  ``docs/adding-a-family.md`` walks through one.
+"""
+
+from __future__ import annotations
+
+from .spec import Family, Heads, Step, put, read, skip, zero
+
+# --- builders for the common layouts ----------------------------------------------
+
+
+def pre_ln(
+    attn: str,
+    norm: str,
+    mlp: tuple[str, ...],
+    *,
+    residual: str = ":residual_0",
+    probs: int = 1,
+    branch: Step | None = None,
+) -> tuple[Step, ...]:
+    """A pre-LN block ``h = x + attn(norm(x)); y = h + mlp(mlp_norm(h))``.
+
+    No skip: the ``residual = hidden_states`` that the attention sum adds is zero.
+    No MLP: every module in ``mlp`` is skipped, the norm(s) pass their input on and
+    the last returns zeros, so the block adds exactly nothing: y = h.
+    """
+    *passes, last = mlp
+    return (
+        zero(residual),
+        read("norm", norm, "input"),
+        read("probs", attn, index=probs),
+        branch or read("branch", attn, index=0),
+        *(skip(site, "input") for site in passes),
+        skip(last, "zeros"),
+    )
+
+
+def bert_like(self_attn: str = "attention.self", **_) -> tuple[Step, ...]:
+    """BERT's post-LN layer: ``a = LN(dropout(dense(ctx)) + x)`` in ``attention.output``.
+
+    No skip: BertSelfOutput's second input (``input_tensor``, the residual) is zeros.
+    No MLP: ``intermediate`` and ``output`` are skipped and return a.
+    """
+    return (
+        read("probs", self_attn, index=1),
+        put("attention.output", "zeros", part="arg1"),  # BertSelfOutput(h, input_tensor)
+        read("branch", "attention.output.dropout"),
+        read("norm", "attention.output.LayerNorm", "input"),
+        read("sublayer", "attention", index=0),
+        skip("intermediate", "sublayer"),
+        skip("output", "sublayer"),
+    )
+
+
+LLAMA_NOTE = "LlamaDecoderLayer.forward: `residual = hidden_states` (residual_0)"
+DECODER_KWARGS = {"use_cache": False}
+
+
+def _decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
+    """A Llama-shaped pre-LN decoder (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3)."""
+    steps = extra.pop(
+        "steps", pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp"))
+    )
+    return Family(
+        name=name,
+        model_types=model_types,
+        layers="layers",
+        style=extra.pop("style", "pre"),
+        steps=steps,
+        norm="input_layernorm",
+        norm_kind=extra.pop("norm_kind", "rms"),
+        heads=extra.pop("heads", Heads("self_attn.v_proj", "self_attn.o_proj")),
+        skip_means="h = attn(norm(x)): the block's `residual` before the attention sum is zero",
+        mlp_means="y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
+        final_norm="norm",
+        lm_head="embed_tokens",
+        forward_kwargs=DECODER_KWARGS,
+        float32_softmax=True,
+        causal=True,
+        source_note=LLAMA_NOTE,
+        **extra,
+    )
+
+
+# --- the families -----------------------------------------------------------------
+
+
+def _opt_style(config) -> str:
+    return "pre" if config.do_layer_norm_before else "post"
+
+
+def _opt_steps(config) -> tuple[Step, ...]:
+    # OPTDecoderLayer.forward: `residual = hidden_states` (residual_0), then the attention,
+    # `hidden_states = residual + hidden_states`; 350m normalises after the sums instead.
+    head = (
+        zero(":residual_0"),
+        read("norm", "self_attn_layer_norm", "input"),
+        read("probs", "self_attn", index=1),
+        read("branch", "self_attn", index=0),
+    )
+    mlp = (skip("fc1", "zeros"), skip("fc2", "input"))  # `residual + fc2(...)`: adds zeros
+    if config.do_layer_norm_before:
+        return head + (skip("final_layer_norm", "input"),) + mlp
+    return head + mlp + (skip("final_layer_norm", "input"),)
+
+
+def _neox_style(config) -> str:
+    return "parallel" if config.use_parallel_residual else "pre"
+
+
+def _neox_steps(config) -> tuple[Step, ...]:
+    head = (
+        read("norm", "input_layernorm", "input"),
+        read("probs", "attention", index=1),
+        read("branch", ":attn_output_0"),  # attn_output = self.post_attention_dropout(...)
+    )
+    mlp = (skip("post_attention_layernorm", "input"), skip("mlp", "zeros"))
+    if config.use_parallel_residual:
+        # `hidden_states = mlp_output + attn_output + hidden_states` (hidden_states_0): the
+        # layer's input is a function argument, so the sum itself is replaced.
+        return (
+            head
+            + mlp
+            + (
+                read("mlp_out", ":mlp_output_1", when="no_skip"),
+                put(":hidden_states_0", "mlp_out+branch"),
+            )
+        )
+    # `attn_output = attn_output + hidden_states` (attn_output_1)
+    return head + (put(":attn_output_1", "branch"),) + mlp
+
+
+def _falcon_steps(config) -> tuple[Step, ...]:
+    two_norms = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
+    norm = "ln_attn" if two_norms else "input_layernorm"
+    mlp_norms = ("ln_mlp",) if two_norms else ()
+    if not config.parallel_attn and not config.new_decoder_architecture:
+        mlp_norms = ("post_attention_layernorm",)
+    norms = tuple(skip(site, "input") for site in mlp_norms)
+    return (
+        zero(":residual_0"),  # `residual = hidden_states`
+        read("norm", norm, "input"),
+        *(norms if two_norms else ()),  # ln_mlp runs before the attention there
+        read("probs", "self_attention", index=1),
+        read("branch", "self_attention", index=0),
+        *(() if two_norms else norms),
+        skip("mlp", "zeros"),  # `mlp_output += attention_output`: adds to zeros, exactly
+    )
+
+
+def _deberta_refuse(config) -> str:
+    if getattr(config, "conv_kernel_size", 0):
+        return (
+            "DeBERTa-v2 with conv_kernel_size > 0 mixes tokens with a convolution after "
+            "the first layer, outside attention; probe's ablations would not be exact, so "
+            "it is refused (DeBERTa-v3 checkpoints have no conv and are supported)"
+        )
+    return ""
+
+
+def _electra_like(name: str, model_types: tuple[str, ...], note: str) -> Family:
+    return Family(
+        name=name,
+        model_types=model_types,
+        layers="encoder.layer",
+        style="post",
+        steps=bert_like(),
+        norm="attention.output.LayerNorm",
+        norm_kind="layernorm",
+        heads=Heads("attention.self.value", "attention.output.dense"),
+        skip_means="a = LN(dense(attn(x))): BertSelfOutput's input_tensor (the residual) is zero",
+        mlp_means="y = a: intermediate and output skipped, the layer returns its attention sublayer",
+        unused_modules=("pooler",),
+        source_note=note,
+    )
+
+
+FAMILIES: tuple[Family, ...] = (
+    _electra_like("bert", ("bert",), "BertSelfOutput.forward(hidden_states, input_tensor)"),
+    _electra_like("roberta", ("roberta", "xlm-roberta", "camembert"), "as BERT"),
+    _electra_like("electra", ("electra",), "as BERT"),
+    Family(
+        name="deberta-v2",
+        model_types=("deberta-v2",),
+        layers="encoder.layer",
+        style="post",
+        steps=bert_like(),
+        norm="attention.output.LayerNorm",
+        norm_kind="layernorm",
+        heads=Heads("attention.self.value_proj", "attention.output.dense"),
+        skip_means="a = LN(dense(attn(x))): DebertaV2SelfOutput's input_tensor is zero",
+        mlp_means="y = a: intermediate and output skipped",
+        forward_kwargs={"output_attentions": True},  # att_matrix is returned only then
+        refuse=_deberta_refuse,
+        source_note="DebertaV2SelfOutput.forward(hidden_states, input_tensor)",
+    ),
+    Family(
+        name="distilbert",
+        model_types=("distilbert",),
+        layers="transformer.layer",
+        style="post",
+        steps=(
+            read("probs", "attention", index=1),
+            read("branch", "attention", index=0),
+            read("norm", "sa_layer_norm", "input"),
+            # `sa_layer_norm(attention_output + hidden_states)`: its input becomes the branch
+            put("sa_layer_norm", "branch", part="input"),
+            read("sublayer", "sa_layer_norm", when="no_mlp"),
+            skip("ffn", "zeros", when="no_mlp"),
+            skip("output_layer_norm", "sublayer"),
+        ),
+        norm="sa_layer_norm",
+        norm_kind="layernorm",
+        heads=Heads("attention.v_lin", "attention.out_lin"),
+        skip_means="a = LN(attn(x)): sa_layer_norm's input is the attention output alone",
+        mlp_means="y = a: ffn and output_layer_norm skipped",
+        source_note="TransformerBlock.forward: `self.sa_layer_norm(attention_output + hidden_states)`",
+    ),
+    Family(
+        name="gpt2",
+        model_types=("gpt2",),
+        layers="h",
+        style="pre",
+        steps=pre_ln("attn", "ln_1", ("ln_2", "mlp")),
+        norm="ln_1",
+        norm_kind="layernorm",
+        heads=Heads("attn.c_attn", "attn.c_proj", layout="conv1d"),
+        skip_means="h = attn(ln_1(x)): the block's `residual` before the attention sum is zero",
+        mlp_means="y = h: ln_2 and mlp skipped, the MLP branch adds zeros",
+        final_norm="ln_f",
+        lm_head="wte",
+        forward_kwargs=DECODER_KWARGS,
+        causal=True,
+        source_note="GPT2Block.forward: `residual = hidden_states` (residual_0)",
+    ),
+    _decoder("llama", ("llama",)),
+    _decoder("mistral", ("mistral",)),
+    _decoder("qwen2", ("qwen2",)),
+    _decoder("qwen3", ("qwen3",)),
+    _decoder("gemma", ("gemma",), norm_kind="rms+1"),
+    _decoder(
+        "gemma2",
+        ("gemma2",),
+        norm_kind="rms+1",
+        style="sandwich",
+        branch_norm="post_attention_layernorm",
+        steps=(
+            zero(":residual_0"),  # `residual = hidden_states`
+            read("norm", "input_layernorm", "input"),
+            read("probs", "self_attn", index=1),
+            read("branch_norm", "post_attention_layernorm", "input"),
+            read("branch", "post_attention_layernorm"),
+            skip("pre_feedforward_layernorm", "input"),
+            skip("mlp", "zeros"),
+            skip("post_feedforward_layernorm", "input"),
+        ),
+    ),
+    _decoder(
+        "phi3",
+        ("phi3",),
+        heads=Heads("self_attn.qkv_proj", "self_attn.o_proj", layout="fused"),
+        steps=pre_ln(
+            "self_attn",
+            "input_layernorm",
+            ("post_attention_layernorm", "mlp"),
+            branch=read("branch", "resid_attn_dropout"),
+        ),
+    ),
+    Family(
+        name="opt",
+        model_types=("opt",),
+        layers="decoder.layers",
+        style=_opt_style,
+        steps=_opt_steps,
+        norm="self_attn_layer_norm",
+        norm_kind="layernorm",
+        heads=Heads("self_attn.v_proj", "self_attn.out_proj"),
+        skip_means="the layer's `residual` before the attention sum is zero (pre-LN 125m, post-LN 350m)",
+        mlp_means="y = the attention sublayer: fc1, fc2 (and final_layer_norm) skipped, adding zeros",
+        final_norm="decoder.final_layer_norm",
+        output=("decoder.final_layer_norm", "decoder.project_out"),  # 350m: no norm, a projection
+        lm_head="decoder.embed_tokens",
+        forward_kwargs=DECODER_KWARGS,
+        float32_softmax=True,
+        causal=True,
+        source_note="OPTDecoderLayer.forward: `residual = hidden_states` (residual_0)",
+    ),
+    Family(
+        name="gptj",
+        model_types=("gptj",),
+        layers="h",
+        style="parallel",
+        steps=(
+            zero(":residual_0"),  # `residual = hidden_states`
+            read("norm", "ln_1", "input"),
+            read("probs", "attn", index=1),
+            read("branch", "attn", index=0),
+            skip("mlp", "zeros"),  # `attn_outputs + feed_forward_hidden_states + residual`
+        ),
+        norm="ln_1",
+        norm_kind="layernorm",
+        heads=Heads("attn.v_proj", "attn.out_proj"),
+        skip_means="y = attn(ln_1(x)) + mlp(ln_1(x)): the block's `residual` is zero",
+        mlp_means="y = x + attn(ln_1(x)): mlp skipped, adding zeros",
+        final_norm="ln_f",
+        forward_kwargs=DECODER_KWARGS,
+        causal=True,
+        source_note="GPTJBlock.forward: `residual = hidden_states` (residual_0)",
+    ),
+    Family(
+        name="falcon",
+        model_types=("falcon",),
+        layers="h",
+        style=lambda c: "parallel" if c.parallel_attn or c.new_decoder_architecture else "pre",
+        steps=_falcon_steps,
+        norm="input_layernorm",
+        norm_kind="layernorm",
+        heads=Heads("self_attention.query_key_value", "self_attention.dense", layout="falcon"),
+        skip_means="the layer's `residual` is zero: y = attn(ln(x)) + mlp(ln(x))",
+        mlp_means="y = x + attn(ln(x)): mlp (and its own norm) skipped, adding zeros",
+        final_norm="ln_f",
+        lm_head="word_embeddings",
+        forward_kwargs=DECODER_KWARGS,
+        causal=True,
+        source_note="FalconDecoderLayer.forward: `residual = hidden_states` (residual_0)",
+    ),
+    Family(
+        name="gpt-neox",
+        model_types=("gpt_neox",),
+        layers="layers",
+        style=_neox_style,
+        steps=_neox_steps,
+        norm="input_layernorm",
+        norm_kind="layernorm",
+        heads=Heads("attention.query_key_value", "attention.dense", layout="neox"),
+        skip_means="the sum `mlp_output + attn_output + hidden_states` becomes mlp_output + attn_output",
+        mlp_means="y = x + attn(ln(x)): post_attention_layernorm and mlp skipped, adding zeros",
+        final_norm="final_layer_norm",
+        forward_kwargs=DECODER_KWARGS,
+        float32_softmax=True,
+        causal=True,
+        source_note="GPTNeoXLayer.forward: `hidden_states = mlp_output + attn_output + hidden_states`",
+    ),
+    Family(
+        name="modernbert",
+        model_types=("modernbert",),
+        layers="layers",
+        style="pre",
+        steps=(
+            read("norm", "attn_norm", "input"),
+            read("probs", "attn", index=1),
+            read("branch", "attn", index=0),
+            put(":hidden_states_0", "branch"),  # `hidden_states = hidden_states + attn_output`
+            skip("mlp_norm", "input"),
+            skip("mlp", "zeros"),
+        ),
+        norm="attn_norm",
+        norm_kind="layernorm",
+        heads=Heads("attn.Wqkv", "attn.Wo", layout="fused"),
+        skip_means="h = attn(attn_norm(x)): the sum `hidden_states + attn_output` becomes attn_output",
+        mlp_means="y = h: mlp_norm and mlp skipped, adding zeros",
+        final_norm="final_norm",
+        float32_softmax=True,
+        source_note="ModernBertEncoderLayer.forward: `hidden_states = hidden_states + attn_output`",
+    ),
+    Family(
+        name="t5",
+        model_types=("t5",),
+        layers="encoder.block",
+        style="pre",
+        steps=(
+            read("norm", "layer.0.layer_norm", "input"),
+            read("probs", "layer.0.SelfAttention", index=2),
+            read("branch", "layer.0.dropout"),
+            # T5LayerSelfAttention: `attention_output = hidden_states + self.dropout(...)`
+            put("layer.0:attention_output_0", "branch"),
+            skip("layer.1", "input"),  # T5LayerFF, the whole MLP sublayer with its residual
+        ),
+        norm="layer.0.layer_norm",
+        norm_kind="rms",
+        heads=Heads("layer.0.SelfAttention.v", "layer.0.SelfAttention.o"),
+        skip_means="h = attn(norm(x)): the sum `hidden_states + dropout(attention_output)` becomes the branch",
+        mlp_means="y = h: the feed-forward sublayer (layer[1]) skipped",
+        final_norm="encoder.final_layer_norm",
+        model_class="T5EncoderModel",
+        source_note="T5LayerSelfAttention.forward: `attention_output = hidden_states + ...`",
+    ),
+    Family(
+        name="vit",
+        model_types=("vit",),
+        layers="layers",
+        style="pre",
+        steps=pre_ln("attention", "layernorm_before", ("layernorm_after", "mlp")),
+        norm="layernorm_before",
+        norm_kind="layernorm",
+        heads=Heads("attention.v_proj", "attention.o_proj"),
+        skip_means="h = attn(layernorm_before(x)): the layer's `residual` is zero",
+        mlp_means="y = h: layernorm_after and mlp skipped, adding zeros",
+        final_norm="layernorm",
+        inputs="pixels",
+        float32_softmax=True,
+        unused_modules=("pooler",),
+        source_note="ViTLayer.forward: `residual = hidden_states` (residual_0)",
+    ),
+)
+
+#: model_type -> why probe refuses it (families whose ablations cannot be exact).
+REFUSED: dict[str, str] = {
+    **{
+        kind: "a mixture-of-experts MLP routes each token to its own experts; probe's "
+        "no-MLP ablation is exact but its other variants and the path decomposition assume "
+        "one MLP per layer, so this family is refused"
+        for kind in (
+            "mixtral",
+            "qwen2_moe",
+            "qwen3_moe",
+            "olmoe",
+            "dbrx",
+            "deepseek_v2",
+            "deepseek_v3",
+            "jamba",
+            "granitemoe",
+            "phimoe",
+            "switch_transformers",
+        )
+    },
+    **{
+        kind: "not an attention model (a state-space or recurrent layer mixes the tokens); "
+        "rank collapse under attention does not apply"
+        for kind in ("mamba", "mamba2", "rwkv", "recurrent_gemma")
+    },
+}

@@ -1,0 +1,241 @@
+"""Independent reference for the ablations of the walker families, by module surgery.
+
+Imports neither ``probe`` nor ``nnsight``.  ``reference_hidden_states`` deep-copies the
+model, replaces each transformer layer's ``forward`` on the copy with the short
+re-implementation of its family below (calling the layer's own submodules: norms,
+attention, MLP), runs the copy's ordinary forward and records the residual stream
+with plain torch hooks.  The model passed in is never modified.
+
+The definitions (the same as ``reference/surgery.py`` for BERT and GPT-2):
+``attn_skip=False`` drops the identity term of the attention sublayer's residual sum,
+keeping everything else; ``mlp=False`` makes a layer's output its attention
+sublayer's output (MLP, its norm and its residual removed).  Each function writes
+every sum with the grouping transformers' code uses, so the unablated reference
+equals the model's own output exactly (asserted in the tests), which checks these
+re-implementations too.
+
+==========  ==============================================  =========================
+layout      layer (x the input, a the attention branch)     families
+==========  ==============================================  =========================
+pre-LN      h = x + a(N(x)); y = h + mlp(N'(h))             Llama, Mistral, Qwen2/3,
+                                                            Gemma, Phi3, ViT,
+                                                            ModernBERT, OPT-125m, T5
+sandwich    h = x + P(a(N(x))); y = h + Q(mlp(N'(h)))       Gemma2
+parallel    y = (a(N(x)) + mlp(N(x))) + x                   GPT-J, Falcon, GPT-NeoX
+post-LN     h = N(drop(dense(a(x))) + x); y = ...           RoBERTa, ELECTRA,
+                                                            DeBERTa-v2, DistilBERT,
+                                                            OPT-350m
+==========  ==============================================  =========================
+"""
+
+from __future__ import annotations
+
+import copy
+from functools import partial
+
+import torch
+from torch import nn
+
+__all__ = ["LAYER_PATHS", "reference_hidden_states"]
+
+
+def _llama(layer, hidden_states, *, skip, mlp, **kwargs):
+    a = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)[0]
+    a = getattr(layer, "resid_attn_dropout", nn.Identity())(a)  # Phi3
+    h = hidden_states + a if skip else a
+    if not mlp:
+        return h
+    m = layer.mlp(layer.post_attention_layernorm(h))
+    return h + getattr(layer, "resid_mlp_dropout", nn.Identity())(m)
+
+
+def _gemma2(layer, hidden_states, *, skip, mlp, **kwargs):
+    a = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)[0]
+    a = layer.post_attention_layernorm(a)
+    h = hidden_states + a if skip else a
+    if not mlp:
+        return h
+    return h + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(h)))
+
+
+def _opt(layer, hidden_states, *, skip, mlp, **kwargs):
+    pre = layer.do_layer_norm_before
+    x = layer.self_attn_layer_norm(hidden_states) if pre else hidden_states
+    a = layer.self_attn(hidden_states=x, **kwargs)[0]
+    h = hidden_states + a if skip else a
+    if not pre:
+        h = layer.self_attn_layer_norm(h)
+    if not mlp:
+        return h
+    m = layer.final_layer_norm(h) if pre else h
+    y = h + layer.fc2(layer.activation_fn(layer.fc1(m)))
+    return y if pre else layer.final_layer_norm(y)
+
+
+def _gptj(layer, hidden_states, *, skip, mlp, **kwargs):
+    x = layer.ln_1(hidden_states)
+    y = layer.attn(hidden_states=x, **kwargs)[0]
+    if mlp:
+        y = y + layer.mlp(x)
+    if skip:
+        y = y + hidden_states
+    return y, None
+
+
+def _falcon(layer, hidden_states, *, skip, mlp, alibi=None, attention_mask=None, **kwargs):
+    config = layer.config
+    two = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
+    x = layer.ln_attn(hidden_states) if two else layer.input_layernorm(hidden_states)
+    a = layer.self_attention(x, alibi=alibi, attention_mask=attention_mask, **kwargs)[0]
+    if config.new_decoder_architecture or config.parallel_attn:
+        y = a
+        if mlp:
+            y = layer.mlp(layer.ln_mlp(hidden_states) if two else x) + a
+        return (y + hidden_states if skip else y), None
+    h = a + hidden_states if skip else a
+    if mlp:
+        h = layer.mlp(layer.post_attention_layernorm(h)) + h
+    return h, None
+
+
+def _neox(layer, hidden_states, *, skip, mlp, **kwargs):
+    a = layer.attention(layer.input_layernorm(hidden_states), **kwargs)[0]
+    a = layer.post_attention_dropout(a)
+    if layer.use_parallel_residual:
+        y = a
+        if mlp:
+            m = layer.mlp(layer.post_attention_layernorm(hidden_states))
+            y = layer.post_mlp_dropout(m) + a
+        return y + hidden_states if skip else y
+    h = a + hidden_states if skip else a
+    if not mlp:
+        return h
+    return layer.post_mlp_dropout(layer.mlp(layer.post_attention_layernorm(h))) + h
+
+
+def _modernbert(layer, hidden_states, *, skip, mlp, **kwargs):
+    a = layer.attn(layer.attn_norm(hidden_states), **kwargs)[0]
+    h = hidden_states + a if skip else a
+    return h + layer.mlp(layer.mlp_norm(h)) if mlp else h
+
+
+def _t5(block, hidden_states, attention_mask=None, position_bias=None, *args, skip, mlp, **kwargs):
+    sa = block.layer[0]
+    kwargs.pop("past_key_values", None)
+    a, position_bias, _ = sa.SelfAttention(
+        sa.layer_norm(hidden_states), mask=attention_mask, position_bias=position_bias
+    )
+    a = sa.dropout(a)
+    h = hidden_states + a if skip else a
+    if mlp:
+        h = block.layer[-1](h)
+    return h, position_bias, None
+
+
+def _vit(layer, hidden_states, attention_mask=None, *, skip, mlp, **kwargs):
+    a = layer.attention(layer.layernorm_before(hidden_states), attention_mask, **kwargs)[0]
+    a = layer.dropout(a)
+    h = a + hidden_states if skip else a
+    if not mlp:
+        return h
+    return layer.dropout(layer.mlp(layer.layernorm_after(h))) + h
+
+
+def _bert_like(layer, hidden_states, attention_mask=None, *args, skip, mlp, **kwargs):
+    attention = layer.attention
+    context = attention.self(hidden_states, attention_mask=attention_mask, **kwargs)[0]
+    tail = attention.output  # BertSelfOutput: LN(dropout(dense(h)) + input_tensor)
+    branch = tail.dropout(tail.dense(context))
+    a = tail.LayerNorm(branch + hidden_states if skip else branch)
+    return layer.output(layer.intermediate(a), a) if mlp else a
+
+
+def _deberta(layer, hidden_states, attention_mask, *, skip, mlp, query_states=None, **kwargs):
+    attention = layer.attention
+    output_attentions = kwargs.pop("output_attentions", False)
+    context, probs = attention.self(
+        hidden_states, attention_mask, output_attentions, query_states=query_states, **kwargs
+    )
+    residual = hidden_states if query_states is None else query_states
+    tail = attention.output
+    branch = tail.dropout(tail.dense(context))
+    a = tail.LayerNorm(branch + residual if skip else branch)
+    return (layer.output(layer.intermediate(a), a) if mlp else a), probs
+
+
+def _distilbert(layer, hidden_states, attention_mask=None, *, skip, mlp, **kwargs):
+    a = layer.attention(hidden_states, attention_mask=attention_mask, **kwargs)[0]
+    a = layer.sa_layer_norm(a + hidden_states if skip else a)
+    return layer.output_layer_norm(layer.ffn(a) + a) if mlp else a
+
+
+#: model_type -> (path of the layer list, the layer re-implementation).
+LAYER_PATHS = {
+    "llama": ("layers", _llama),
+    "mistral": ("layers", _llama),
+    "qwen2": ("layers", _llama),
+    "qwen3": ("layers", _llama),
+    "gemma": ("layers", _llama),
+    "phi3": ("layers", _llama),
+    "gemma2": ("layers", _gemma2),
+    "opt": ("decoder.layers", _opt),
+    "gptj": ("h", _gptj),
+    "falcon": ("h", _falcon),
+    "gpt_neox": ("layers", _neox),
+    "modernbert": ("layers", _modernbert),
+    "t5": ("encoder.block", _t5),
+    "vit": ("layers", _vit),
+    "roberta": ("encoder.layer", _bert_like),
+    "electra": ("encoder.layer", _bert_like),
+    "deberta-v2": ("encoder.layer", _deberta),
+    "distilbert": ("transformer.layer", _distilbert),
+}
+
+
+def _module(model: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        model = getattr(model, part)
+    return model
+
+
+def _strip(model: nn.Module) -> None:
+    """Remove instance-level forward overrides (an nnsight controller) and hooks from a copy."""
+    for module in model.modules():
+        module.__dict__.pop("forward", None)
+        for hooks in ("_forward_hooks", "_forward_pre_hooks", "_forward_hooks_with_kwargs"):
+            getattr(module, hooks).clear()
+
+
+def reference_hidden_states(
+    model: nn.Module, inputs: dict, *, attn_skip: bool, mlp: bool
+) -> list[torch.Tensor]:
+    """X_0 .. X_L of ``model`` under the ablation, by surgery on a copy (see the docstring).
+
+    ``inputs``: the keyword arguments of the model's forward (``input_ids`` and
+    ``attention_mask``, or ``pixel_values``).
+    """
+    path, layer_forward = LAYER_PATHS[model.config.model_type]
+    work = copy.deepcopy(model)
+    _strip(work)
+    work.eval()
+    layers = _module(work, path)
+    for layer in layers:
+        layer.forward = partial(layer_forward, layer, skip=attn_skip, mlp=mlp)
+
+    states: list[torch.Tensor] = []
+
+    def record_input(module, args, kwargs):
+        if not states:
+            states.append(args[0] if args else kwargs["hidden_states"])
+
+    def record_output(module, args, output):
+        states.append(output[0] if isinstance(output, tuple) else output)
+
+    layers[0].register_forward_pre_hook(record_input, with_kwargs=True)
+    for layer in layers:
+        layer.register_forward_hook(record_output)
+    with torch.no_grad():
+        work(**inputs)
+    if len(states) != len(layers) + 1:
+        raise RuntimeError(f"collected {len(states)} hidden states, expected {len(layers) + 1}")
+    return [s.detach() for s in states]
