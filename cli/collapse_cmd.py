@@ -16,7 +16,13 @@ from probe.analyses import collapse
 from probe.results import ENGINE, temp_beside
 
 from .console import Reporter, command_line, err, out, warn
-from .output import check_out_dir, write_comparison, write_index, write_result
+from .output import (
+    check_out_dir,
+    print_family_table,
+    write_comparison,
+    write_index,
+    write_result,
+)
 
 
 def run_collapse(
@@ -50,6 +56,7 @@ def run_collapse(
         if len(results) > 1:
             datasets = [ds for ds, _ in results]
             comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
+            print_family_table(datasets)
             out.print(f"comparison: {comparison}")
         out.print(f"index: {write_index(out_dir)}")
     finally:

@@ -130,7 +130,7 @@ def compare(
     """Compare results of several models in one report, one panel per model."""
     from probe.results import open_result
 
-    from .output import check_out_dir, write_comparison, write_index
+    from .output import check_out_dir, print_family_table, write_comparison, write_index
 
     results = _expand(results)
     if len(results) < 2:
@@ -143,6 +143,7 @@ def compare(
     datasets = [open_result(path) for path in results]
     _require_collapse(datasets, results)
     html = write_comparison(datasets, list(results), out_dir)
+    print_family_table(datasets)
     out.print(f"comparison: {html}")
     out.print(f"index: {write_index(out_dir)}")
 

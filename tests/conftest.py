@@ -67,3 +67,21 @@ def tiny_bert_with_tokenizer(tmp_path_factory, minilm_tokenizer) -> str:
     BertModel(config).save_pretrained(folder)
     minilm_tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_family_folder(tmp_path_factory):
+    """family -> a save_pretrained folder of its tiny random model (float32), made on demand."""
+    from tests.reference.tiny import tiny_spec_model
+
+    root = tmp_path_factory.mktemp("tiny-families")
+    made: dict[str, str] = {}
+
+    def folder(family: str) -> str:
+        if family not in made:
+            path = root / f"tiny-{family}"
+            tiny_spec_model(family, seed=1, dtype=torch.float32).save_pretrained(path)
+            made[family] = str(path)
+        return made[family]
+
+    return folder

@@ -242,6 +242,16 @@ class SpecAdapter(Adapter):
             "X_0 the first layer's input"
         )
 
+    def describe(self, config) -> str:
+        """The spec as text, one step a line, for ``probe models``, results and reports."""
+        what = {"": "read", "no_skip": "no skip", "no_mlp": "no MLP"}
+        lines = [f"layers: {self.spec.layers} ({self.style(config)} residual)"]
+        lines += [
+            f"{what[step.when] if step.act != 'read' else 'read'}: {step.describe()}"
+            for step in self.spec.steps_of(config)
+        ]
+        return "\n".join(lines)
+
     # --- inside a trace -----------------------------------------------------------
     def layers(self, root):
         return _resolve(root, self.spec.layers)
