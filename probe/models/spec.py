@@ -302,10 +302,11 @@ class SpecAdapter(Adapter):
         heads = self.n_heads(config)
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         w_v, b_v, w_o, b_o = _value_output(layer, spec.heads, config, heads, kv_heads)
-        gamma, beta, eps, kind = norm_params(_resolve_module(layer, spec.norm), spec.norm_kind)
+        norm = _resolve_module(layer, self.read_site(config, "norm") or spec.norm)
+        gamma, beta, eps, kind = norm_params(norm, spec.norm_kind)
         extra = {}
-        if spec.branch_norm:
-            g, _, e, k = norm_params(_resolve_module(layer, spec.branch_norm), spec.norm_kind)
+        if branch := self.read_site(config, "branch_norm") or spec.branch_norm:
+            g, _, e, k = norm_params(_resolve_module(layer, branch), spec.norm_kind)
             extra = {"branch_gamma": g, "branch_eps": e, "branch_kind": k}
         return LayerWeights(
             w_v=w_v,
@@ -319,6 +320,18 @@ class SpecAdapter(Adapter):
             kind=kind,
             **extra,
         )
+
+    def read_site(self, config, name: str) -> str:
+        """The module whose value the step reading ``name`` takes, on this config ("" if none).
+
+        The norm the decomposition freezes is the one whose input the walk reads, so its
+        weights and its 1/sigma always come from the same module (Falcon's ``ln_attn`` or
+        ``input_layernorm``, as the config says).
+        """
+        for step in self.spec.steps_of(config):
+            if step.act == "read" and step.name == name:
+                return step.module
+        return ""
 
     def final_norm(self, model):
         if not self.spec.final_norm:
