@@ -37,8 +37,8 @@ the paper's l1inf):
 * ``constant_share``: ||K_l|| / ||X_l||; ``reconstruction_error``: how far the
   frozen network's X_l is from the real run's;
 
-and for the model's output (X_L, or the final norm of X_L) the same share and
-error, plus a task measure with only paths up to length k kept: the cosine of the
+and for the model's output (X_L, or the final norm of X_L, then OPT-350m's bias-free
+``project_out``, which maps every path linearly) the same share and error, plus a task measure with only paths up to length k kept: the cosine of the
 mean-pooled output (the sentence embedding of encoder checkpoints such as MiniLM)
 to the full one, and where the base model holds a tied LM head (GPT-2's ``wte``,
 Gemma's and Falcon's embeddings, any family whose config ties them) the next-token
@@ -137,6 +137,7 @@ def decompose(
             ):
                 if layer < K:
                     _fill(per_layer, i, layer, part, layer_stats(terms, const, run["xs"][layer]))
+            terms, const = output_terms(run, terms, const)
             out = layer_stats(terms, const, None)
             output["output_share"][i, :, part] = out["share"]
             output["output_error"][i, :, part] = out["truncation_error"]
@@ -146,7 +147,7 @@ def decompose(
                 head = probed.adapter.lm_head(probed.model)
                 cap = logit_softcap(probed.config)
                 output["loss"][i, :, part] = lm_loss(y_partial, head, ids, cap).cpu().numpy()
-                real = run["xs"][-1] if run["final"] is None else run["output"]
+                real = run["xs"][-1] if run["output"] is None else run["output"]
                 output["loss_full"][i, part] = lm_loss(real[None], head, ids, cap)[0].cpu().numpy()
             done += 1
             if progress is not None:
@@ -163,7 +164,8 @@ def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None
 
 
 def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
-    """The SAN+skip run's X_0..X_L and the frozen layers (and final norm) it defines."""
+    """The SAN+skip run's X_0..X_L, the frozen layers it defines, the frozen final norm and a
+    linear output projection where the model's output has them, and the real output."""
     device = probed.device
     reads: list[dict] = []  # outside the trace: nnsight keeps what the body appends
     root = probed.envoy
@@ -184,6 +186,9 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
     ]
     final, output = None, None
     norm = probed.adapter.final_norm(probed.model)
+    projection = getattr(probed.adapter, "output_projection", lambda model: None)(probed.model)
+    if projection is not None:
+        projection = projection.to(torch.float64)
     if norm is not None:
         gamma, beta, eps, *kind = norm
         kind = kind[0] if kind else "layernorm"
@@ -193,17 +198,27 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
             frozen.inverse_sigma(xs[-1], eps, kind),
             kind,
         )
-        # The real output: the model's own final norm on the real X_L.
+    if norm is not None or projection is not None:
+        # The real output: the model's own final norm (and projection) on the real X_L.
         output = probed.adapter.final_output(probed.model, reads[-1]["x"]).to(torch.float64)
     return {
         "x0": xs[0],
         "xs": xs,
         "layers": layers,
         "final": final,
+        "projection": projection,  # (out, hidden) after the final norm, or None
         "output": output,
         "attn": [r["attn"] for r in reads[1:]],
         "norm_inputs": [r["norm_input"] for r in reads[1:]],
     }
+
+
+def output_terms(run: dict, terms: torch.Tensor, const: torch.Tensor):
+    """The decomposition of the model's output from the programme's last yield: OPT-350m's
+    bias-free ``project_out`` maps every path's term and the constant; elsewhere as they are."""
+    if run["projection"] is None:
+        return terms, const
+    return terms @ run["projection"].T, const @ run["projection"].T
 
 
 def layer_stats(terms: torch.Tensor, const: torch.Tensor, real: torch.Tensor | None) -> dict:
@@ -319,6 +334,8 @@ def frozen_note(probed: ProbedModel) -> str:
         )
     if adapter.final_norm(probed.model) is not None:
         parts.append("; the final norm is part of the output and frozen from X_L")
+    if getattr(adapter, "output_projection", lambda model: None)(probed.model) is not None:
+        parts.append("; the output's bias-free projection (project_out) maps every path")
     heads, kv = adapter.n_heads(config), getattr(config, "num_key_value_heads", None)
     if kv and kv != heads:
         parts.append(
