@@ -29,7 +29,7 @@ from probe.errors import ProbeError
 from probe.paths import count_by_length, total_paths
 from probe.results import command_line, utc_now, versions
 
-from .path_presets import PRESETS, Preset
+from .path_presets import Preset, all_presets
 
 
 def count(
@@ -57,7 +57,7 @@ def count(
     elif model is not None:
         rows = [model_shape(model)]
     else:
-        rows = list(PRESETS if presets is None else presets)
+        rows = list(all_presets() if presets is None else presets)
     return _dataset(rows, command)
 
 

@@ -35,13 +35,13 @@ import xarray as xr
 from probe import metrics
 from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
-from probe.inputs import make_inputs, read_text
+from probe.inputs import read_text
 from probe.load import ProbedModel
 from probe.paths import SKIP, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_tokens, load_models, model_attrs
+from .path_common import check_tokens, load_models, model_attrs, path_inputs
 
 Progress = Callable[[int, int, str], None]
 
@@ -72,15 +72,7 @@ def sample(
     models = load_models(model, init, seed, device, dtype)
     first = models[0]
     check_tokens(first, tokens)
-    inputs = make_inputs(
-        first.tokenizer,
-        first.config.vocab_size,
-        text=text,
-        sequences=sequences,
-        tokens=tokens,
-        seed=seed,
-        warn=warn,
-    )
+    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
     L, H = first.n_layers, first.adapter.path_heads(first.config)
     drawn = draw(L, H, samples, inputs.sequences, seed)
     ratio = np.full((len(models), L, samples, len(metrics.FITS), len(metrics.NORMS)), np.nan)
@@ -169,7 +161,7 @@ def chain(
                 where[layer, seq, head] = len(wanted[layer])
                 wanted[layer].append((seq, head))
     slices = attention_slices(probed, input_ids, attention_mask, wanted)
-    tokens = input_ids.shape[1]
+    tokens = attention_mask.shape[1]  # ids or an image's patches: the mask has every token
     out = torch.empty((len(paths), tokens, tokens), dtype=torch.float64)
     for n, (path, seq) in enumerate(paths):
         product = torch.eye(tokens, dtype=torch.float64)

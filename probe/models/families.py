@@ -107,16 +107,14 @@ def _opt_style(config) -> str:
 def _opt_steps(config) -> tuple[Step, ...]:
     # OPTDecoderLayer.forward: `residual = hidden_states` (residual_0), then the attention,
     # `hidden_states = residual + hidden_states`; 350m normalises after the sums instead.
-    head = (
-        zero(":residual_0"),
-        read("norm", "self_attn_layer_norm", "input"),
-        read("probs", "self_attn", index=1),
-        read("branch", "self_attn", index=0),
-    )
+    # Reads follow forward order: pre-LN runs self_attn_layer_norm before the attention,
+    # post-LN after the residual sum.
+    attn = (read("probs", "self_attn", index=1), read("branch", "self_attn", index=0))
+    norm = (read("norm", "self_attn_layer_norm", "input"),)
     mlp = (skip("fc1", "zeros"), skip("fc2", "input"))  # `residual + fc2(...)`: adds zeros
     if config.do_layer_norm_before:
-        return head + (skip("final_layer_norm", "input"),) + mlp
-    return head + mlp + (skip("final_layer_norm", "input"),)
+        return (zero(":residual_0"), *norm, *attn, skip("final_layer_norm", "input"), *mlp)
+    return (zero(":residual_0"), *attn, *norm, *mlp, skip("final_layer_norm", "input"))
 
 
 def _neox_style(config) -> str:
