@@ -12,8 +12,16 @@ similarity.  The paper shows r_l falling doubly exponentially for a pure
 attention network and staying away from 0 when skip connections are kept.
 
 Metrics are computed inside the trace, layer by layer, so only per-sequence
-numbers leave the model.  ``run`` returns an xarray.Dataset; see
+numbers leave the model.  ``metrics=`` chooses which (:data:`DEFAULT_METRICS`:
+all four, the effective rank by the method ``effective_rank=`` names, see
+``probe.metrics``); the result holds those variables only and states their
+method and accuracy in its attributes.  ``run`` returns an xarray.Dataset; see
 ``probe.results`` for saving it.
+
+On CUDA the layer loop never waits for the device: it only keeps a copy of
+each layer; once a batch's forwards are queued, a worker thread measures its
+layers on a side stream (overlapping the next batch's forwards) and copies the
+numbers to pinned host memory.  On a CPU each layer is measured at once.
 """
 
 from __future__ import annotations
@@ -21,6 +29,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,11 +42,54 @@ from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
 from probe.load import ProbedModel, check_seed, load
-from probe.names import INITS, METRICS, SURGERIES
+from probe.metrics import effective_rank_method
+from probe.names import EFFECTIVE_RANK_METHODS, INITS, METRICS, SURGERIES
 from probe.results import ENGINE, settings_id, utc_now, versions
 from probe.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
+
+#: The metrics a run computes unless told otherwise: all of them (the effective rank by the
+#: method that fits the size, see probe.metrics).
+DEFAULT_METRICS: tuple[str, ...] = METRICS
+
+
+def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
+    """``"all"``/None, a comma list or a sequence of names -> names in the order of METRICS.
+
+    CLI spellings (``stable-rank``) and library ones (``stable_rank``) are both accepted.  The
+    relative residual is always computed: it is the paper's measure, the report is built on it,
+    and it needs no spectrum."""
+    if metrics is None:
+        return DEFAULT_METRICS
+    given = metrics.split(",") if isinstance(metrics, str) else list(metrics)
+    names = [str(name).strip().replace("-", "_") for name in given if str(name).strip()]
+    if names == ["all"]:
+        return METRICS
+    unknown = [name.replace("_", "-") for name in names if name not in METRICS]
+    if unknown or not names:
+        choices = ", ".join(name.replace("_", "-") for name in METRICS)
+        what = f"unknown metric {', '.join(unknown)}" if unknown else "no metric given"
+        raise ProbeError(f"{what}; --metrics takes all or a comma list of {choices}")
+    return tuple(name for name in METRICS if name in names or name == "relative_residual")
+
+
+def metrics_note(names: Sequence[str], method: str) -> str:
+    """One sentence per computed metric: how it is computed and how accurate it is."""
+    notes = {
+        "relative_residual": "relative residual (both fits, every norm): exact, relative error "
+        "<= 1e-10 against the float64 SVD (absolute <= 1e-14 below 1e-6)",
+        "stable_rank": "stable rank: exact, relative error <= 1e-8",
+        "cosine_similarity": "cosine similarity: exact, absolute error <= 1e-13",
+        "effective_rank": (
+            "effective rank: exact from the full spectrum, relative error <= 1e-8"
+            if method == "exact"
+            else "effective rank: estimated by stochastic Lanczos quadrature "
+            f"({metrics.PROBES} probes x {metrics.QUADRATURE_STEPS} steps, top of the "
+            "spectrum deflated), relative error within 2% per sequence, typically 0.1-0.5%"
+        ),
+    }
+    return "; ".join(notes[name] for name in METRICS if name in names)
 
 
 def parse_inits(init: str | Sequence[str]) -> list[str]:
@@ -62,6 +114,8 @@ class Plan:
     batch_size: int
     command: str
     settings: dict = field(default_factory=dict)
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    effective_rank: str = "exact"  # as resolved from what was asked: exact or estimate
 
     @property
     def steps(self) -> int:
@@ -85,6 +139,8 @@ def prepare(
     batch_size: int = 16,
     surgery: str = "probe",
     allow_missing_weights: bool = False,
+    metrics: str | Sequence[str] | None = None,
+    effective_rank: str = "auto",
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
 ) -> Plan:
@@ -103,6 +159,12 @@ def prepare(
         raise ProbeError("--batch-size must be at least 1")
     if surgery not in SURGERIES:
         raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
+    chosen = parse_metrics(metrics)
+    if effective_rank not in EFFECTIVE_RANK_METHODS:
+        raise ProbeError(
+            f"unknown effective-rank method {effective_rank!r}; "
+            f"choose {', '.join(EFFECTIVE_RANK_METHODS)}"
+        )
     check_seed(seed)
     if text is not None:
         read_text(text)  # a bad --text fails before any model is loaded
@@ -138,10 +200,17 @@ def prepare(
         "device": first.device.type,
         "batch_size": batch_size,
         "allow_missing_weights": allow_missing_weights,
+        "metrics": list(chosen),
     }
+    if "effective_rank" in chosen:  # what "auto" means at this size and device
+        settings["effective_rank"] = effective_rank_method(
+            effective_rank, inputs.tokens, first.adapter.hidden_size(first.config), first.device
+        )
     if command is None:
-        command = _equivalent_command(model, settings, text, images)
-    return Plan(models, names, inputs, surgery, batch_size, command, settings)
+        command = _equivalent_command(model, settings, text, images, effective_rank)
+    # The method as resolved here, not "auto": what the result's attrs state is what runs.
+    method = settings.get("effective_rank", "exact")
+    return Plan(models, names, inputs, surgery, batch_size, command, settings, chosen, method)
 
 
 def execute(
@@ -153,18 +222,16 @@ def execute(
     (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
     returned Dataset reads from that file lazily.
     """
-    models, names, inputs = plan.models, plan.variants, plan.inputs
-    L = models[0].n_layers
     blocks = _blocks(plan, progress)
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        skeleton = _dataset(_empty(len(names), len(models), L, 0), plan)
+        skeleton = _dataset(_empty(plan, 0), plan)
         with SequenceWriter(stream_to, skeleton) as writer:
             for _, block in blocks:
                 writer.append(block)
         return xr.open_dataset(stream_to, engine=ENGINE)
-    data = _empty(len(names), len(models), L, inputs.sequences)
+    data = _empty(plan, plan.inputs.sequences)
     for start, block in blocks:
         for name, values in block.items():
             data[name][:, :, :, start : start + values.shape[3]] = values
@@ -172,24 +239,116 @@ def execute(
 
 
 def _blocks(plan: Plan, progress: Progress | None):
-    """(first sequence, results) batch by batch: every variant and init of a batch at once."""
-    models, names = plan.models, plan.variants
-    L = models[0].n_layers
-    done = 0
-    for start, ids, mask in plan.inputs.batches(plan.batch_size):
-        block = _empty(len(names), len(models), L, ids.shape[0])
-        reducers = [_Reducer(L + 1) for _ in models]  # X_0 is shared by a model's variants
-        for i, variant in enumerate(names):
-            ablation = PRESETS[variant].with_surgery(plan.surgery)
-            for j, probed in enumerate(models):
-                per_layer = layer_values(probed, ids, ablation, reducers[j], mask)
-                for layer, values in enumerate(per_layer):
-                    for name, value in values.items():
-                        block[name][i, j, layer] = value.numpy()
-                done += 1
-                if progress is not None:
-                    progress(done, plan.steps, f"{probed.name} · {probed.init} · {variant}")
-        yield start, block
+    """(first sequence, results) batch by batch: every variant and init of a batch at once.
+
+    On a CPU each layer is measured as it comes out of the trace.  On CUDA the layer loop
+    only keeps each layer's hidden states; once a batch's forwards are queued its layers are
+    measured on a side stream by a worker thread, while the next batch's forwards run, and
+    the batch's results are read (the only wait) just before the one after it starts."""
+    cuda = plan.models[0].device.type == "cuda"
+    worker = ThreadPoolExecutor(1, thread_name_prefix="probe-metrics") if cuda else None
+    done = [0]
+    pending = None  # (start, future) of the batch being measured on CUDA
+    try:
+        for start, ids, mask in plan.inputs.batches(plan.batch_size):
+            runs = _run_batch(plan, ids, mask, progress, done)
+            if worker is None:
+                yield start, _block(plan, ids.shape[0], runs)
+                continue
+            ready = torch.cuda.Event()
+            ready.record()  # the batch's forwards, as queued on the current stream
+            future = worker.submit(_measure_cuda, plan, ids.shape[0], runs, ready)
+            if pending is not None:
+                yield pending[0], pending[1].result()
+            pending = (start, future)
+        if pending is not None:
+            yield pending[0], pending[1].result()
+    finally:
+        if worker is not None:
+            worker.shutdown(wait=True)
+
+
+def _run_batch(plan: Plan, ids, mask, progress: Progress | None, done: list[int]) -> list:
+    """Every variant and init of one batch: [(variant, init, per-layer values)]."""
+    L = plan.models[0].n_layers
+    cuda = plan.models[0].device.type == "cuda"
+    # X_0 is shared by a model's variants: one reducer per model keeps its metrics.
+    reducers = [_Reducer(L + 1, plan, cuda) for _ in plan.models]
+    runs = []
+    for i, variant in enumerate(plan.variants):
+        ablation = PRESETS[variant].with_surgery(plan.surgery)
+        for j, probed in enumerate(plan.models):
+            runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask)))
+            done[0] += 1
+            if progress is not None:
+                progress(done[0], plan.steps, f"{probed.name} · {probed.init} · {variant}")
+    return runs
+
+
+def _block(plan: Plan, sequences: int, runs: list) -> dict[str, np.ndarray]:
+    block = _empty(plan, sequences)
+    for i, j, per_layer in runs:
+        for layer, values in enumerate(per_layer):
+            for name, value in values.items():
+                block[name][i, j, layer] = value.numpy()
+    return block
+
+
+def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np.ndarray]:
+    """A CUDA batch's metrics, on a side stream once its forwards are done (worker thread).
+
+    The values are copied into pinned host memory without blocking; the one wait is at the
+    end, for the whole batch, off the thread that queues the forwards."""
+    device = plan.models[0].device
+    side = torch.cuda.Stream(device)
+    measured = []
+    with torch.cuda.stream(side):
+        side.wait_event(ready)
+        for i, j, per_layer in runs:
+            layers = []
+            for x, real in per_layer:
+                values = metrics.collapse_metrics(x, real, plan.metrics, plan.effective_rank)
+                layers.append({name: _to_host(value) for name, value in values.items()})
+            measured.append((i, j, layers))
+    side.synchronize()
+    return _block(plan, sequences, measured)
+
+
+def _to_host(value: torch.Tensor) -> torch.Tensor:
+    """A non-blocking copy into pinned host memory (readable once the stream is synced)."""
+    host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+    return host.copy_(value, non_blocking=True)
+
+
+class _Reducer:
+    """The per-layer reduction inside the trace: only per-sequence numbers leave the model.
+
+    The stream starts at the embeddings X_0, which no ablation touches, so one reducer serves
+    all the variants of a batch and model: on a CPU X_0's metrics are computed once and reused
+    for as long as X_0 is exactly the same tensor (checked, never assumed).  On CUDA the
+    reducer keeps a copy of the layer (queued on the device, no wait) for ``_measure_cuda``.
+    """
+
+    def __init__(self, layers: int, plan: Plan, cuda: bool) -> None:
+        self.layers = layers
+        self.metrics, self.method = plan.metrics, plan.effective_rank
+        self.cuda = cuda
+        self.calls = 0
+        self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
+
+    def __call__(self, x: torch.Tensor, mask: torch.Tensor):
+        layer, self.calls = self.calls % self.layers, self.calls + 1
+        if self.cuda:  # a copy: the forward may reuse the tensor's memory
+            return x.detach().clone(), mask.clone()
+        if layer == 0 and self.first is not None:
+            x0, mask0, values = self.first
+            if torch.equal(x, x0) and torch.equal(mask, mask0):
+                return values
+        values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
+        values = {name: value.cpu() for name, value in values.items()}
+        if layer == 0:
+            self.first = (x.clone(), mask.clone(), values)
+        return values
 
 
 def run(
@@ -208,7 +367,9 @@ def run(
     return execute(prepare(model, **options), progress, stream_to)
 
 
-def _equivalent_command(model, settings: dict, text, images=None) -> str:
+def _equivalent_command(
+    model, settings: dict, text, images=None, effective_rank: str = "auto"
+) -> str:
     """The CLI command with the same settings, for the "reproduce with" line of a library run."""
     if isinstance(model, ProbedModel | torch.nn.Module):
         return (
@@ -246,40 +407,17 @@ def _equivalent_command(model, settings: dict, text, images=None) -> str:
         args += ["--device", settings["device"]]
     if settings["allow_missing_weights"]:
         args.append("--allow-missing-weights")
+    if tuple(settings["metrics"]) != METRICS:
+        args += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
+    if effective_rank != "auto" and "effective_rank" in settings:
+        args += ["--effective-rank", effective_rank]
     return shlex.join(args)
 
 
-def _empty(variants: int, inits: int, layers: int, sequences: int) -> dict[str, np.ndarray]:
-    shape = (variants, inits, layers + 1, sequences)
-    return {
-        "relative_residual": np.full(shape + (len(metrics.FITS), len(metrics.NORMS)), np.nan),
-        **{name: np.full(shape, np.nan) for name in METRICS[1:]},
-    }
-
-
-class _Reducer:
-    """The per-layer reduction inside the trace: only per-sequence numbers leave the model.
-
-    The stream starts at the embeddings X_0, which no ablation touches, so one reducer serves
-    all the variants of a batch and model: X_0's metrics are computed once and reused for as
-    long as X_0 is exactly the same tensor (checked, never assumed).
-    """
-
-    def __init__(self, layers: int) -> None:
-        self.layers = layers
-        self.calls = 0
-        self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
-
-    def __call__(self, x: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-        layer, self.calls = self.calls % self.layers, self.calls + 1
-        if layer == 0 and self.first is not None:
-            x0, mask0, values = self.first
-            if torch.equal(x, x0) and torch.equal(mask, mask0):
-                return values
-        values = {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
-        if layer == 0:
-            self.first = (x.clone(), mask.clone(), values)
-        return values
+def _empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
+    shape = (len(plan.variants), len(plan.models), plan.models[0].n_layers + 1, sequences)
+    sizes = {"relative_residual": (len(metrics.FITS), len(metrics.NORMS))}
+    return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
 
 
 def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedModel]:
@@ -311,21 +449,23 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "variant": list(variants),
         "init": [m.init for m in models],
         "layer": np.arange(first.n_layers + 1),
-        "sequence": np.arange(data["effective_rank"].shape[-1]),
+        "sequence": np.arange(data[plan.metrics[0]].shape[3]),
         "fit": list(metrics.FITS),
         "norm": list(metrics.NORMS),
     }
+    long_names = {
+        "relative_residual": "relative residual ||res(X)|| / ||X||",
+        "effective_rank": "effective rank (Roy & Vetterli 2007)",
+        "stable_rank": "stable rank sum s_i^2 / s_1^2",
+        "cosine_similarity": "mean pairwise cosine similarity of tokens",
+    }
+    extra = {"relative_residual": ("fit", "norm")}
     ds = xr.Dataset(
-        {
-            "relative_residual": (dims + ("fit", "norm"), data["relative_residual"]),
-            **{name: (dims, data[name]) for name in METRICS[1:]},
-        },
+        {name: (dims + extra.get(name, ()), data[name]) for name in plan.metrics},
         coords=coords,
     )
-    ds["relative_residual"].attrs["long_name"] = "relative residual ||res(X)|| / ||X||"
-    ds["effective_rank"].attrs["long_name"] = "effective rank (Roy & Vetterli 2007)"
-    ds["stable_rank"].attrs["long_name"] = "stable rank sum s_i^2 / s_1^2"
-    ds["cosine_similarity"].attrs["long_name"] = "mean pairwise cosine similarity of tokens"
+    for name in plan.metrics:
+        ds[name].attrs["long_name"] = long_names[name]
     ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output)"
     adapter, config = first.adapter, first.config
     ds.attrs = {
@@ -352,6 +492,8 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "command": plan.command,
         "created": utc_now(),
         "surgery": plan.surgery,
+        "metrics": ",".join(plan.metrics),
+        "metrics_note": metrics_note(plan.metrics, plan.settings.get("effective_rank", "exact")),
         "surgery_note": _surgery_note(plan.surgery, adapter),
         "ablation_table": json.dumps(list(adapter.table)),
         "n_layers": first.n_layers,

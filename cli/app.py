@@ -41,6 +41,7 @@ Metric = _choices("Metric", names.METRICS)
 Norm = _choices("Norm", names.NORMS)
 Fit = _choices("Fit", names.FITS)
 Surgery = _choices("Surgery", names.SURGERIES)
+ErankMethod = _choices("ErankMethod", names.EFFECTIVE_RANK_METHODS)
 
 OutDir = Annotated[Path, typer.Option("--out", help="Folder for results and reports.")]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
@@ -109,6 +110,22 @@ def collapse(
     metric: Annotated[
         Metric, typer.Option(help="Metric shown in the printed table.")
     ] = "relative-residual",
+    metrics: Annotated[
+        str,
+        typer.Option(
+            "--metrics",
+            help="Metrics computed and stored: all, or a comma list of "
+            + ",".join(m.replace("_", "-") for m in names.METRICS)
+            + ".",
+        ),
+    ] = "all",
+    effective_rank: Annotated[
+        ErankMethod,
+        typer.Option(
+            help="Effective rank from the full spectrum (exact), by stochastic Lanczos "
+            "quadrature (estimate), or whichever costs less at the size and device (auto)."
+        ),
+    ] = "auto",
     norm: Annotated[
         Norm | None,
         typer.Option(
@@ -186,6 +203,8 @@ def collapse(
         dtype=_value(dtype),
         batch_size=batch_size,
         surgery=_value(surgery),
+        metrics=metrics,
+        effective_rank=_value(effective_rank),
         allow_missing_weights=allow_missing_weights,
         out_dir=out_dir,
     )

@@ -50,7 +50,9 @@ def run_collapse(
             ds.close()
             ds = xr.open_dataset(nc, engine=ENGINE)  # lazily, from where the file now is
             results.append((ds, nc))
-            print_table(ds, metric, norm, fit)
+            # The table shows --metric, or the first metric computed where --metrics left it out.
+            shown = metric if metric in ds.data_vars else ds.attrs["metrics"].split(",")[0]
+            print_table(ds, shown, norm, fit)
             out.print(f"result: {nc}")
             out.print(f"report: {html}")
         if len(results) > 1:

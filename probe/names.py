@@ -29,3 +29,6 @@ FITS: tuple[str, ...] = ("mean", "svd")
 DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: Ablation definitions: probe's, uniform across families, or the paper's own code's per family.
 SURGERIES: tuple[str, ...] = ("probe", "paper")
+#: How the effective rank is computed: from the full spectrum, by a matmul-only estimate, or
+#: whichever costs less at the size and device (probe.metrics explains both).
+EFFECTIVE_RANK_METHODS: tuple[str, ...] = ("auto", "exact", "estimate")

@@ -159,6 +159,9 @@ def _metrics(ds: xr.Dataset, figure: Figures) -> str:
             + numbers(stats_table(stats(ds, name)), f"Numbers behind the {words} figure")
         )
     body = "".join(parts) or '<p class="empty">No other metric was recorded.</p>'
+    note = ds.attrs.get("metrics_note")
+    if note:  # how each recorded metric was computed, and how accurate it is
+        body = f'<p class="note">Metrics computed: {esc(note)}.</p>' + body
     return f'<section id="metrics"><h2>Other metrics</h2>{body}</section>'
 
 
