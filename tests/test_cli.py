@@ -270,3 +270,34 @@ def test_collapse_streams_its_results_to_disk(tiny_folders, tmp_path, monkeypatc
     for name in in_memory.data_vars:
         np.testing.assert_array_equal(streamed[name].values, in_memory[name].values)
     assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_metrics_option_chooses_what_is_computed(tiny_folders, tmp_path):
+    args = (tiny_folders["bert"], "--init", "random", "--variants", "SAN")
+    result = small(*args, "--metrics", "stable-rank", "--metric", "stable-rank", out=tmp_path)
+    assert result.exit_code == 0, result.output
+    assert "random · stable rank" in result.output
+    (nc,) = tmp_path.glob("collapse-*.nc")
+    some = probe.open_result(nc)
+    # The relative residual is always computed (the report is built on it).
+    assert set(some.data_vars) == {"relative_residual", "stable_rank"}
+    assert some.attrs["metrics"] == "relative_residual,stable_rank"
+    assert "stable rank: exact" in some.attrs["metrics_note"]
+    assert "--metrics stable-rank" in some.attrs["command"]
+    assert "Metrics computed: relative residual" in nc.with_suffix(".html").read_text()
+    full_dir = tmp_path / "full"
+    assert small(*args, "--effective-rank", "estimate", out=full_dir).exit_code == 0
+    (full_nc,) = full_dir.glob("collapse-*.nc")
+    full = probe.open_result(full_nc)
+    assert "stochastic Lanczos quadrature" in full.attrs["metrics_note"]
+    assert "--effective-rank estimate" in full.attrs["command"]
+    for name in some.data_vars:  # a subset computes the same numbers
+        np.testing.assert_allclose(some[name], full[name], rtol=1e-12, atol=1e-15)
+    # --metric names one not computed: the table falls back to the first computed one.
+    result = small(*args, "--metrics", "cosine-similarity", out=tmp_path / "fallback")
+    assert result.exit_code == 0 and "random · relative residual" in result.output
+    for bad, words in (("rank", "unknown metric rank"), (",", "no metric given")):
+        result = small(*args, "--metrics", bad, out=tmp_path / "bad")
+        assert result.exit_code == 2, result.output
+        assert f"probe: error: {words}; --metrics takes all or a comma list" in result.output
+        assert not (tmp_path / "bad").exists() or not any((tmp_path / "bad").iterdir())
