@@ -24,6 +24,7 @@ import importlib.util
 import io
 import json
 import logging
+import math
 import os
 import re
 import socket
@@ -472,14 +473,57 @@ def _random_model(config, seed: int, device=None, dtype=None, adapter=None) -> t
     forked = (
         [device.index if device.index is not None else torch.cuda.current_device()] if cuda else []
     )
-    # Fresh weights from the seed, without disturbing the caller's RNG.
-    with torch.random.fork_rng(devices=forked), _quiet(), device:
-        torch.manual_seed(seed)
+
+    def build():
         if cls is AutoModel:
             return AutoModel.from_config(
                 config, attn_implementation="eager", dtype=build_dtype, trust_remote_code=False
             )
         return cls._from_config(config, attn_implementation="eager", dtype=build_dtype)
+
+    # Fresh weights from the seed, without disturbing the caller's RNG.
+    with torch.random.fork_rng(devices=forked), _quiet(), device:
+        torch.manual_seed(seed)
+        # Each layer's own constructor draws torch's default init, which the model's
+        # _init_weights then draws again: half the build time of a large model.  The first
+        # draw is skipped (NaN instead); a tensor the model's init left alone keeps its NaN,
+        # and then the model is built the plain way instead.
+        with _torch_init_skipped():
+            model = build()
+        if not any(_has_nan(t) for t in (*model.parameters(), *model.buffers())):
+            return model
+        torch.manual_seed(seed)
+        return build()
+
+
+def _has_nan(tensor: torch.Tensor) -> bool:
+    return tensor.is_floating_point() and bool(tensor.isnan().any())
+
+
+@contextlib.contextmanager
+def _torch_init_skipped():
+    """torch.nn.init's functions fill NaN instead of drawing, while a model is constructed.
+
+    transformers' own initialisation keeps references to the real functions
+    (``transformers.initialization.TORCH_INIT_FUNCTIONS``), so the model's _init_weights still
+    draws every tensor it owns; only the layers' default init, which it overwrites, is skipped.
+    """
+    from transformers.initialization import TORCH_INIT_FUNCTIONS
+
+    init = torch.nn.init
+    saved = {name: getattr(init, name) for name in TORCH_INIT_FUNCTIONS if hasattr(init, name)}
+
+    def nan(tensor, *args, **kwargs):
+        with torch.no_grad():
+            return tensor.fill_(math.nan) if tensor.is_floating_point() else tensor
+
+    try:
+        for name in saved:
+            setattr(init, name, nan)
+        yield
+    finally:
+        for name, function in saved.items():
+            setattr(init, name, function)
 
 
 def _pretrained_model(

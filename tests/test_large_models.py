@@ -39,19 +39,56 @@ def test_bundled_large_configs(name):
     assert millions == pytest.approx(PUBLISHED_MILLIONS[name], abs=0.6)  # published to 3 digits
 
 
+def _drawn_once(build):
+    """``build()`` with torch.nn.init's functions doing nothing: only the weights the model's
+    own _init_weights draws (transformers keeps its own references to the real functions)."""
+    import torch.nn.init as init
+
+    saved = {n: getattr(init, n) for n in dir(init) if n.endswith("_") and not n.startswith("_")}
+    try:
+        for name in saved:
+            setattr(init, name, lambda tensor, *args, **kwargs: tensor)
+        return build()
+    finally:
+        for name, function in saved.items():
+            setattr(init, name, function)
+
+
 def test_random_init_on_cpu_is_the_seed_s_float32_weights_in_every_dtype(tiny_folders):
     from transformers import AutoConfig, AutoModel
 
     folder = tiny_folders["bert"]
-    with torch.random.fork_rng(devices=[]):  # the weights a plain from_config draws
+    with torch.random.fork_rng(devices=[]):  # the model's own init, drawn once from the seed
+        torch.manual_seed(3)
+        once = _drawn_once(lambda: AutoModel.from_config(AutoConfig.from_pretrained(folder)))
         torch.manual_seed(3)
         plain = AutoModel.from_config(AutoConfig.from_pretrained(folder))
-    expected = dict(plain.named_parameters())
+    expected = dict(once.named_parameters())
+    # Guard: the layers' default init, drawn first, shifts the RNG stream; skipping it is
+    # visible in the weights (so this test tells the single init from the double one).
+    assert not torch.equal(plain.encoder.layer[0].attention.self.query.weight,
+                           expected["encoder.layer.0.attention.self.query.weight"])  # fmt: skip
     for name, dtype in DTYPES.items():
         probed = probe.load(folder, init="random", seed=3, dtype=name)
         assert probed.dtype == dtype
         for key, value in probed.model.named_parameters():
             assert torch.equal(value, expected[key].detach().to(dtype)), (name, key)
+
+
+def test_random_init_falls_back_where_the_model_s_init_misses_a_tensor(tiny_folders, monkeypatch):
+    # A model whose _init_weights leaves tensors to the layers' default init: skipping that
+    # default would leave them unset, so the model is built the plain way.
+    from transformers import AutoConfig, AutoModel
+    from transformers.models.bert import modeling_bert
+
+    monkeypatch.setattr(modeling_bert.BertPreTrainedModel, "_init_weights", lambda self, m: None)
+    folder = tiny_folders["bert"]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(3)
+        plain = dict(AutoModel.from_config(AutoConfig.from_pretrained(folder)).named_parameters())
+    probed = probe.load(folder, init="random", seed=3)
+    for key, value in probed.model.named_parameters():
+        assert torch.equal(value, plain[key]), key
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
