@@ -13,17 +13,25 @@ and, with ``--cli``,
   (c) the command itself, ``probe collapse MODEL --init random`` with the same settings, in a
       fresh process (start-up, model construction, result, report and index included);
 
-and the medians and the ratios (b)/(a) and (c)/(a) are printed.  Goal (issue 7): at most
-1.3x on CPU and 1.5x on CUDA.
+and the medians, the ratios (b)/(a) and (c)/(a), the command's fixed cost (c) - (b) and the
+peak memory are printed: on a CPU the benchmark process's peak resident set so far (it only
+grows, so run one size per process to compare sizes) and the command's own peak, on CUDA the
+peak allocated by (b).  Goals (issue 17): (b) at most 1.3x (a) at every size on a CPU with the
+default metrics; the command at 32 x 128 at most 1.5x, its fixed cost at most 3 s.
 
-    python benchmarks/collapse_e2e.py [--sizes bert-32x128,bert-128x512,gpt2-32x1024]
+The Llama size builds the shipped Llama-3.2-1B config (hidden 2048, 16 layers) at random init;
+where probe.load cannot build it, it prints one line saying it is skipped.
+
+    python benchmarks/collapse_e2e.py [--sizes bert-32x128,bert-128x512,gpt2-32x1024,llama-8x2048]
                                       [--device cpu,cuda] [--repeats 3] [--batch-size 16]
-                                      [--cli]
+                                      [--metrics all] [--cli]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -42,6 +50,7 @@ SIZES = {
     "bert-32x128": ("bert-base-uncased", 32, 128),
     "bert-128x512": ("bert-base-uncased", 128, 512),
     "gpt2-32x1024": ("gpt2", 32, 1024),
+    "llama-8x2048": ("meta-llama/Llama-3.2-1B", 8, 2048),
 }
 
 
@@ -56,9 +65,20 @@ def timed(fn, device: torch.device) -> float:
 
 
 def bench(
-    model: str, sequences: int, tokens: int, device: str, repeats: int, batch: int, cli: bool
+    model: str,
+    sequences: int,
+    tokens: int,
+    device: str,
+    repeats: int,
+    batch: int,
+    cli: bool,
+    chosen: str = "all",
 ):
-    probed = probe.load(model, init="random", device=device)
+    try:
+        probed = probe.load(model, init="random", device=device)
+    except probe.ProbeError as err:
+        return f"skipped: {err}"
+    peaks = {"command": 0}
     # The very inputs and batches collapse.run makes for these settings.
     inputs = make_inputs(
         probed.tokenizer, probed.config.vocab_size, sequences=sequences, tokens=tokens, seed=0
@@ -80,18 +100,28 @@ def bench(
             tokens=tokens,
             seed=0,
             batch_size=batch,
+            metrics=chosen,
         )
 
     def command():
         # The whole job as a user runs it: a fresh process that builds the model, probes it,
         # writes the result, its report and the index.
+        # The installed entry point, as a user types it (``python -m`` would import what the
+        # library registers for notebooks).
+        probe_command = os.path.join(os.path.dirname(sys.executable), "probe")
         with tempfile.TemporaryDirectory() as out:
-            subprocess.run(
-                [sys.executable, "-m", "probe.cli", "collapse", model, "--init", "random",
+            child = subprocess.Popen(
+                [probe_command, "collapse", model, "--init", "random",
                  "--sequences", str(sequences), "--tokens", str(tokens), "--seed", "0",
-                 "--batch-size", str(batch), "--device", device, "--quiet", "--out", out],
-                check=True, stdout=subprocess.DEVNULL,
+                 "--batch-size", str(batch), "--device", device, "--metrics", chosen,
+                 "--quiet", "--out", out],
+                stdout=subprocess.DEVNULL,
             )  # fmt: skip
+            _, status, usage = os.wait4(child.pid, 0)
+            child.returncode = os.waitstatus_to_exitcode(status)
+            if child.returncode:
+                raise SystemExit(f"probe collapse failed with exit code {child.returncode}")
+            peaks["command"] = max(peaks["command"], usage.ru_maxrss * 1024)
 
     runs = {"(a) forwards": forwards, "(b) collapse.run": analysis}
     if cli:
@@ -102,10 +132,20 @@ def bench(
     layer_values(probed, ids, PRESETS[variants[0]], capture, mask)
     collapse.run(probed, variants="all", init="random", sequences=ids.shape[0], tokens=tokens)
     times = {name: [] for name in runs}
+    if probed.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(probed.device)
     for _ in range(repeats):
         for name, fn in runs.items():
             times[name].append(timed(fn, probed.device))
-    return {name: statistics.median(values) for name, values in times.items()}
+    medians = {name: statistics.median(values) for name, values in times.items()}
+    if probed.device.type == "cuda":
+        medians["peak"] = f"peak {torch.cuda.max_memory_allocated(probed.device) / 2**30:.1f} GiB"
+    else:
+        own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
+        medians["peak"] = f"peak RSS {own:.1f} GiB" + (
+            f", command {peaks['command'] / 2**30:.1f} GiB" if cli else ""
+        )
+    return medians
 
 
 def main() -> None:
@@ -115,6 +155,7 @@ def main() -> None:
     parser.add_argument("--device", default=default_devices, help="comma list: cpu, cuda")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--metrics", default="all", help="what --metrics the runs use")
     parser.add_argument(
         "--cli", action="store_true", help="also time `probe collapse` itself, in a fresh process"
     )
@@ -128,8 +169,18 @@ def main() -> None:
         for name in sizes:
             model, sequences, tokens = SIZES[name]
             medians = bench(
-                model, sequences, tokens, device, args.repeats, args.batch_size, args.cli
+                model,
+                sequences,
+                tokens,
+                device,
+                args.repeats,
+                args.batch_size,
+                args.cli,
+                args.metrics,
             )
+            if isinstance(medians, str):
+                print(f"{name:13s} {device:5s} {medians}", flush=True)
+                continue
             forwards, analysis = medians["(a) forwards"], medians["(b) collapse.run"]
             line = (
                 f"{name:13s} {device:5s} forwards {forwards:8.2f} s  collapse.run "
@@ -137,8 +188,16 @@ def main() -> None:
             )
             if args.cli:
                 job = medians["(c) probe collapse"]
-                line += f"  probe collapse {job:8.2f} s  ratio {job / forwards:.2f}x"
-            print(f"{line}  (median of {args.repeats}, batch {args.batch_size})", flush=True)
+                line += (
+                    f"  probe collapse {job:8.2f} s  ratio {job / forwards:.2f}x"
+                    f"  fixed cost {job - analysis:.2f} s"
+                )
+            load = os.getloadavg()[0]
+            print(
+                f"{line}  {medians['peak']}  (median of {args.repeats}, batch "
+                f"{args.batch_size}, load average {load:.1f})",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -20,8 +20,8 @@ import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
+import matplotlib as mpl
 import numpy as np
-import seaborn as sns
 import xarray as xr
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex
@@ -31,7 +31,34 @@ from matplotlib.ticker import MaxNLocator
 from .names import INITS, VARIANTS
 from .names import PLAIN_METRICS as METRICS
 
-_palette = sns.color_palette("colorblind")
+# seaborn's "colorblind" palette, written out so the report needs neither seaborn nor scipy
+# (tests/test_plot.py checks it against seaborn).
+_palette = (
+    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc",
+    "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9",
+)  # fmt: skip
+#: seaborn's axes_style("whitegrid") with plotting_context("notebook", font_scale=0.85), as
+#: one rcParams dict built once (tests/test_plot.py checks it against seaborn's).  Its
+#: "image.cmap" (seaborn's own "rocket") is left out: these figures draw no images.
+STYLE = {
+    "figure.facecolor": "white", "axes.labelcolor": ".15", "xtick.direction": "out",
+    "ytick.direction": "out", "xtick.color": ".15", "ytick.color": ".15",
+    "axes.axisbelow": True, "grid.linestyle": "-", "text.color": ".15",
+    "font.family": ["sans-serif"],
+    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans",
+                        "sans-serif"],
+    "lines.solid_capstyle": "round", "patch.edgecolor": "w", "patch.force_edgecolor": True,
+    "xtick.top": False, "ytick.right": False, "axes.grid": True, "axes.facecolor": "white",
+    "axes.edgecolor": ".8", "grid.color": ".8", "axes.spines.left": True,
+    "axes.spines.bottom": True, "axes.spines.right": True, "axes.spines.top": True,
+    "xtick.bottom": False, "ytick.left": False, "axes.linewidth": 1.25, "grid.linewidth": 1,
+    "lines.linewidth": 1.5, "lines.markersize": 6, "patch.linewidth": 1,
+    "xtick.major.width": 1.25, "ytick.major.width": 1.25, "xtick.minor.width": 1,
+    "ytick.minor.width": 1, "xtick.major.size": 6, "ytick.major.size": 6,
+    "xtick.minor.size": 4, "ytick.minor.size": 4, "font.size": 10.2, "axes.labelsize": 10.2,
+    "axes.titlesize": 10.2, "xtick.labelsize": 9.35, "ytick.labelsize": 9.35,
+    "legend.fontsize": 9.35, "legend.title_fontsize": 10.2,
+}  # fmt: skip
 # Fixed per variant so a colour means the same ablation in every figure and report.
 COLOURS = {
     "SAN": to_hex(_palette[3]),
@@ -137,7 +164,7 @@ def _plain(text: str) -> str:
 @contextmanager
 def _style() -> Iterator[None]:
     # Context managers restore rcParams on exit, so no global state leaks.
-    with sns.axes_style("whitegrid"), sns.plotting_context("notebook", font_scale=0.85):
+    with mpl.rc_context(STYLE):
         yield
 
 

@@ -30,7 +30,6 @@ from probe.plot import (
 from .figures import Figures, numbers
 from .naming import report_name, settings_summary
 from .page import esc, href, page
-from .paths_report import is_paths, render_paths
 from .provenance import ablation_table, provenance_table
 from .tables import norms_table, orders_table, stats_table
 from .text import paragraph
@@ -181,8 +180,13 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
     `result_file` defaults to `report_name(ds) + ".nc"`; `threshold` is the
     level of r the summary paragraph calls collapsed.
     """
-    if is_paths(ds):  # probe paths results have their own page
-        return render_paths(ds, result_file)
+    if str(ds.attrs.get("analysis", "")).startswith("paths"):
+        # probe paths results have their own page (imported here: it draws with seaborn,
+        # which a collapse report does not need)
+        from .paths_report import is_paths, render_paths
+
+        if is_paths(ds):
+            return render_paths(ds, result_file)
     if ds.attrs.get("analysis") == "toy":  # `probe toy` results have their own page
         from .toy import render_toy
 

@@ -357,3 +357,29 @@ def test_shared_log_range_covers_every_panel():
     assert random.get_ylim()[0] <= eps
     floors = [ln for ln in random.get_lines() if ln.get_label() == "_eps"]
     assert len(floors) == 1 and floors[0].get_ydata()[0] == eps
+
+
+def test_style_and_palette_are_seaborn_s():
+    # probe.plot writes seaborn's style and palette out so that reports need neither seaborn
+    # nor scipy; they must stay what seaborn gives.
+    import seaborn as sns
+    from matplotlib.colors import to_hex
+
+    from probe import plot as plot_module
+
+    assert list(plot_module._palette) == [to_hex(c) for c in sns.color_palette("colorblind")]
+    expected = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.85)}
+    expected.pop("image.cmap")  # seaborn's own colormap; these figures draw no images
+    assert plot_module.STYLE == expected
+
+
+def test_collapse_command_path_does_not_import_seaborn():
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.argv = ['probe']; import cli.collapse_cmd, probe.reports.render, "
+        "probe.plot; print(sorted(m for m in ('seaborn', 'scipy') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
