@@ -256,7 +256,8 @@ def _blocks(plan: Plan, progress: Progress | None):
                 yield start, _block(plan, ids.shape[0], runs)
                 continue
             ready = torch.cuda.Event()
-            ready.record()  # the batch's forwards, as queued on the current stream
+            # the batch's forwards, as queued on the model device's current stream
+            ready.record(torch.cuda.current_stream(plan.models[0].device))
             future = worker.submit(_measure_cuda, plan, ids.shape[0], runs, ready)
             if pending is not None:
                 yield pending[0], pending[1].result()
