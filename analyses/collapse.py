@@ -359,6 +359,10 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "hidden_size": adapter.hidden_size(config),
         "residual_stream": adapter.stream_note,
         "attention": first.attn_implementation,
+        # 1 where a token attends only to earlier ones (decoders): their SAN collapses slower.
+        "causal": int(
+            adapter.spec.causal if hasattr(adapter, "spec") else first.family == "fastformer"
+        ),
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         "settings": json.dumps(plan.settings, sort_keys=True),
         "settings_id": settings_id(plan.settings),
