@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import metrics
+from probe import checks, memory, metrics
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
@@ -98,8 +98,10 @@ def prepare(
         if isinstance(variants, str)
         else parse_variants(",".join(variants) if variants else "")
     )
-    if batch_size < 1:
-        raise ProbeError("--batch-size must be at least 1")
+    checks.integer("--batch-size", batch_size, 1)
+    checks.integer("--tokens", tokens, 2)
+    if sequences != "all":
+        checks.integer("--sequences", sequences, 1)
     if surgery not in SURGERIES:
         raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
     check_seed(seed)
@@ -112,6 +114,9 @@ def prepare(
         raise ProbeError(
             f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
         )
+    # "all": as many sequences as the text holds, one per `tokens` characters at most.
+    most = len(read_text(text)[0]) // tokens + 1 if sequences == "all" else sequences
+    memory.require_run(first, most, tokens, batch_size)
     inputs = make_inputs(
         first.tokenizer,
         first.config.vocab_size,
@@ -270,6 +275,12 @@ class _Reducer:
             x0, mask0, values = self.first
             if torch.equal(x, x0) and torch.equal(mask, mask0):
                 return values
+        if not bool(torch.isfinite(x[mask.bool()]).all()):
+            # The weights are finite (checked at load): the forward pass overflowed.
+            raise ProbeError(
+                f"layer {layer}'s token representations hold NaN or inf: the forward pass "
+                f"overflowed in {str(x.dtype).removeprefix('torch.')}; use --dtype float32 or float64"
+            )
         values = {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
         if layer == 0:
             self.first = (x.clone(), mask.clone(), values)

@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from probe.errors import ProbeError
-from probe.paths import count_by_length, total_paths
+from probe.paths import MAX_SHAPE, count_by_length, total_paths
 from probe.results import command_line, utc_now, versions
 
 from .path_presets import PRESETS, Preset
@@ -58,6 +58,12 @@ def count(
         rows = [model_shape(model)]
     else:
         rows = list(PRESETS if presets is None else presets)
+    for row in rows:
+        if row.layers > MAX_SHAPE or row.heads > MAX_SHAPE:
+            raise ProbeError(
+                f"{row.name}: L={row.layers}, H={row.heads}; probe counts paths exactly up to "
+                f"L and H of {MAX_SHAPE} (beyond, each count has millions of digits)"
+            )
     return _dataset(rows, command)
 
 

@@ -13,8 +13,20 @@ from typing import Annotated
 import typer
 
 from probe import names
+from probe.ablate import parse_variants
 
 from .console import OneLineErrors, fail, out
+from .domains import (
+    CommaList,
+    Count,
+    Device,
+    ModelName,
+    OutFolder,
+    Seed,
+    TextFile,
+    argument,
+    option,
+)
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -42,7 +54,9 @@ Norm = _choices("Norm", names.NORMS)
 Fit = _choices("Fit", names.FITS)
 Surgery = _choices("Surgery", names.SURGERIES)
 
-OutDir = Annotated[Path, typer.Option("--out", help="Folder for results and reports.")]
+OutDir = Annotated[
+    Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
+]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 
 
@@ -70,9 +84,7 @@ def main_options(
 def collapse(
     models: Annotated[
         list[str],
-        typer.Argument(
-            help="Hub ids, local save_pretrained folders, or `minilm`.", metavar="MODEL"
-        ),
+        argument("MODEL", ModelName(), help="Hub ids, local save_pretrained folders, or `minilm`."),
     ],
     no_skip: Annotated[
         bool,
@@ -85,17 +97,33 @@ def collapse(
         typer.Option("--no-mlp", help="Remove the MLP sublayer (SAN+skip; with --no-skip: SAN)."),
     ] = False,
     variants: Annotated[
-        str | None, typer.Option(help="all, or a comma list of SAN,SAN+MLP,SAN+skip,transformer.")
+        str | None,
+        option(
+            "--variants",
+            domain=CommaList(names.VARIANTS, parse_variants, words=("all",), metavar="all|LIST"),
+            help="all, or a comma list of SAN,SAN+MLP,SAN+skip,transformer.",
+        ),
     ] = None,
     init: Annotated[Init, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
     text: Annotated[
         Path | None,
-        typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
+        option(
+            "--text",
+            domain=TextFile(),
+            help="UTF-8 text cut into sequences [default: the built-in sample text].",
+        ),
     ] = None,
     sequences: Annotated[
-        str, typer.Option(help="Number of sequences, or all: every full sequence of --text.")
+        str,
+        option(
+            "--sequences",
+            domain=Count(1, words=("all",)),
+            help="Number of sequences, or all: every full sequence of --text.",
+        ),
     ] = "32",
-    tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
+    tokens: Annotated[
+        int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")
+    ] = 128,
     metric: Annotated[
         Metric, typer.Option(help="Metric shown in the printed table.")
     ] = "relative-residual",
@@ -112,17 +140,18 @@ def collapse(
         ),
     ] = None,
     seed: Annotated[
-        int,
-        typer.Option(
-            min=0, max=2**63 - 1, help="Seed for random init and synthetic inputs (0 to 2^63-1)."
-        ),
+        int, option("--seed", domain=Seed(), help="Seed for random init and synthetic inputs.")
     ] = 0,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[
+        str, option("--device", domain=Device(), help="Where the model runs.")
+    ] = "cpu",
     dtype: Annotated[
         Dtype,
         typer.Option(help="Precision of the model run (float64 shows the collapse past 1e-7)."),
     ] = "float32",
-    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 16,
+    batch_size: Annotated[
+        int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
+    ] = 16,
     surgery: Annotated[
         Surgery,
         typer.Option(
@@ -148,10 +177,11 @@ def collapse(
     from .console import settings, warn
 
     settings["quiet"] = quiet
+    same = [m for i, m in enumerate(models) if _same_model(m) in map(_same_model, models[:i])]
+    if same:
+        fail(f"{', '.join(dict.fromkeys(same))} given more than once; give each model once")
     if variants is not None and (no_skip or no_mlp):
         fail("use either --variants or --no-skip/--no-mlp, not both")
-    if variants is not None and not variants.strip():
-        fail("--variants is empty; give 'all' or a comma list of " + ",".join(names.VARIANTS))
     metric_name = _value(metric).replace("-", "_")
     if metric_name != "relative_residual":
         for option, given in (("--norm", norm), ("--fit", fit)):
@@ -165,7 +195,7 @@ def collapse(
         variants=chosen,
         init=_value(init),
         text=text,
-        sequences=sequences if sequences == "all" else _count(sequences),
+        sequences=sequences if sequences == "all" else int(sequences),
         tokens=tokens,
         metric=metric_name,
         norm=_value(norm) if norm is not None else "l1inf",
@@ -180,14 +210,14 @@ def collapse(
     )
 
 
+def _same_model(name: str) -> str:
+    """What a model name points to: a local folder by its real path, else the name."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
+
+
 def _value(choice) -> str:
     return choice.value if isinstance(choice, Enum) else str(choice)
-
-
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        fail(f"--sequences must be a positive number or all, got {text!r}")
-    return int(text)
 
 
 @app.command("models")

@@ -34,7 +34,7 @@ def run_collapse(
     # number of sequences.  Each file is moved into place, next to its report, at the end.
     streams = [Path(temp_beside(out_dir / "collapse.nc")) for _ in plans]
     try:
-        with reporter.bar(sum(plan.steps for plan in plans)):
+        with reporter.bar(sum(plan.steps for plan in plans), summary=True):
             datasets = [
                 collapse.execute(plan, progress=reporter.update, stream_to=stream)
                 for plan, stream in zip(plans, streams, strict=True)

@@ -22,6 +22,8 @@ from rich.console import Console
 
 from probe.errors import ProbeError
 
+from .domains import OptionError
+
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -102,7 +104,7 @@ class OneLineErrors(typer.core.TyperGroup):
                 raise SystemExit(0) from None
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             fail(f"{exc.format_message()}{hint}", code=getattr(exc, "exit_code", USAGE))
-        except ProbeError as exc:
+        except (ProbeError, OptionError) as exc:
             fail(str(exc))
         except typer.Exit as exc:
             raise SystemExit(exc.exit_code) from None
@@ -127,10 +129,15 @@ class Reporter:
     """Progress of one whole command: a spinner while models load, then one bar.
 
     On a terminal the bar counts every forward pass of the command (models x inits
-    x variants x batches) with elapsed time and ETA.  Elsewhere (batch jobs, logs)
-    it prints one plain line per model and variant with the elapsed time.
+    x variants x batches) with elapsed time and ETA.  Elsewhere (batch jobs, logs) it
+    prints plain lines: with ``bar(total, summary=True)`` (collapse, whose batches
+    cycle through the variants) one line per model and variant at the end, with the
+    time summed over its batches, and at most one line every ``HEARTBEAT`` seconds
+    saying how far the run is; otherwise one line each time the label changes.
     ``--quiet`` silences both; errors and warnings still go to stderr.
     """
+
+    HEARTBEAT = 30.0
 
     def __init__(self, total: int = 0, quiet: bool | None = None) -> None:
         self.quiet = settings["quiet"] if quiet is None else quiet
@@ -142,6 +149,8 @@ class Reporter:
         self._bar = None
         self._task = None
         self._last = self.start
+        self._summary: dict[str, list[float]] | None = None  # label -> [seconds, steps]
+        self._said = self.start
 
     @contextmanager
     def loading(self, words: str):
@@ -159,7 +168,7 @@ class Reporter:
             yield
 
     @contextmanager
-    def bar(self, total: int):
+    def bar(self, total: int, summary: bool = False):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -170,10 +179,12 @@ class Reporter:
         )
 
         self.total, self.done, self.start = total, 0, time.monotonic()
-        self._last = self.start
+        self._last = self._said = self.start
+        self._summary = {} if summary else None
         if self.quiet or not self.terminal:
             yield self
             self._plain_line()
+            self._summary_lines()
             return
         columns = (
             TextColumn("{task.description}"),
@@ -197,15 +208,28 @@ class Reporter:
         With a total given to :meth:`bar`, steps count across the whole command;
         with none (0), the analysis' own counts drive the bar.
         """
-        if label != self._label:
+        now = time.monotonic()
+        if self._summary is not None:
+            seconds_steps = self._summary.setdefault(label, [0.0, 0])
+            seconds_steps[0] += now - self._last
+            seconds_steps[1] += 1
+        elif label != self._label:
             self._plain_line()
             # The step that just ended was this label's first: it began at the last update.
             self._label, self._label_start = label, self._last
-        self._last = time.monotonic()
+        self._last = now
         self.done = self.done + 1 if self.total else done_in_part
         if self._bar is not None:
             total = self.total or total_in_part
             self._bar.update(self._task, completed=self.done, total=total, description=label)
+        elif self._summary is not None and not self.quiet and now - self._said >= self.HEARTBEAT:
+            total = self.total or total_in_part
+            err.print(
+                f"probe: {self.done}/{total} steps done in {now - self.start:.0f} s "
+                f"(the last: {label})",
+                markup=False,
+            )
+            self._said = now
 
     def _plain_line(self) -> None:
         if self.quiet or self.terminal or not self._label:
@@ -213,6 +237,14 @@ class Reporter:
         seconds = time.monotonic() - self._label_start
         err.print(f"probe: {self._label} done in {seconds:.1f} s", markup=False)
         self._label = ""
+
+    def _summary_lines(self) -> None:
+        if self.quiet or self.terminal or not self._summary:
+            return
+        for label, (seconds, steps) in self._summary.items():
+            batches = f" ({steps} batches)" if steps > 1 else ""
+            err.print(f"probe: {label} done in {seconds:.1f} s{batches}", markup=False)
+        self._summary = {}
 
 
 def command_line() -> str:
