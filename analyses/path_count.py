@@ -91,7 +91,7 @@ def model_shape(model) -> Preset:
     A name resolves as in every other command (:func:`probe.load.read_config`): ``minilm``,
     the shipped checkpoints, local folders, bundled configs, then the local hub cache.
     """
-    from probe.load import read_config
+    from probe.load import check_config, read_config
     from probe.models import adapter_for
 
     config = getattr(model, "config", None)
@@ -106,6 +106,8 @@ def model_shape(model) -> Preset:
         source = "the loaded model's config"
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
+    if source != "the loaded model's config":
+        check_config(name, config, adapter)  # what collapse refuses, --count refuses too
     return Preset(name, adapter.n_layers(config), adapter.n_heads(config), "model", source)
 
 

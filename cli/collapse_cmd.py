@@ -15,7 +15,7 @@ from rich.table import Table
 from probe.analyses import collapse
 from probe.results import ENGINE, temp_beside
 
-from .console import Reporter, command_line, err, out, warn
+from .console import Reporter, checked, command_line, err, out, warn
 from .output import check_out_dir, write_comparison, write_index, write_result
 
 
@@ -29,6 +29,8 @@ def run_collapse(
     for model in models:
         with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
             plans.append(collapse.prepare(model, warn=warn, command=command, **options))
+    reporter.loaded()
+    checked()
     results: list[tuple[xr.Dataset, Path]] = []
     # Results go to disk batch by batch (probe.stream): host memory does not grow with the
     # number of sequences.  Each file is moved into place, next to its report, at the end.

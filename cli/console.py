@@ -45,7 +45,29 @@ def fail(message: str, code: int = USAGE):
 
 
 def warn(message: str) -> None:
-    err.print(f"probe: warning: {message}", markup=False)
+    """A warning line; held while the command still checks its input (see ``checked``)."""
+    say(f"probe: warning: {message}")
+
+
+def say(line: str) -> None:
+    """A line on stderr, held while the command still checks its input (see ``checked``)."""
+    if held is not None:
+        held.append(line)
+    else:
+        err.print(line, markup=False)
+
+
+#: Warnings said while a command checks its input, printed once the checks have passed
+#: (``checked``): a command refused after a warning prints only its error line.
+held: list[str] | None = None
+
+
+def checked() -> None:
+    """The command's checks have passed: print the warnings held so far, hold no more."""
+    global held
+    lines, held = held or [], None
+    for line in lines:
+        err.print(line, markup=False)
 
 
 def wrote(*paths: Path) -> None:
@@ -86,9 +108,12 @@ class OneLineErrors(typer.core.TyperGroup):
             raise Interrupted(SIGNAL_EXIT[signal.SIGINT]) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global held
         invocation[:] = list(sys.argv[1:] if args is None else args)
         written.clear()
+        held = []
         previous = _install(signal.SIGTERM, _on_sigterm)
+        done = False
         try:
             result = super().main(
                 args=args,
@@ -97,6 +122,7 @@ class OneLineErrors(typer.core.TyperGroup):
                 standalone_mode=False,
                 **extra,
             )
+            done = True
         except typer.TyperException as exc:  # typer's own (vendored click) errors
             ctx = getattr(exc, "ctx", None)
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare `probe`: the help is the answer
@@ -114,6 +140,9 @@ class OneLineErrors(typer.core.TyperGroup):
             fail(_interrupted_line(), code=SIGNAL_EXIT[signal.SIGINT])
         finally:
             _install(signal.SIGTERM, previous)
+            if not done:
+                held = None  # a failure's held warnings are dropped: its error is the line
+        checked()
         raise SystemExit(result if isinstance(result, int) else 0)
 
 
@@ -151,21 +180,31 @@ class Reporter:
         self._last = self.start
         self._summary: dict[str, list[float]] | None = None  # label -> [seconds, steps]
         self._said = self.start
+        self._loaded: list[str] = []
 
     @contextmanager
     def loading(self, words: str):
-        """A spinner with ``words`` while something slow without steps runs."""
+        """A spinner with ``words`` while something slow without steps runs.
+
+        Off a terminal the line is kept until :meth:`loaded` (after the last model of the
+        command has loaded): a refusal of any of them stays the command's only line.
+        """
         if self.quiet:
             yield
             return
         if not self.terminal:
-            # Said once it has worked: a refusal stays the command's only line.
             start = time.monotonic()
             yield
-            err.print(f"probe: {words} done in {time.monotonic() - start:.1f} s", markup=False)
+            self._loaded.append(f"probe: {words} done in {time.monotonic() - start:.1f} s")
             return
         with err.status(words, spinner="dots"):
             yield
+
+    def loaded(self) -> None:
+        """Everything is loaded and checked: say what the loading took."""
+        for line in self._loaded:
+            err.print(line, markup=False)
+        self._loaded = []
 
     @contextmanager
     def bar(self, total: int, summary: bool = False):

@@ -205,6 +205,7 @@ class ModelName(Domain):
             )
         if "\0" in text:
             raise ProbeError(f"{self.name} {checks.shown(text)} holds a NUL character")
+        checks.path_state(text, self.name)  # a name no folder can have is said here
         return text
 
 
@@ -230,9 +231,10 @@ class ResultFile(Domain):
 
     def check(self, value):
         path = _path(value, self.name)
-        if not path.exists() and any(c in str(path) for c in "*?["):
+        missing = checks.path_state(path, self.name) is None
+        if missing and any(c in str(path) for c in "*?["):
             return path  # expanded by the command (report_cmd._expand)
-        if not path.exists():
+        if missing:
             raise ProbeError(f"no such result file: {path}")
         return checks.readable_file(path, self.name, "result file (.nc)")
 

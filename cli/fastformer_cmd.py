@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -11,7 +12,7 @@ import typer
 from probe.errors import ProbeError
 from probe.names import BASELINES
 
-from .console import OneLineErrors, command_line, err, out, wrote
+from .console import OneLineErrors, command_line, err, out, say, wrote
 from .domains import (
     Choice,
     Count,
@@ -154,6 +155,7 @@ def train_command(
     )
     if baseline is not None and baseline_out is None:  # the default folder is checked too
         checks.new_folder(baseline_folder(settings), "the baseline's folder", TRAINING, WRITER)
+    settings.check_options()  # before the text is read (stdlib takes a while to gather)
     source, body = _read(text)
     settings = dataclasses.replace(settings, text=body, text_source=source)
     settings.check()  # everything, memory included, before the first step
@@ -212,8 +214,13 @@ def _read(text: str) -> tuple[str, str]:
     from probe.inputs import read_text
 
     if text == STDLIB and not Path(text).exists():
-        err.print("gathering the standard library's docstrings ...", markup=False)
-        return "docstrings of the Python standard library", stdlib_docstrings()
+        start = time.monotonic()
+        body = stdlib_docstrings()
+        say(
+            f"probe: gathered the standard library's docstrings ({len(body):,} characters) "
+            f"in {time.monotonic() - start:.1f} s"
+        )
+        return "docstrings of the Python standard library", body
     body, source = read_text(text)
     return source, body
 

@@ -125,8 +125,6 @@ def paths(
     if mode != "count":
         if model is None:
             raise ProbeError(f"--{mode} needs a MODEL (a hub id, a local folder, or minilm)")
-        if layers is not None or heads is not None:
-            raise ProbeError("--layers/--heads go with --count only")
     ignored = [
         "--" + name.replace("_", "-")
         for name in NOT_FOR[mode]
@@ -172,6 +170,7 @@ def paths(
 
 
 #: Options a mode has no use for: given anyway, they are refused rather than ignored.
+#: (The fuzzer reads it too, as ``paths.not_for``, to write lines a mode accepts.)
 NOT_FOR = {
     "count": (
         "samples",
@@ -184,9 +183,10 @@ NOT_FOR = {
         "dtype",
         "batch_size",
     ),
-    "sample": (),
-    "decompose": ("samples",),
+    "sample": ("layers", "heads"),
+    "decompose": ("samples", "layers", "heads"),
 }
+paths.not_for = NOT_FOR  # read by the fuzzer: a line in one mode leaves these out
 
 
 def write_paths_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:

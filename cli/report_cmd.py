@@ -29,7 +29,8 @@ report_app = typer.Typer(
 )
 
 Folder = Annotated[
-    Path | None, option("--out", domain=InFolder("report folder"), help="Folder of reports [probe-reports].")
+    Path | None,
+    option("--out", domain=InFolder("report folder"), help="Folder of reports [probe-reports]."),
 ]
 
 
@@ -44,7 +45,10 @@ def list_reports(
     folder: Annotated[
         Path | None,
         argument(
-            "FOLDER", InFolder("report folder"), help="Folder of reports [probe-reports].", show_default=False
+            "FOLDER",
+            InFolder("report folder"),
+            help="Folder of reports [probe-reports].",
+            show_default=False,
         ),
     ] = None,
     out_dir: Folder = None,

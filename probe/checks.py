@@ -159,20 +159,31 @@ def device(value, option: str = "--device") -> str:
 # --- files and folders -------------------------------------------------------------
 
 
+def path_state(path, option: str) -> os.stat_result | None:
+    """``stat`` of ``path`` (links followed), None where nothing is there; ProbeError for a
+    path no file can have (a name too long, a loop of links, no permission to look)."""
+    try:
+        return os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as err:
+        shown_path = str(path) if len(str(path)) <= 80 else str(path)[:77] + "..."
+        raise ProbeError(f"{option} {shown_path}: {err.strerror}") from None
+    except ValueError:  # an embedded NUL
+        raise ProbeError(f"{option} {shown(str(path))}: not a valid path") from None
+
+
 def readable_file(path, option: str, what: str = "file") -> Path:
     """An existing regular file this process can read (not a folder, fifo or device)."""
     path = Path(path)
     if str(path) in ("", "."):
         raise ProbeError(f"{option} is empty; give a {what}")
-    try:
-        mode = path.stat().st_mode
-    except FileNotFoundError:
-        raise ProbeError(f"no such {what}: {path}") from None
-    except OSError as err:
-        raise ProbeError(f"cannot read {option} {path}: {err.strerror}") from None
-    if stat.S_ISDIR(mode):
+    info = path_state(path, option)
+    if info is None:
+        raise ProbeError(f"no such {what}: {path}")
+    if stat.S_ISDIR(info.st_mode):
         raise ProbeError(f"{option} {path} is a directory; give a {what}")
-    if not stat.S_ISREG(mode):
+    if not stat.S_ISREG(info.st_mode):
         # A fifo would block the read forever; a device is no text.
         raise ProbeError(f"{option} {path} is not a regular file; give a {what}")
     if not os.access(path, os.R_OK):
@@ -182,10 +193,11 @@ def readable_file(path, option: str, what: str = "file") -> Path:
 
 def readable_folder(path, option: str, what: str = "folder") -> Path:
     path = Path(path)
-    if not path.is_dir():
-        if path.exists():
-            raise ProbeError(f"{option} {path} is not a folder; give a {what}")
+    info = path_state(path, option)
+    if info is None:
         raise ProbeError(f"no such {what}: {path}")
+    if not stat.S_ISDIR(info.st_mode):
+        raise ProbeError(f"{option} {path} is not a folder; give a {what}")
     if not os.access(path, os.R_OK | os.X_OK):
         raise ProbeError(f"cannot read {option} {path}: permission denied")
     return path
@@ -202,14 +214,14 @@ def writable_folder(path, option: str = "--out") -> Path:
     if "\0" in str(path):
         raise ProbeError(f"{option} {shown(str(path))} holds a NUL character; give a folder")
     existing = path
-    while not existing.exists():
-        if existing.is_symlink():  # a dangling link: mkdir would fail on it
+    while (info := path_state(existing, option)) is None:
+        if os.path.islink(existing):  # a dangling link: mkdir would fail on it
             raise ProbeError(f"{option} {path}: {existing} is a broken link; give a folder")
         parent = existing.parent
         if parent == existing:
             break
         existing = parent
-    if existing.exists() and not existing.is_dir():
+    if info is not None and not stat.S_ISDIR(info.st_mode):
         if existing == path:
             raise ProbeError(f"{option} {path} is a file; give a folder")
         raise ProbeError(f"{option} {path}: {existing} is a file, not a folder")
@@ -240,16 +252,17 @@ def new_folder(path, option: str, marker: str, writer: str) -> Path:
     except (OSError, RuntimeError) as err:
         raise ProbeError(f"{option} {path}: {err}") from None
     here = Path.cwd().resolve()
-    if resolved.name in ("", ".", "..") or resolved == here or resolved in here.parents:
+    if resolved == here or resolved in here.parents:
         raise ProbeError(
-            f"{option} {path} is {resolved}, a folder that holds the current one; "
-            f"give a new folder, e.g. {option} {path.name if path.name not in ('', '.', '..') else 'my-run'}"
-            if resolved in (here, *here.parents)
-            else f"{option} {path} has no name of its own; give a new folder, e.g. {option} my-run"
+            f"{option} {path} names {resolved}, the current folder or one above it; "
+            f"give a new folder, e.g. {option} my-run"
         )
-    if path.is_symlink() or (path.exists() and not path.is_dir()):
-        raise ProbeError(f"{option} {path} is a file; give a folder")
-    if path.is_dir():
+    if resolved.name in ("", ".", ".."):
+        raise ProbeError(f"{option} {path} has no name of its own; give a new folder")
+    info = path_state(path, option)
+    if os.path.islink(path) or (info is not None and not stat.S_ISDIR(info.st_mode)):
+        raise ProbeError(f"{option} {path} is a file or a link; give a folder")
+    if info is not None:
         try:
             entries = [p.name for p in path.iterdir()]
         except OSError as err:

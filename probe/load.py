@@ -271,21 +271,39 @@ def check_finite(model: torch.nn.Module, what: str) -> None:
             )
 
 
-def _check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:
-    """The config describes a model transformers can build, whose weights fit the device."""
+def check_config(name: str, config, adapter: Adapter) -> int:
+    """The config describes a model transformers can build; its parameter count.
+
+    Every command that reads a config (``collapse``, ``paths`` in all modes) refuses the
+    same configs here: heads that do not divide the width (ALBERT's own check skips it),
+    sizes that are not positive, anything transformers' constructors reject.
+    """
     from . import memory
 
     hidden, heads = adapter.hidden_size(config), adapter.n_heads(config)
-    if not (isinstance(hidden, int) and isinstance(heads, int) and heads > 0 and hidden > 0):
-        raise ProbeError(f"the config of {name} has hidden size {hidden!r} and {heads!r} heads")
+    layers = adapter.n_layers(config)
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads, layers)
+    ):
+        raise ProbeError(
+            f"the config of {name} has hidden size {hidden!r}, {heads!r} heads and "
+            f"{layers!r} layers; each must be a positive whole number"
+        )
     if hidden % heads:
         raise ProbeError(
             f"the config of {name}: hidden size {hidden} is not a multiple of its {heads} heads"
         )
     try:
-        params = memory.parameters(config)
+        return memory.parameters(config)
     except ProbeError as err:
         raise ProbeError(f"{name}: {err}") from None
+
+
+def _check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:
+    """The config passes :func:`check_config`, and the weights fit the device."""
+    from . import memory
+
+    params = check_config(name, config, adapter)
     # Pretrained weights are read in float32 before the cast to the run's dtype.
     size = max(torch.finfo(dtype).bits // 8, 4)
     memory.require(
@@ -327,6 +345,9 @@ def _locate(name: str) -> tuple[str | Path, str]:
     """
     if not name.strip():
         raise ProbeError("the model name is empty; give a hub id, a local folder, or minilm")
+    from .checks import path_state
+
+    path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
     known = name in MINILM_ALIASES or name in _shipped_names()
     path = Path(name).expanduser()
     if known and path.is_dir():

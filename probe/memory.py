@@ -36,6 +36,8 @@ METRIC_COPIES = 4
 
 def fmt(n: float) -> str:
     """Bytes in words: 1.5 GB, 820 MB, 12 kB."""
+    if n >= 1e15:
+        return f"{n / 1e12:,.0f} TB"
     for unit, size in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if n >= size:
             return f"{n / size:.3g} {unit}"

@@ -118,7 +118,7 @@ CASES = [
     (["paths", "--count", "--sample", "minilm"], "choose one of --count"),
     (["paths", "--sample"], "--sample needs a MODEL"),
     (["paths", "--decompose", "./nowhere"], "no such model folder"),
-    (["paths", "--sample", "minilm", "--layers", "3"], "--layers/--heads go with --count"),
+    (["paths", "--sample", "minilm", "--layers", "3"], "--layers do not apply to --sample"),
     (["paths", "--count", "--out", UNWRITABLE], "cannot write to --out"),
     (["paths", "--sample", "minilm", "--seed", str(2**64)], "--seed"),
     # fastformer

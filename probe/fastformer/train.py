@@ -82,6 +82,16 @@ class TrainSettings:
     def check(self) -> None:
         """Every setting in its domain (``probe.checks``, the CLI's own), the text long
         enough, the folders distinct, and the run's memory within the device's."""
+        self.check_options()
+        if len(self.text) * self.val_fraction < self.context:
+            raise ProbeError(
+                f"the text has {len(self.text)} characters: too short for a validation split of "
+                f"{self.val_fraction:.0%} holding one window of --context {self.context}"
+            )
+        self.check_memory()
+
+    def check_options(self) -> None:
+        """The checks that need no text: numbers, device, folders."""
         positive = {
             "--hidden": self.hidden, "--layers": self.layers, "--heads": self.heads,
             "--context": self.context, "--steps": self.steps, "--batch": self.batch,
@@ -106,12 +116,6 @@ class TrainSettings:
                     f"--baseline-out {baseline_folder(self)} and --out {self.out} are the same "
                     "folder or one holds the other; give the baseline a folder of its own"
                 )
-        if len(self.text) * self.val_fraction < self.context:
-            raise ProbeError(
-                f"the text has {len(self.text)} characters: too short for a validation split of "
-                f"{self.val_fraction:.0%} holding one window of --context {self.context}"
-            )
-        self.check_memory()
 
     def check_memory(self) -> None:
         """Refuse a run whose models, optimiser states, activations, batches and curves
