@@ -16,13 +16,24 @@ from probe.analyses import collapse
 from probe.results import ENGINE, temp_beside
 
 from .console import Reporter, checked, command_line, err, out, warn
-from .output import check_out_dir, write_comparison, write_index, write_result
+from .output import (
+    check_out_dir,
+    no_empty_folder,
+    write_comparison,
+    write_index,
+    write_result,
+)
 
 
 def run_collapse(
     models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options
 ) -> None:
     check_out_dir(out_dir)
+    with no_empty_folder(out_dir):
+        _run(models, metric=metric, norm=norm, fit=fit, out_dir=out_dir, **options)
+
+
+def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options):
     command = command_line()
     reporter = Reporter()
     plans = []

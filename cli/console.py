@@ -74,16 +74,48 @@ def wrote(*paths: Path) -> None:
     written.extend(Path(p) for p in paths)
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived; carries the exit code."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; carries the exit code.
+
+    A BaseException, as KeyboardInterrupt: no ``except Exception`` on the way (a library's,
+    or the guard around rendering a damaged file) may take it for an error and go on."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
 
 
-def _on_sigterm(signum, frame):
-    raise Interrupted(SIGNAL_EXIT[signal.SIGTERM])
+#: The exit code of a signal that came while the command ran (None: none came).
+pending: dict[str, int | None] = {"code": None}
+
+
+def _on_signal(signum, frame):
+    """SIGINT and SIGTERM while a command runs: an ``Interrupted`` where Python can raise it.
+
+    Raised inside a finaliser (``__del__``, a weakref callback: a file closing during
+    garbage collection), an exception is printed as "Exception ignored" and dropped, and
+    the interrupt was lost.  There the signal is only recorded; the next safe point
+    (``check_interrupt``: every progress step, and the command's end) raises it.
+    """
+    code = SIGNAL_EXIT[signum]
+    pending["code"] = code
+    if not _in_finaliser(frame):
+        raise Interrupted(code)
+
+
+def _in_finaliser(frame) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith("weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def check_interrupt() -> None:
+    """Raise the interrupt a signal recorded (see ``_on_signal``), at a safe point."""
+    if pending["code"] is not None:
+        raise Interrupted(pending["code"])
 
 
 def _interrupted_line() -> str:
@@ -112,7 +144,8 @@ class OneLineErrors(typer.core.TyperGroup):
         invocation[:] = list(sys.argv[1:] if args is None else args)
         written.clear()
         held = []
-        previous = _install(signal.SIGTERM, _on_sigterm)
+        pending["code"] = None
+        previous = {signum: _install(signum, _on_signal) for signum in SIGNAL_EXIT}
         done = False
         try:
             result = super().main(
@@ -122,6 +155,7 @@ class OneLineErrors(typer.core.TyperGroup):
                 standalone_mode=False,
                 **extra,
             )
+            check_interrupt()  # a signal recorded but not raised is never lost
             done = True
         except typer.TyperException as exc:  # typer's own (vendored click) errors
             ctx = getattr(exc, "ctx", None)
@@ -139,7 +173,8 @@ class OneLineErrors(typer.core.TyperGroup):
         except (typer.Abort, KeyboardInterrupt):
             fail(_interrupted_line(), code=SIGNAL_EXIT[signal.SIGINT])
         finally:
-            _install(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                _install(signum, handler)
             if not done:
                 held = None  # a failure's held warnings are dropped: its error is the line
         checked()
@@ -247,6 +282,7 @@ class Reporter:
         With a total given to :meth:`bar`, steps count across the whole command;
         with none (0), the analysis' own counts drive the bar.
         """
+        check_interrupt()
         now = time.monotonic()
         if self._summary is not None:
             seconds_steps = self._summary.setdefault(label, [0.0, 0])

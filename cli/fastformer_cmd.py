@@ -12,7 +12,7 @@ import typer
 from probe.errors import ProbeError
 from probe.names import BASELINES
 
-from .console import OneLineErrors, command_line, err, out, say, wrote
+from .console import OneLineErrors, check_interrupt, command_line, err, out, say, wrote
 from .domains import (
     Choice,
     Count,
@@ -134,6 +134,8 @@ def train_command(
     from probe import checks
     from probe.fastformer.train import TrainSettings, baseline_folder, train
 
+    from .output import no_empty_folder
+
     given = dict(hidden=hidden, layers=layers, heads=heads, context=context, steps=steps,
                  batch=batch, lr=lr)  # fmt: skip
     sizes = {k: v if v is not None else (QUICK if quick else FULL)[k] for k, v in given.items()}
@@ -164,7 +166,8 @@ def train_command(
         # The training report goes into the Fastformer's folder before it is put in place.
         _render_report(list(staged.values()), staged[Path(out_dir)])
 
-    with _progress() as update:
+    folders = [Path(out_dir).parent, baseline_folder(settings).parent]
+    with no_empty_folder(*folders), _progress() as update:
         curves = train(settings, update, finish=report, committed=lambda f: wrote(*f))
     for curve in curves:
         out.print(
@@ -187,7 +190,8 @@ def report_command(
 ) -> None:
     """Rebuild the training report (loss against step and wall time) of trained folders."""
     from probe.fastformer.train import read_training
-    from probe.results import write_netcdf, write_together
+
+    from .output import no_empty_folder
 
     resolved = [folder.resolve() for folder in folders]
     twice = sorted(
@@ -199,6 +203,14 @@ def report_command(
         read_training(folder)  # every record checked before anything is written
     target = out_dir or folders[0]
     ds, page = _report(folders)
+    with no_empty_folder(target):
+        _write_report(ds, page, target)
+    out.print(f"training report: {target / 'training.html'}")
+
+
+def _write_report(ds, page: str, target: Path) -> None:
+    from probe.results import write_netcdf, write_together
+
     write_together(
         {
             target / "training.nc": lambda tmp: write_netcdf(ds, tmp),
@@ -206,7 +218,6 @@ def report_command(
         },
         committed=lambda paths: wrote(*paths),
     )
-    out.print(f"training report: {target / 'training.html'}")
 
 
 def _read(text: str) -> tuple[str, str]:
@@ -266,6 +277,8 @@ class _progress:
 
     def update(self, name, step, total, loss, bits):
         import math
+
+        check_interrupt()
 
         stats = f"loss {loss:.3f} ({loss / math.log(2):.3f} bits/char)"
         if self.bar is not None:

@@ -40,15 +40,21 @@ def check_out_dir(folder: Path, option: str = "--out") -> Path:
 
 
 @contextlib.contextmanager
-def no_empty_folder(folder: Path):
-    """A folder this command created and left empty when it failed is removed again, so a
-    refused or interrupted command leaves nothing behind."""
-    folder = Path(folder)
-    existed = folder.exists()
+def no_empty_folder(*folders: Path):
+    """Folders this command creates (and their new parents) and leaves empty when it fails
+    or is interrupted are removed again: such a command leaves nothing behind."""
+    created = []
+    for folder in folders:
+        folder = Path(folder)
+        missing = []
+        while not folder.exists() and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
+        created += missing  # deepest first
     try:
         yield
     except BaseException:
-        if not existed:
+        for folder in created:
             with contextlib.suppress(OSError):
                 folder.rmdir()  # only if empty
         raise

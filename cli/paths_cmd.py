@@ -114,7 +114,6 @@ def paths(
     ] = Path("probe-reports"),
 ) -> None:
     """Attention paths: --count, --sample MODEL or --decompose MODEL."""
-    from probe.analyses import paths as analysis
 
     modes = [
         name for name, on in (("count", count), ("sample", sample), ("decompose", decompose)) if on
@@ -133,10 +132,21 @@ def paths(
     ]
     if ignored:
         raise ProbeError(f"{', '.join(ignored)} do not apply to --{mode}; leave them out")
-    from .output import check_out_dir, write_index  # not at the top: keeps --help fast
+    from .output import check_out_dir, no_empty_folder  # not at the top: keeps --help fast
 
     settings["quiet"] = quiet
     check_out_dir(out_dir)
+    with no_empty_folder(out_dir):
+        _paths(mode, model, out_dir, layers, heads, samples, init, text, sequences, tokens,
+               seed, device, dtype, batch_size)  # fmt: skip
+
+
+def _paths(mode, model, out_dir, layers, heads, samples, init, text, sequences, tokens,
+           seed, device, dtype, batch_size) -> None:  # fmt: skip
+    from probe.analyses import paths as analysis
+
+    from .output import write_index
+
     command = command_line()
     if mode == "count":
         ds = analysis.count(model, layers=layers, heads=heads, command=command)

@@ -121,7 +121,7 @@ def build_report(
     """Render reports again from their result files, and rewrite the folder's index."""
     from probe.results import check_schema, open_result
 
-    from .output import check_out_dir, write_index, write_page
+    from .output import check_out_dir, no_empty_folder, write_index, write_page
 
     results = _expand(results)
     folders = {result: check_out_dir(out_dir or result.parent) for result in results}
@@ -139,10 +139,11 @@ def build_report(
         _rendered(ds, result, folder)
         for (result, folder), ds in zip(folders.items(), datasets, strict=True)
     ]
-    for html, page in pages:  # every page rendered before the first is written
-        out.print(f"report: {write_page(html, page)}")
-    for folder in dict.fromkeys(folders.values()):
-        out.print(f"index: {write_index(folder)}")
+    with no_empty_folder(*dict.fromkeys(folders.values())):
+        for html, page in pages:  # every page rendered before the first is written
+            out.print(f"report: {write_page(html, page)}")
+        for folder in dict.fromkeys(folders.values()):
+            out.print(f"index: {write_index(folder)}")
 
 
 def _rendered(ds, result: Path, folder: Path) -> tuple[Path, str]:
@@ -178,7 +179,7 @@ def compare(
     """Compare results of several models in one report, one panel per model."""
     from probe.results import open_result
 
-    from .output import check_out_dir, write_comparison, write_index
+    from .output import check_out_dir, no_empty_folder, write_comparison, write_index
 
     results = _expand(results)
     if len(results) < 2:
@@ -190,9 +191,10 @@ def compare(
     check_out_dir(out_dir)
     datasets = [open_result(path) for path in results]
     _require_collapse(datasets, results)
-    html = write_comparison(datasets, list(results), out_dir)
-    out.print(f"comparison: {html}")
-    out.print(f"index: {write_index(out_dir)}")
+    with no_empty_folder(out_dir):
+        html = write_comparison(datasets, list(results), out_dir)
+        out.print(f"comparison: {html}")
+        out.print(f"index: {write_index(out_dir)}")
 
 
 def _expand(paths: list[Path]) -> list[Path]:

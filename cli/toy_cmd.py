@@ -75,18 +75,19 @@ def _run(task: str, out_dir: Path, **options) -> None:
     from probe.analyses import toy
     from probe.reports import render_toy, toy_name
 
-    from .output import check_out_dir, write_index, write_pair
+    from .output import check_out_dir, no_empty_folder, write_index, write_pair
 
     check_out_dir(out_dir)
     reporter = Reporter()
-    with reporter.bar(0):
-        ds = toy.run(task, progress=reporter.update, command=command_line(), **options)
-    name = toy_name(ds)
-    nc, html = write_pair(ds, out_dir, name, render_toy(ds, result_file=f"{name}.nc"))
-    _print(ds)
-    out.print(f"result: {nc}")
-    out.print(f"report: {html}")
-    out.print(f"index: {write_index(out_dir)}")
+    with no_empty_folder(out_dir):
+        with reporter.bar(0):
+            ds = toy.run(task, progress=reporter.update, command=command_line(), **options)
+        name = toy_name(ds)
+        nc, html = write_pair(ds, out_dir, name, render_toy(ds, result_file=f"{name}.nc"))
+        _print(ds)
+        out.print(f"result: {nc}")
+        out.print(f"report: {html}")
+        out.print(f"index: {write_index(out_dir)}")
 
 
 def _print(ds: xr.Dataset) -> None:

@@ -67,3 +67,12 @@ def tiny_bert_with_tokenizer(tmp_path_factory, minilm_tokenizer) -> str:
     BertModel(config).save_pretrained(folder)
     minilm_tokenizer.save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    """Inputs good and hostile for every kind of value (tests/cli_world.py): (root, pools)."""
+    from tests.cli_world import build_world
+
+    root = tmp_path_factory.mktemp("world")
+    return root, build_world(root)

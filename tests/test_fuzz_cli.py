@@ -43,7 +43,7 @@ from typer.testing import CliRunner
 
 from cli import domains
 from cli.app import app
-from tests.cli_world import build_world, copy_world
+from tests.cli_world import copy_world
 
 LONG = os.environ.get("PROBE_FUZZ", "") == "long"
 EXAMPLES = int(os.environ.get("PROBE_FUZZ_EXAMPLES", "1500")) if LONG else 6
@@ -307,12 +307,6 @@ def check_contract(line: list[str], sandbox: Path) -> str:
         named = Path(match.group(1).strip())
         assert (named if named.is_absolute() else sandbox / named).exists(), shown
     return "ok" if new else "ok, nothing written"
-
-
-@pytest.fixture(scope="module")
-def world(tmp_path_factory) -> tuple[Path, dict[str, list[str]]]:
-    root = tmp_path_factory.mktemp("world")
-    return root, build_world(root)
 
 
 def _log(words, line, outcome, seconds) -> None:

@@ -159,7 +159,16 @@ CURVE_BYTES_PER_STEP = 3 * (24 + 8)
 
 
 def _meta_parameters(build, settings: TrainSettings, vocab: int) -> int:
-    """The parameter count of ``build(settings, vocab)``, built on the meta device."""
+    """The parameter count of ``build(settings, vocab)``, built on the meta device.
+
+    Sizes whose weights alone would take terabytes are not built (torch cannot even size
+    such tensors): their count is the closed form of a GPT-2-like layer stack, which is
+    enough to refuse them.
+    """
+    h, layers = settings.hidden, settings.layers
+    rough = layers * 16 * h * h + 2 * vocab * h + settings.context * h
+    if rough > 2**40:
+        return rough
     with torch.device("meta"), _quiet_transformers():
         try:
             model = build(settings, vocab)
