@@ -191,7 +191,8 @@ def command_lines(draw, words, command, world):
         params = [p for p in params if p.name not in not_for[mode] and p.name not in modes]
         if draw(st.integers(0, 9)):  # now and then no mode at all
             options_mode = [["--" + mode.replace("_", "-")]]
-    bad_count = draw(st.sampled_from([0, 0, 0, 1, 1, 2]))
+    # Long runs lean to hostile lines: a refusal costs milliseconds, a run seconds.
+    bad_count = draw(st.sampled_from([0, 0, 1, 1, 2, 3] if LONG else [0, 0, 0, 1, 1, 2]))
     bad = set(draw(st.permutations(range(len(params))))[:bad_count])
     options: list[list[str]] = []
     arguments: list[str] = []
@@ -203,7 +204,7 @@ def command_lines(draw, words, command, world):
                 if hostile and draw(st.booleans()):
                     count = 0  # a missing argument
             else:
-                count = 1 if param.required or draw(st.booleans()) else 0
+                count = 1 if param.required or draw(st.integers(0, 3)) else 0
             values = [draw(value_strategy(param, world, False)) for _ in range(count)]
             if hostile and values:
                 values[draw(st.integers(0, len(values) - 1))] = draw(
