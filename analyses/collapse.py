@@ -31,7 +31,7 @@ import xarray as xr
 from probe import checks, memory, metrics
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
-from probe.inputs import Inputs, make_inputs, read_text
+from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
 from probe.load import ProbedModel, check_seed, load
 from probe.names import INITS, METRICS, SURGERIES
 from probe.results import ENGINE, settings_id, utc_now, versions
@@ -76,6 +76,7 @@ def prepare(
     variants: str | Sequence[str] = "all",
     init: str | Sequence[str] = "both",
     text: str | Path | None = None,
+    images: str | Path | None = None,
     sequences: int | str = 32,
     tokens: int = 128,
     seed: int = 0,
@@ -107,20 +108,29 @@ def prepare(
     check_seed(seed)
     if text is not None:
         read_text(text)  # a bad --text fails before any model is loaded
+    if images is not None:
+        image_files(images)  # and so does a bad --images
     models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights)
     first = models[0]
+    check_input_kind(first, text, images)
     limit = first.adapter.max_tokens(first.config)
-    if limit is not None and tokens > limit:
+    if first.adapter.inputs == "ids" and limit is not None and tokens > limit:
         raise ProbeError(
             f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
         )
-    # "all": as many sequences as the text holds, one per `tokens` characters at most.
-    most = len(read_text(text)[0]) // tokens + 1 if sequences == "all" else sequences
+    # "all": every image of --images, or as many sequences as the text holds (one per
+    # `tokens` characters at most).
+    if sequences != "all":
+        most = sequences
+    elif images is not None:
+        most = len(image_files(images))
+    else:
+        most = len(read_text(text)[0]) // tokens + 1
     memory.require_run(first, most, tokens, batch_size)
-    inputs = make_inputs(
-        first.tokenizer,
-        first.config.vocab_size,
+    inputs = model_inputs(
+        first,
         text=text,
+        images=images,
         sequences=sequences,
         tokens=tokens,
         seed=seed,
@@ -141,7 +151,7 @@ def prepare(
         "allow_missing_weights": allow_missing_weights,
     }
     if command is None:
-        command = _equivalent_command(model, settings, text)
+        command = _equivalent_command(model, settings, text, images)
     return Plan(models, names, inputs, surgery, batch_size, command, settings)
 
 
@@ -209,7 +219,7 @@ def run(
     return execute(prepare(model, **options), progress, stream_to)
 
 
-def _equivalent_command(model, settings: dict, text) -> str:
+def _equivalent_command(model, settings: dict, text, images=None) -> str:
     """The CLI command with the same settings, for the "reproduce with" line of a library run."""
     if isinstance(model, ProbedModel | torch.nn.Module):
         return (
@@ -239,6 +249,8 @@ def _equivalent_command(model, settings: dict, text) -> str:
     ]
     if text is not None:
         args += ["--text", str(text)]
+    if images is not None:
+        args += ["--images", str(images)]
     if settings["surgery"] != "probe":
         args += ["--surgery", settings["surgery"]]
     if settings["device"] != "cpu":
@@ -363,6 +375,8 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "n_heads": adapter.n_heads(config),
         "hidden_size": adapter.hidden_size(config),
         "residual_stream": adapter.stream_note,
+        "attention": first.attn_implementation,
+        "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         "settings": json.dumps(plan.settings, sort_keys=True),
         "settings_id": settings_id(plan.settings),
     }

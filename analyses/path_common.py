@@ -1,4 +1,4 @@
-"""What the model-based path analyses share: checks, loading, provenance attrs.
+"""What the model-based path analyses share: checks, loading, inputs, provenance attrs.
 
 ``check_request`` and ``load_models`` are the same steps as ``collapse.prepare``: every
 number in its domain (``probe.checks``), the text read, the models loaded with the same
@@ -8,9 +8,13 @@ machine lacks), then the sizes against memory (``probe.memory``), all before any
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import torch
+
 from probe import checks, memory
 from probe.errors import ProbeError
-from probe.inputs import Inputs, read_text
+from probe.inputs import Inputs, make_inputs, read_text
 from probe.load import ProbedModel, load, wrap
 
 from .collapse import parse_inits
@@ -94,3 +98,47 @@ def model_attrs(models: list[ProbedModel], inputs: Inputs) -> dict:
         "n_heads": first.adapter.n_heads(first.config),
         "hidden_size": first.adapter.hidden_size(first.config),
     }
+
+
+@dataclass(frozen=True)
+class PixelInputs(Inputs):
+    """Images for a vision family: ``input_ids`` holds pixel values (sequence, channel, h, w).
+
+    The token count is the model's (patches + [CLS]), carried by the all-ones mask.
+    """
+
+    @property
+    def tokens(self) -> int:
+        return self.attention_mask.shape[1]
+
+
+def path_inputs(first: ProbedModel, *, text, sequences, tokens: int, seed: int, warn) -> Inputs:
+    """The inputs of a path analysis: token ids (text or seeded), or seeded noise images.
+
+    A vision family (ViT) reads ``sequences`` images of seeded standard-normal pixels at
+    the config's image size, cast to the model's dtype; its token count is fixed by the
+    config (patches + 1), so ``tokens`` does not apply.
+    """
+    if first.adapter.inputs != "pixels":
+        return make_inputs(
+            first.tokenizer,
+            first.config.vocab_size,
+            text=text,
+            sequences=sequences,
+            tokens=tokens,
+            seed=seed,
+            warn=warn,
+        )
+    if text is not None:
+        raise ProbeError(f"--text is for language models; {first.name} reads images")
+    if not isinstance(sequences, int) or sequences < 1:
+        raise ProbeError(f"--sequences must be a number >= 1 for an image model, got {sequences!r}")
+    config = first.config
+    size, patch = config.image_size, config.patch_size
+    generator = torch.Generator().manual_seed(seed)
+    pixels = torch.randn(sequences, config.num_channels, size, size, generator=generator)
+    n_tokens = (size // patch) ** 2 + 1  # the patches and [CLS]
+    mask = torch.ones(sequences, n_tokens, dtype=torch.long)
+    return PixelInputs(
+        pixels.to(first.dtype), mask, "seeded noise pixels", f"N(0, 1) pixels, seed {seed}", ""
+    )

@@ -29,7 +29,7 @@ from probe.errors import ProbeError
 from probe.paths import MAX_SHAPE, count_by_length, total_paths
 from probe.results import command_line, utc_now, versions
 
-from .path_presets import PRESETS, Preset
+from .path_presets import Preset, all_presets
 
 
 def count(
@@ -57,7 +57,7 @@ def count(
     elif model is not None:
         rows = [model_shape(model)]
     else:
-        rows = list(PRESETS if presets is None else presets)
+        rows = list(all_presets() if presets is None else presets)
     for row in rows:
         if row.layers > MAX_SHAPE or row.heads > MAX_SHAPE:
             raise ProbeError(

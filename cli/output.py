@@ -100,6 +100,37 @@ def write_report(ds: xr.Dataset, nc: Path, out_dir: Path) -> Path:
     return write_page(out_dir / f"{name}.html", render(ds, result_file=str(rel)))
 
 
+def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> None:
+    """The comparison's first table on the terminal (the report opens with the same)."""
+    from rich.table import Table
+
+    from probe.plot import VARIANTS, comparison_rows
+
+    from .console import out
+
+    rows = comparison_rows(datasets, threshold)
+    variants = [v for v in VARIANTS if any(v in row["final"] for row in rows)]
+    table = Table(
+        title="across models",
+        title_justify="left",
+        caption=f"r after the last layer (mean over sequences); SAN<{threshold:g}: the first "
+        "layer where SAN's r is below it; order: SAN's fitted order of collapse",
+        caption_justify="left",
+    )
+    for column in ("model", "init", "layers", *variants, f"SAN<{threshold:g}", "order"):
+        table.add_column(column, justify="left" if column in ("model", "init") else "right")
+    for row in rows:
+        table.add_row(
+            row["model"],
+            row["init"],
+            str(row["layers"]),
+            *(f"{row['final'][v]:.3g}" if v in row["final"] else "—" for v in variants),
+            "—" if row["san_below"] is None else str(row["san_below"]),
+            "—" if row["order"] is None else f"{row['order']:.2f}",
+        )
+    out.print(table)
+
+
 def write_comparison(datasets: list[xr.Dataset], files: list[Path], out_dir: Path) -> Path:
     name = comparison_name(datasets)
     html = render_comparison(datasets, [_relative(f, out_dir) for f in files], created=utc_now())

@@ -179,7 +179,13 @@ def compare(
     """Compare results of several models in one report, one panel per model."""
     from probe.results import open_result
 
-    from .output import check_out_dir, no_empty_folder, write_comparison, write_index
+    from .output import (
+        check_out_dir,
+        no_empty_folder,
+        print_family_table,
+        write_comparison,
+        write_index,
+    )
 
     results = _expand(results)
     if len(results) < 2:
@@ -193,6 +199,7 @@ def compare(
     _require_collapse(datasets, results)
     with no_empty_folder(out_dir):
         html = write_comparison(datasets, list(results), out_dir)
+        print_family_table(datasets)
         out.print(f"comparison: {html}")
         out.print(f"index: {write_index(out_dir)}")
 

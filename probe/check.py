@@ -119,9 +119,15 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
 def _clean(probed, data, mask) -> Identity:
     name = "clean run = HF hidden_states"
     try:
-        walked = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
         with torch.no_grad():
             out = probed.model(**probed.adapter.model_inputs(data, mask), output_hidden_states=True)
+    except Exception as err:  # not the spec: the model itself does not run like this
+        raise ProbeError(
+            f"{probed.name} does not run in {str(probed.dtype).removeprefix('torch.')} on "
+            f"{probed.device.type} under transformers ({_one_line(err)}); try another --dtype"
+        ) from None
+    try:
+        walked = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
     except Exception as err:  # a renamed site fails inside nnsight
         return Identity(name, float("inf"), 0.0, error=_one_line(err))
     hf = list(out.hidden_states)

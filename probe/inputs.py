@@ -58,9 +58,10 @@ def tokenize(tokenizer, body: str, needed: int | None = None) -> list[int]:
 
 @dataclass(frozen=True)
 class Inputs:
-    input_ids: torch.Tensor  # (sequence, token) int64
+    #: Token ids (sequence, token) int64, or an image family's pixels (sequence, channel, h, w).
+    input_ids: torch.Tensor
     attention_mask: torch.Tensor  # (sequence, token) int64, 1 = real token
-    kind: str  # "tokenizer" or "synthetic ids"
+    kind: str  # "tokenizer", "synthetic ids", "images" or "noise images"
     text_source: str
     text_sha256: str
 
@@ -70,7 +71,7 @@ class Inputs:
 
     @property
     def tokens(self) -> int:
-        return self.input_ids.shape[1]
+        return self.attention_mask.shape[1]
 
     def batches(self, size: int) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
         """(first sequence, ids, mask) for consecutive batches of at most ``size`` sequences."""
@@ -166,3 +167,118 @@ def make_inputs(
         )
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
     return Inputs(chunk, torch.ones_like(chunk), "tokenizer", source, digest)
+
+
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
+
+
+def image_tokens(config) -> int:
+    """Tokens a ViT makes of one image: its patches and the [CLS] token."""
+    return (config.image_size // config.patch_size) ** 2 + 1
+
+
+def make_image_inputs(
+    config,
+    processor,
+    *,
+    images: str | Path | None = None,
+    sequences: int | str = 32,
+    seed: int = 0,
+    warn=None,
+) -> Inputs:
+    """Pixels (image, channel, h, w) for an image family, through the model's image processor.
+
+    ``images``: a folder of image files, taken in name order (``sequences="all"``: every
+    one); without it, ``sequences`` images of uniform noise drawn with ``seed``.  Every
+    image gives the same number of tokens (patches + [CLS]), so the mask is all ones.
+    """
+    size = config.image_size
+    if images is None:
+        if sequences == "all":
+            raise ProbeError("--sequences all needs --images DIR; give a number instead")
+        if not isinstance(sequences, int) or sequences < 1:
+            raise ProbeError(f"--sequences must be a positive number or 'all', got {sequences!r}")
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        noise = rng.integers(0, 256, (sequences, size, size, config.num_channels), dtype=np.uint8)
+        pixels = processor(images=list(noise), return_tensors="pt")["pixel_values"]
+        kind, source, digest = "noise images", f"uniform noise images, seed {seed}", ""
+    else:
+        files = image_files(images)
+        if sequences != "all":
+            files = files[:sequences]
+        opened = [_open_image(f) for f in files]  # a broken file stops the run before any word
+        if sequences != "all" and len(files) < sequences and warn is not None:
+            warn(f"{images} has {len(files)} images, using {len(files)} instead of {sequences}")
+        pixels = processor(images=opened, return_tensors="pt")["pixel_values"]
+        hasher = hashlib.sha256()
+        for f in files:
+            hasher.update(f.read_bytes())
+        kind, source, digest = "images", str(images), hasher.hexdigest()
+    mask = torch.ones(pixels.shape[0], image_tokens(config), dtype=torch.long)
+    return Inputs(pixels, mask, kind, source, digest)
+
+
+def image_files(folder: str | Path) -> list[Path]:
+    """The image files of ``--images DIR``, in name order; a clear error for anything else."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise ProbeError(f"--images {folder} is not a folder; give a folder of image files")
+    files = sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
+    if not files:
+        raise ProbeError(
+            f"--images {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}); "
+            "give a folder of images"
+        )
+    return files
+
+
+def _open_image(path: Path):
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (OSError, UnidentifiedImageError) as err:
+        raise ProbeError(f"cannot read the image {path}: {err}; remove it from --images") from None
+
+
+def check_input_kind(probed, text, images) -> None:
+    """--text for a text model, --images for an image model; a clear line otherwise."""
+    if probed.adapter.inputs == "pixels" and text is not None:
+        raise ProbeError(f"{probed.name} reads images, not text; use --images DIR")
+    if probed.adapter.inputs != "pixels" and images is not None:
+        raise ProbeError(f"{probed.name} reads text, not images; use --text FILE")
+
+
+def model_inputs(
+    probed,
+    *,
+    text: str | Path | None = None,
+    images: str | Path | None = None,
+    sequences: int | str = 32,
+    tokens: int = 128,
+    seed: int = 0,
+    warn=None,
+) -> Inputs:
+    """The inputs a probed model reads: token ids from a text, or images (see above)."""
+    check_input_kind(probed, text, images)
+    if probed.adapter.inputs == "pixels":
+        return make_image_inputs(
+            probed.config,
+            probed.image_processor,
+            images=images,
+            sequences=sequences,
+            seed=seed,
+            warn=warn,
+        )
+    return make_inputs(
+        probed.tokenizer,
+        probed.config.vocab_size,
+        text=text,
+        sequences=sequences,
+        tokens=tokens,
+        seed=seed,
+        warn=warn,
+    )

@@ -86,6 +86,17 @@ class ProbedModel:
     tokenizer: Any = None
     source: str = ""
     _envoy: Any = field(default=None, repr=False)
+    #: An image family's processor: the checkpoint's own, else ViT's default for its size.
+    _image_processor: Any = field(default=None, repr=False)
+
+    @property
+    def image_processor(self):
+        if self._image_processor is None and self.adapter.inputs == "pixels":
+            from transformers import ViTImageProcessorPil
+
+            size = self.config.image_size
+            self._image_processor = ViTImageProcessorPil(size={"height": size, "width": size})
+        return self._image_processor
 
     @property
     def incomplete(self) -> bool:
@@ -141,8 +152,12 @@ def load(
     device: str | torch.device | None = None,
     dtype: str | torch.dtype | None = None,
     allow_missing_weights: bool = False,
+    verify: bool = True,
 ) -> ProbedModel:
     """Load ``name_or_path`` for probing (see the module docstring).
+
+    ``verify``: run the family spec's self-test (:mod:`probe.check`) and refuse a model on
+    which it fails; ``probe check`` turns it off to show every identity instead.
 
     A checkpoint that lacks tensors the model needs, or holds tensors of the wrong
     shape, is refused unless ``allow_missing_weights``; then ``weights`` records it.
@@ -176,7 +191,7 @@ def load(
     check_finite(model, f"the {init} weights of {name}")
     model = model.to(device=torch_device, dtype=torch_dtype).eval()
     _choose_attention(model, adapter)
-    return _verified(
+    return (_verified if verify else _as_is)(
         ProbedModel(
             name=name,
             model=model,
@@ -186,6 +201,7 @@ def load(
             weights=weights,
             tokenizer=_tokenizer(location),
             source=where,
+            _image_processor=_image_processor(location) if adapter.inputs == "pixels" else None,
         )
     )
 
@@ -230,6 +246,10 @@ def wrap(
             source="module passed by the caller",
         )
     )
+
+
+def _as_is(probed: ProbedModel) -> ProbedModel:
+    return probed
 
 
 def _verified(probed: ProbedModel) -> ProbedModel:
@@ -434,7 +454,12 @@ def _config(name: str, location, prefer_bundled: bool):
 
 
 #: Files of a checkpoint whose ``auto_map`` would make transformers import the folder's code.
-CODE_MAPS = ("config.json", "tokenizer_config.json", "processor_config.json")
+CODE_MAPS = (
+    "config.json",
+    "tokenizer_config.json",
+    "processor_config.json",
+    "preprocessor_config.json",
+)
 
 
 def refuse_custom_code(name: str, folder: Path) -> None:
@@ -493,11 +518,15 @@ def _hub_state() -> str:
 
 
 def _choose_attention(model: torch.nn.Module, adapter: Adapter) -> None:
-    """float64 models of families whose eager softmax runs in float32 get ``probe_eager``."""
-    spec = getattr(adapter, "spec", None)
-    if spec is None or not spec.float32_softmax:
+    """float64 models of families whose eager softmax runs in float32 get ``probe_eager``;
+    a mixture-of-experts block runs its experts one by one (transformers' ``eager``
+    experts), since the grouped matmul kernels take no float64."""
+    if next(model.parameters()).dtype != torch.float64:
         return
-    if next(model.parameters()).dtype == torch.float64:
+    if getattr(model.config, "_experts_implementation", None) not in (None, "eager"):
+        model.config._experts_implementation = "eager"
+    spec = getattr(adapter, "spec", None)
+    if spec is not None and spec.float32_softmax:
         from .models.attention import register
 
         model.config._attn_implementation = register()
@@ -647,6 +676,23 @@ def _tokenizer(location):
     if len(tokenizer) <= len(tokenizer.all_special_tokens) + 1:
         return None
     return tokenizer
+
+
+def _image_processor(location):
+    """The checkpoint's image processor (preprocessor_config.json), or None for the default."""
+    if not isinstance(location, Path) or not (location / "preprocessor_config.json").is_file():
+        return None
+    from transformers import AutoImageProcessor
+
+    try:
+        with _quiet():
+            return AutoImageProcessor.from_pretrained(
+                location, trust_remote_code=False, use_fast=False
+            )
+    except Exception as err:  # a damaged processor file: say so rather than guess
+        raise ProbeError(
+            f"cannot read the image processor in {location}: {_one_line(err)}"
+        ) from None
 
 
 def _dtype(dtype) -> torch.dtype:

@@ -154,6 +154,13 @@ def run_bytes(probed, sequences: int, tokens: int, batch: int) -> int:
         0,
     )
     itemsize = probed.dtype.itemsize
+    held = inputs_bytes(sequences, tokens)
+    if getattr(adapter, "inputs", "ids") == "pixels":
+        # An image model (ViT): the token count is the config's (patches and [CLS]), and
+        # the inputs are float32 pixels, channels x size x size per image.
+        size, patch = config.image_size, config.patch_size
+        tokens = (size // patch) ** 2 + 1
+        held = 4 * sequences * config.num_channels * size * size
     forward = forward_bytes(
         min(batch, sequences),
         tokens,
@@ -162,7 +169,7 @@ def run_bytes(probed, sequences: int, tokens: int, batch: int) -> int:
         itemsize,
         intermediate,
     )
-    return inputs_bytes(sequences, tokens) + forward
+    return held + forward
 
 
 def require_run(probed, sequences: int, tokens: int, batch: int, extra: int = 0) -> None:

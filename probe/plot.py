@@ -461,3 +461,34 @@ def summarise(
                 "order": order if np.isfinite(order) else None,
             }
     return out
+
+
+def comparison_rows(
+    datasets: Sequence[xr.Dataset], threshold: float = 1e-3, norm: str = "l1inf", fit: str = "mean"
+) -> list[dict]:
+    """One row per model and init for the table that opens a comparison.
+
+    "final": {variant: mean r at the last layer}; "san_below": the first layer where the
+    SAN's mean r is under ``threshold`` (None: never within the model's depth); "order":
+    the SAN's fitted order of collapse (slope of log r(l+1) on log r(l), None if undefined).
+    """
+    rows = []
+    for ds in datasets:
+        found = summarise(ds, threshold, norm, fit)
+        inits = ordered(dict.fromkeys(i for v in found.values() for i in v), INITS)
+        for init in inits:
+            san = found.get("SAN", {}).get(init, {})
+            rows.append(
+                {
+                    "model": str(ds.attrs.get("model", "?")),
+                    "family": str(ds.attrs.get("family", "")),
+                    "init": init,
+                    "layers": int(ds.sizes.get("layer", 1)) - 1,
+                    "final": {
+                        v: found[v][init]["final"] for v in VARIANTS if init in found.get(v, {})
+                    },
+                    "san_below": san.get("first_below"),
+                    "order": san.get("order"),
+                }
+            )
+    return rows

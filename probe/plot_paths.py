@@ -47,28 +47,35 @@ def _shifted_log_axis(ax, longest: int) -> None:
 
 
 def count_shares(ds: xr.Dataset) -> Figure:
-    """Share C(L,k) H^k / (H+1)^L against k, one line per architecture.
+    """Share C(L,k) H^k / (H+1)^L against k, one line per distinct (L, H).
 
-    The x-axis is logarithmic in k + 1 and labelled with k, so the single path
-    of length 0 (all skips) stays on the plot.
+    The counts depend on (L, H) alone, so architectures of one shape (a dozen of the
+    shipped 12-layer, 12-head configs) share one line, labelled by the first and how
+    many more; the report's table lists every name.  The x-axis is logarithmic in
+    k + 1 and labelled with k, so the single path of length 0 (all skips) stays on
+    the plot.
     """
-    names = [str(a) for a in ds.architecture.values]
-    palette = sns.color_palette("husl", len(names))
+    shapes: dict[tuple[int, int], list[str]] = {}
+    for name in ds.architecture.values:
+        one = ds.sel(architecture=name)
+        shapes.setdefault((int(one.layers), int(one.heads)), []).append(str(name))
+    palette = sns.color_palette("husl", len(shapes))
     with _style():
         fig = Figure(figsize=(8.0, 4.6), layout="constrained")
         ax = fig.subplots()
-        for i, name in enumerate(names):
-            one = ds.sel(architecture=name)
+        for i, ((layers, heads), names) in enumerate(shapes.items()):
+            one = ds.sel(architecture=names[0])
             share = one["share"].values
             k = ds.path_length.values[np.isfinite(share)]
-            dashed = str(one["group"].values) == "today"
+            groups = {str(ds.sel(architecture=n)["group"].values) for n in names}
+            more = f" and {len(names) - 1} more" if len(names) > 1 else ""
             ax.plot(
                 k + 1,
                 share[np.isfinite(share)],
                 color=to_hex(palette[i]),
-                linestyle="--" if dashed else "-",
+                linestyle="--" if groups == {"today"} else "-",
                 linewidth=1.5,
-                label=f"{_plain(name)} (L={int(one.layers)}, H={int(one.heads)})",
+                label=f"{_plain(names[0])}{more} (L={layers}, H={heads})",
             )
         _shifted_log_axis(ax, int(ds.path_length.max()))
         ax.set_xlabel("path length k (log axis at k + 1)")

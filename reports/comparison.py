@@ -16,7 +16,7 @@ from probe.plot import INITS, VARIANTS, comparison, ordered, summarise
 from .figures import Figures
 from .naming import report_name
 from .page import esc, href, page
-from .tables import final_table
+from .tables import family_table, final_table
 from .text import EXPLANATION, paragraph
 
 
@@ -67,7 +67,14 @@ def render_comparison(
     parts = [
         f"<header><h1>{esc(title)}</h1>"
         f'<p class="subtitle">{len(datasets)} models · relative residual, '
-        "residual to the token mean, l1inf norm</p></header>"
+        "residual to the token mean, l1inf norm</p></header>",
+        '<section id="families"><h2>Across models</h2>'
+        "<p>Per model and init: the mean relative residual r after the last layer for each "
+        f"variant, the first layer at which the pure-attention SAN falls below {threshold:g} "
+        "(— if it does not within the model's depth), and the SAN's fitted order of collapse "
+        "(the slope of log r(l+1) on log r(l): 1 is exponential, 3 the paper's cubic "
+        "contraction).</p>"
+        f"{family_table(datasets, threshold)}</section>",
     ]
     for init in shared or [None]:
         which = f"init: {init}" if init else "pretrained where available"

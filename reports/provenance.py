@@ -74,7 +74,17 @@ def ablation_table(attrs: Mapping[str, object]) -> str:
     body = "".join(
         "<tr>" + "".join(f"<td>{esc(r.get(c, ''))}</td>" for c in columns) + "</tr>" for r in rows
     )
-    return (
+    table = (
         '<div class="table-scroll"><table class="ablations">'
         f"<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
+    )
+    spec = str(attrs.get("spec") or "")
+    if not spec:
+        return table
+    return (
+        f"{table}<p>The family's spec, as the walker executes it on every layer in forward "
+        "order (reads, and the edits each removal makes; <code>:name</code> is an operation "
+        "of the layer's forward, as nnsight's <code>.source</code> names it). "
+        "The self-test checked it on this model before the run.</p>"
+        f'<pre class="spec">{esc(spec)}</pre>'
     )

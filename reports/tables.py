@@ -144,3 +144,34 @@ def final_table(datasets: Sequence[xr.Dataset], norm: str = "l1inf", fit: str = 
         '<table class="final"><thead><tr><th>model</th><th>init</th>'
         f'<th class="num">layer</th>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
     )
+
+
+def family_table(datasets: Sequence[xr.Dataset], threshold: float = 1e-3) -> str:
+    """The comparison's first table: per model, r after the last layer for each variant, the
+    depth at which SAN falls below ``threshold``, and the SAN's fitted order of collapse."""
+    from probe.plot import comparison_rows
+
+    rows = comparison_rows(datasets, threshold)
+    variants = ordered(dict.fromkeys(v for row in rows for v in row["final"]), VARIANTS)
+    head = "".join(f'<th class="num">{variant_label(v)}</th>' for v in variants)
+    body = []
+    for row in rows:
+        cells = "".join(
+            f'<td class="num">{_num(row["final"].get(v, float("nan")))}</td>' for v in variants
+        )
+        below = "—" if row["san_below"] is None else str(row["san_below"])
+        order = "—" if row["order"] is None else f"{row['order']:.2f}"
+        body.append(
+            f"<tr><td>{esc(row['model'])}</td><td>{esc(row['family'])}</td>"
+            f'<td>{esc(row["init"])}</td><td class="num">{row["layers"]}</td>{cells}'
+            f'<td class="num">{below}</td><td class="num">{order}</td></tr>'
+        )
+    return _wrap(
+        '<table class="families"><thead><tr><th>model</th><th>family</th><th>init</th>'
+        f'<th class="num">layers</th>{head}<th class="num">SAN &lt; {threshold:g} at layer</th>'
+        f'<th class="num">SAN order</th></tr></thead><tbody>{"".join(body)}</tbody></table>'
+    )
+
+
+def _num(value: float) -> str:
+    return "—" if not np.isfinite(value) else f"{value:.3g}"

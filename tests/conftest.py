@@ -8,6 +8,7 @@ probing the network.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -70,9 +71,32 @@ def tiny_bert_with_tokenizer(tmp_path_factory, minilm_tokenizer) -> str:
 
 
 @pytest.fixture(scope="session")
+def tiny_family_folder(tmp_path_factory):
+    """family -> a save_pretrained folder of its tiny random model (float32), made on demand."""
+    from tests.reference.tiny import tiny_spec_model
+
+    root = tmp_path_factory.mktemp("tiny-families")
+    made: dict[str, str] = {}
+
+    def folder(family: str) -> str:
+        if family not in made:
+            path = root / f"tiny-{family}"
+            tiny_spec_model(family, seed=1, dtype=torch.float32).save_pretrained(path)
+            made[family] = str(path)
+        return made[family]
+
+    return folder
+
+
+@pytest.fixture(scope="session")
 def world(tmp_path_factory):
-    """Inputs good and hostile for every kind of value (tests/cli_world.py): (root, pools)."""
+    """Inputs good and hostile for every kind of value (tests/cli_world.py): (root, pools).
+
+    ``PROBE_WORLD=DIR`` keeps the world in DIR across runs (build_world skips what is
+    there), so a long fuzz split over many pytest runs builds it once.
+    """
     from tests.cli_world import build_world
 
-    root = tmp_path_factory.mktemp("world")
+    kept = os.environ.get("PROBE_WORLD")
+    root = Path(kept) if kept else tmp_path_factory.mktemp("world")
     return root, build_world(root)

@@ -1,10 +1,32 @@
-"""Tiny models for the path tests: L=3 layers, H=2 heads, so (H+1)^L = 27 paths."""
+"""Tiny models for the path tests.
+
+``tiny_paths_model``: the original post-LN families at L=3 layers, H=2 heads, so
+(H+1)^L = 27 paths.  ``path_model(name)``: any family in probe's registry (its tiny
+config from ``tests/reference/tiny.py``), any config branch in ``TINY_VARIANTS``, and
+the few configurations only the path analyses care about (``PATH_VARIANTS``).
+"""
 
 from __future__ import annotations
 
 import torch
 
-from tests.reference.tiny import _MODEL_CLASSES, HIDDEN, _randomize_, tiny_config
+from tests.reference.tiny import (
+    _MODEL_CLASSES,
+    HIDDEN,
+    TINY_CONFIGS,
+    TINY_VARIANTS,
+    _randomize_,
+    tiny_config,
+    tiny_spec_config,
+    tiny_spec_model,
+)
+
+#: name -> (family, config changes): what the decomposition must get right beyond the
+#: families' own tiny configs.  Llama with biases on its attention projections (the
+#: constant is then not zero in an RMS family) and an LM head tied to its embeddings.
+PATH_VARIANTS: dict[str, tuple[str, dict]] = {
+    "llama-bias-tied": ("llama", {"attention_bias": True, "tie_word_embeddings": True}),
+}
 
 
 def tiny_paths_model(family: str, layers: int = 3, heads: int = 2, seed: int = 0):
@@ -19,6 +41,42 @@ def tiny_paths_model(family: str, layers: int = 3, heads: int = 2, seed: int = 0
         model = _MODEL_CLASSES[family](config)
         _randomize_(model)
     return model.to(torch.float64).eval()
+
+
+def path_model(name: str, seed: int = 0, dtype: torch.dtype = torch.float64):
+    """A tiny eval-mode model of a registry family or a variant, with HF's eager attention."""
+    if name in ("albert", "xlnet"):
+        return tiny_paths_model(name, seed=seed).to(dtype)
+    if name == "fastformer":
+        from tests.fastformer_tiny import tiny_fastformer
+
+        return tiny_fastformer(seed=seed, dtype=dtype)
+    if name in TINY_CONFIGS or name in TINY_VARIANTS:
+        return tiny_spec_model(name, seed=seed, dtype=dtype)
+    import transformers
+
+    family, changes = PATH_VARIANTS[name]
+    config = tiny_spec_config(family)
+    for key, value in changes.items():
+        setattr(config, key, value)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = transformers.AutoModel.from_config(config, attn_implementation="eager")
+        _randomize_(model)
+    return model.to(dtype).eval()
+
+
+def model_inputs(model, batch: int = 2, tokens: int = 7, seed: int = 0) -> dict:
+    """Keyword arguments of one forward: seeded token ids (no padding), or seeded pixels."""
+    generator = torch.Generator().manual_seed(seed)
+    config = model.config
+    if config.model_type == "vit":
+        size = config.image_size
+        pixels = torch.randn(batch, config.num_channels, size, size, generator=generator)
+        return {"pixel_values": pixels.to(next(model.parameters()).dtype)}
+    vocab = config.vocab_size
+    ids = torch.randint(3, vocab, (batch, tokens), generator=generator)  # past pad, bos, eos
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
 
 
 def ids(batch: int = 2, tokens: int = 7, seed: int = 0) -> torch.Tensor:

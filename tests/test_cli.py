@@ -42,15 +42,39 @@ def test_readme_has_examples():
     assert "probe models" in commands
 
 
+#: README placeholders for the user's own folders -> the tiny family whose folder stands in.
+PLACEHOLDERS = {"./tiny-llama": "llama", "./tiny-qwen3": "qwen3", "./my-vit": "vit"}
+#: Real-size hub ids in README examples -> the tiny family run instead unless PROBE_SLOW=1
+#: (at random init each is minutes of CPU just to build).
+REAL_SIZE = {"meta-llama/Llama-3.2-1B": "llama", "google/vit-base-patch16-224": "vit"}
+
+
+def _images(folder: Path) -> Path:
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir()
+    for i in range(2):
+        pixels = np.random.default_rng(i).integers(0, 256, (16, 16, 3), dtype=np.uint8)
+        Image.fromarray(pixels).save(folder / f"photo{i}.png")
+    return folder
+
+
 @pytest.mark.parametrize("command", readme_commands())
-def test_readme_example(command, tmp_path, tiny_bert_with_tokenizer, monkeypatch):
+def test_readme_example(
+    command, tmp_path, tiny_bert_with_tokenizer, tiny_family_folder, monkeypatch
+):
     """Each README example runs as written (short inputs unless PROBE_SLOW=1)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "corpus.txt").write_text(
         "attention loses rank with depth, " * 200, encoding="utf-8"
     )
-    args = shlex.split(command)[1:]
+    _images(tmp_path / "photos")
+    args = shlex.split(command, comments=True)[1:]
     args = [tiny_bert_with_tokenizer if a == "./my-checkpoint" else a for a in args]
+    args = [tiny_family_folder(PLACEHOLDERS[a]) if a in PLACEHOLDERS else a for a in args]
+    if not SLOW:
+        args = [tiny_family_folder(REAL_SIZE[a]) if a in REAL_SIZE else a for a in args]
     if args[0] == "collapse" and not SLOW:
         args += ["--sequences", "2", "--tokens", "16"]
     if args[0] in ("compare", "report"):  # the results the README's examples name

@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import math
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
+import probe
 from probe.analyses import paths
 from probe.analyses.path_count import exact_counts, table
-from probe.analyses.path_presets import PRESETS
+from probe.analyses.path_presets import PRESETS, all_presets, shipped_presets
 from probe.cli.app import app
 from probe.errors import ProbeError
 from probe.reports.index import read_meta
@@ -43,7 +46,7 @@ def test_counts_sum_to_total_exactly(layers, heads):
 
 def test_presets_exact_and_round_trip(tmp_path):
     ds = paths.count(command="probe paths --count")
-    assert len(ds.architecture) == len(PRESETS)
+    assert len(ds.architecture) == len(all_presets()) > len(PRESETS)
     gpt3 = ds.sel(architecture="GPT-3 175B")
     assert int(gpt3["total"].item()) == 97**96
     assert (int(gpt3.layers), int(gpt3.heads)) == (96, 96)
@@ -54,6 +57,59 @@ def test_presets_exact_and_round_trip(tmp_path):
     assert back["share"].sel(architecture="DistilBERT", path_length=6).item() == pytest.approx(
         12**6 / 13**6, rel=1e-15
     )
+
+
+CONFIGS = Path(probe.__file__).parent / "configs"
+
+
+def _shape_from_json(path: Path) -> tuple[int, int]:
+    """(L, H) straight from a config file, by the key each family's config.json uses."""
+    data = json.loads(path.read_text())
+    layers = next(
+        data[k] for k in ("num_hidden_layers", "n_layer", "num_layers", "n_layers") if k in data
+    )
+    heads = next(
+        data[k] for k in ("num_attention_heads", "n_head", "num_heads", "n_heads") if k in data
+    )
+    return layers, heads
+
+
+def test_every_shipped_config_is_a_preset_with_its_files_shape():
+    files = {p.stem.replace("--", "/"): p for p in CONFIGS.glob("*.json")}
+    assert len(files) >= 28
+    shipped = {p.name: p for p in shipped_presets()}
+    stands_for = {hub_id: p for p in PRESETS for hub_id in p.configs}
+    # Each file is counted once: its own row, or the paper's entry that stands for it.
+    assert set(shipped) | set(stands_for) == set(files) and not set(shipped) & set(stands_for)
+    for hub_id, path in files.items():
+        preset = shipped.get(hub_id) or stands_for[hub_id]
+        assert (preset.layers, preset.heads) == _shape_from_json(path), hub_id
+        if hub_id in shipped:
+            assert preset.group == "today" and path.name in preset.source
+    ds = paths.count(command="probe paths --count")
+    llama = ds.sel(architecture="meta-llama/Llama-3.2-1B")
+    assert int(llama["total"].item()) == 33**16
+    assert "8 key/value heads" in str(llama["source"].values)
+
+
+@pytest.mark.parametrize(
+    "hub_id",
+    sorted(p.stem.replace("--", "/") for p in CONFIGS.glob("*.json")),
+)
+def test_count_reads_every_shipped_hub_id_offline(hub_id):
+    ds = paths.count(hub_id, command="test")
+    path = CONFIGS / f"{hub_id.replace('/', '--')}.json"
+    assert (int(ds.layers[0]), int(ds.heads[0])) == _shape_from_json(path)
+    assert "bundled with probe" in str(ds["source"].values[0])
+
+
+def test_cli_count_a_hub_id_offline(tmp_path):
+    result = CliRunner().invoke(
+        app, ["paths", "--count", "meta-llama/Llama-3.2-1B", "--out", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert "meta-llama/Llama-3.2-1B: L=16, H=32" in result.output
+    assert f"{33**16} paths in total" in result.output
 
 
 def test_model_config_offline():
@@ -103,3 +159,18 @@ def test_cli_count_presets_and_errors(tmp_path):
     assert "probe: error: choose one of --count" in result.output
     result = CliRunner().invoke(app, ["paths", "--count", "--layers", "3", "--out", str(tmp_path)])
     assert result.exit_code == 2 and "together" in result.output
+
+
+def test_count_figure_draws_each_shape_once():
+    from probe.plot_paths import count_shares
+
+    ds = paths.count(command="probe paths --count")
+    shapes = {(int(a), int(b)) for a, b in zip(ds.layers.values, ds.heads.values, strict=True)}
+    assert len(shapes) < ds.sizes["architecture"]  # a dozen shipped configs are 12 x 12
+    [ax] = count_shares(ds).axes
+    assert len(ax.lines) == len(shapes)
+    labels = [line.get_label() for line in ax.lines]
+    assert any("more (L=12, H=12)" in label for label in labels)
+    # The paper's shapes are solid, even where a shipped config shares them.
+    bert = next(line for line in ax.lines if "(L=12, H=12)" in line.get_label())
+    assert bert.get_linestyle() == "-"

@@ -1,6 +1,14 @@
-"""probe paths --sample: attention from the adapters, products along paths, the Dataset and CLI."""
+"""probe paths --sample on every family in the registry: attention probabilities from the
+walk against HF's own ``output_attentions``, products along paths, the Dataset and CLI.
+
+The families come from ``probe.models.ADAPTERS`` and the config branches of the tiny
+models, so a new family is covered as soon as it has its entry and its tiny config.
+"""
 
 from __future__ import annotations
+
+import copy
+import inspect
 
 import numpy as np
 import pytest
@@ -11,60 +19,139 @@ import probe
 from probe.analyses import paths
 from probe.analyses.path_sample import attention_slices, chain, draw
 from probe.cli.app import app
+from probe.models import ADAPTERS, SpecAdapter
 from probe.paths import SKIP, parse_path, path_length
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths
-from tests.paths_tiny import ids, tiny_paths_model
+from tests.paths_tiny import PATH_VARIANTS, ids, model_inputs, path_model, tiny_paths_model
 from tests.reference import metrics_numpy
-from tests.reference.tiny import FAMILIES
+from tests.reference.attention import register as reference_attention
+from tests.reference.tiny import TINY_VARIANTS
+
+REGISTRY = sorted(ADAPTERS)
 
 
-def _hf_attentions(model, batch, family):
-    """(layer, batch, head, token, token) from HuggingFace's own output_attentions."""
-    # One-shot forwards, as probe makes them: no memory (XLNet), no key/value cache (GPT-2).
-    kwargs = {"xlnet": {"use_mems": False}, "gpt2": {"use_cache": False}}.get(family, {})
+U32 = 2.0**-24  # float32's unit roundoff
+#: Every tiny model the path tests know: each family of the registry and each config branch.
+#: The Fastformer has no attention probabilities for HF to return: its pooling matrices are
+#: checked against its own reference in test_fastformer_paths.py.
+NAMES = [n for n in REGISTRY + sorted(TINY_VARIANTS) + sorted(PATH_VARIANTS) if n != "fastformer"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _family(name: str) -> str:
+    return {**TINY_VARIANTS, **PATH_VARIANTS}.get(name, (name,))[0]
+
+
+def _hf_attentions(model, inputs, attn: str | None = None):
+    """(layer, batch, head, token, token) from HuggingFace's own output_attentions, run with
+    attention ``attn`` (default: the model's) on a copy."""
+    work = copy.deepcopy(model)
+    if attn is not None:
+        work.config._attn_implementation = attn
+    # One-shot forwards, as probe makes them: no memory (XLNet), no key/value cache.
+    kwargs = {}
+    if work.config.model_type == "xlnet":
+        kwargs = {"use_mems": False}
+    elif "use_cache" in inspect.signature(work.forward).parameters:
+        kwargs = {"use_cache": False}
     with torch.no_grad():
-        out = model(batch, output_attentions=True, **kwargs)
+        out = work(**inputs, output_attentions=True, **kwargs)
     return torch.stack(list(out.attentions))
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_adapter_attention_equals_output_attentions(family):
-    model = tiny_paths_model(family)
-    probed = probe.wrap(model)
-    batch = ids()
-    every = [[(s, h) for s in range(2) for h in range(2)] for _ in range(3)]
-    slices = attention_slices(probed, batch, torch.ones_like(batch), every)
-    want = _hf_attentions(model, batch, family)
-    for layer in range(3):
-        for n, (s, h) in enumerate(every[layer]):
-            # The same float64 kernels on the same inputs: identical bits.
-            torch.testing.assert_close(slices[layer][n], want[layer, s, h], rtol=0, atol=0)
+def _batch(model):
+    inputs = model_inputs(model)
+    data = inputs.get("input_ids", inputs.get("pixel_values"))
+    mask = inputs.get("attention_mask")
+    if mask is None:  # an image: the patches and [CLS]
+        tokens = (model.config.image_size // model.config.patch_size) ** 2 + 1
+        mask = torch.ones(data.shape[0], tokens, dtype=torch.long)
+    return inputs, data, mask
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_products_stay_row_stochastic_and_match_an_independent_product(family):
-    model = tiny_paths_model(family)
+@pytest.mark.parametrize("name", NAMES)
+def test_attention_equals_output_attentions(name):
+    model = path_model(name)
     probed = probe.wrap(model)
-    batch = ids()
-    chosen = [((0, SKIP, 1), 0), ((1, 0, 1), 1), ((SKIP, SKIP, 0), 1)]
-    products = chain(probed, batch, torch.ones_like(batch), chosen)
-    # Rows of a product of row-stochastic matrices sum to 1: at most 3 products of 7 terms,
-    # each rounding by ~1e-16, so 1e-14 is rounding with a margin.
+    inputs, data, mask = _batch(model)
+    hf = _hf_attentions(model, inputs)
+    L, B, H = hf.shape[:3]
+    every = [[(s, h) for s in range(B) for h in range(H)] for _ in range(L)]
+    slices = attention_slices(probed, data, mask, every)
+    got = torch.stack([x.reshape(B, H, *x.shape[-2:]) for x in slices])
+    if probed.attn_implementation == "eager":
+        # HF's eager keeps float64 here: the same kernels on the same inputs, identical bits.
+        assert torch.equal(got, hf)
+        return
+    # HF's eager computes this family's softmax in float32; probe keeps float64.  The same
+    # computation in float64 (the reference's own attention function) gives identical bits,
+    assert probed.attn_implementation == "probe_eager"
+    assert torch.equal(got, _hf_attentions(model, inputs, reference_attention()))
+    # and HF's float32 softmax is within a few float32 ulps of it (scores of size up to ~10
+    # lose |score| ulps in the cast: measured 13 ulps at most, in Gemma2).
+    assert float((got - hf).abs().max()) <= 32 * U32
+
+
+def _paths(L: int, H: int) -> list:
+    """Three paths of the model's shape: the first and last layer; every layer; the last only."""
+    first_last = tuple(0 if i == 0 else 1 % H if i == L - 1 else SKIP for i in range(L))
+    every = tuple(i % H for i in range(L))
+    last = tuple(SKIP if i < L - 1 else H - 1 for i in range(L))
+    return [(first_last, 0), (every, 1), (last, 1)]
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_products_are_row_stochastic_and_match_an_independent_product(name):
+    model = path_model(name)
+    probed = probe.wrap(model)
+    inputs, data, mask = _batch(model)
+    attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
+    A = _hf_attentions(model, inputs, attn)
+    L, _, H, T, _ = A.shape
+    chosen = _paths(L, H)
+    products = chain(probed, data, mask, chosen)
+    # Rows of a product of row-stochastic matrices sum to 1: at most 3 products of <= 17
+    # terms, each rounding by ~1e-16, so 1e-14 is rounding with a margin.
     torch.testing.assert_close(
-        products.sum(-1), torch.ones(3, 7, dtype=torch.float64), rtol=0, atol=1e-14
+        products.sum(-1), torch.ones(3, T, dtype=torch.float64), rtol=0, atol=1e-14
     )
     assert float(products.min()) >= 0
-    A = _hf_attentions(model, batch, family).numpy()
     for product, (path, seq) in zip(products.numpy(), chosen, strict=True):
-        expected = np.eye(7)
+        expected = np.eye(T)
         for layer, head in enumerate(path):
             if head is not SKIP:
-                expected = A[layer, seq, head] @ expected  # latest layer on the left
+                expected = A[layer, seq, head].numpy() @ expected  # latest layer on the left
         # Same products in another order of evaluation (numpy): entries <= 1, a few ulps apart.
         np.testing.assert_allclose(product, expected, rtol=0, atol=1e-15)
-    if family == "gpt2":  # causal: the product stays lower-triangular
+    causal = bool((A.triu(1) == 0).all())  # HF's own attention says whether it is causal
+    adapter = ADAPTERS[_family(name)]
+    if isinstance(adapter, SpecAdapter):  # the spec's flag agrees with the attention itself
+        assert causal == adapter.spec.causal
+    if causal:  # a product of lower-triangular matrices stays lower-triangular, exactly
         assert torch.equal(products, torch.tril(products))
+    else:
+        assert not torch.equal(products, torch.tril(products))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_sample_dataset_on_every_family(name):
+    model = path_model(name)
+    ds = paths.sample(model, samples=3, sequences=2, tokens=6, init="pretrained", seed=1)
+    L = ds.sizes["depth"]
+    assert ds["ratio"].dims == ("init", "depth", "sample", "fit", "norm")
+    assert bool(np.isfinite(ds["ratio"]).all()) and float(ds["ratio"].min()) >= 0
+    assert ds.attrs["family"] == _family(name) and ds.attrs["n_layers"] == L
+    if model.config.model_type == "vit":  # seeded noise images, the model's own token count
+        assert ds.attrs["inputs"] == "seeded noise pixels" and ds.attrs["tokens"] == 17
 
 
 def test_uniform_attention_gives_exactly_rank_one():

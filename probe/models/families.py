@@ -79,14 +79,20 @@ def _decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
         norm="input_layernorm",
         norm_kind=extra.pop("norm_kind", "rms"),
         heads=extra.pop("heads", Heads("self_attn.v_proj", "self_attn.o_proj")),
-        skip_means="h = attn(norm(x)): the block's `residual` before the attention sum is zero",
-        mlp_means="y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
+        skip_means=extra.pop(
+            "skip_means",
+            "h = attn(norm(x)): the block's `residual` before the attention sum is zero",
+        ),
+        mlp_means=extra.pop(
+            "mlp_means",
+            "y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
+        ),
         final_norm="norm",
         lm_head="embed_tokens",
         forward_kwargs=DECODER_KWARGS,
         float32_softmax=True,
         causal=True,
-        source_note=LLAMA_NOTE,
+        source_note=extra.pop("source_note", f"{name}'s decoder layer, as {LLAMA_NOTE}"),
         **extra,
     )
 
@@ -101,16 +107,14 @@ def _opt_style(config) -> str:
 def _opt_steps(config) -> tuple[Step, ...]:
     # OPTDecoderLayer.forward: `residual = hidden_states` (residual_0), then the attention,
     # `hidden_states = residual + hidden_states`; 350m normalises after the sums instead.
-    head = (
-        zero(":residual_0"),
-        read("norm", "self_attn_layer_norm", "input"),
-        read("probs", "self_attn", index=1),
-        read("branch", "self_attn", index=0),
-    )
+    # Reads follow forward order: pre-LN runs self_attn_layer_norm before the attention,
+    # post-LN after the residual sum.
+    attn = (read("probs", "self_attn", index=1), read("branch", "self_attn", index=0))
+    norm = (read("norm", "self_attn_layer_norm", "input"),)
     mlp = (skip("fc1", "zeros"), skip("fc2", "input"))  # `residual + fc2(...)`: adds zeros
     if config.do_layer_norm_before:
-        return head + (skip("final_layer_norm", "input"),) + mlp
-    return head + mlp + (skip("final_layer_norm", "input"),)
+        return (zero(":residual_0"), *norm, *attn, skip("final_layer_norm", "input"), *mlp)
+    return (zero(":residual_0"), *attn, *norm, *mlp, skip("final_layer_norm", "input"))
 
 
 def _neox_style(config) -> str:
@@ -247,12 +251,24 @@ FAMILIES: tuple[Family, ...] = (
     _decoder("qwen2", ("qwen2",)),
     _decoder("qwen3", ("qwen3",)),
     _decoder("gemma", ("gemma",), norm_kind="rms+1"),
+    # Mixture of experts: the routed block stands where Llama's MLP stands and returns the
+    # hidden states alone, so "no MLP" skips it exactly like an MLP.
+    _decoder(
+        "mixtral",
+        ("mixtral",),
+        mlp_means="y = h: post_attention_layernorm and the mixture-of-experts block skipped",
+    ),
+    # The worked example of docs/adding-a-family.md: a Llama-shaped layer with LayerNorm.
+    _decoder("starcoder2", ("starcoder2",), norm_kind="layernorm"),
     _decoder(
         "gemma2",
         ("gemma2",),
         norm_kind="rms+1",
         style="sandwich",
         branch_norm="post_attention_layernorm",
+        skip_means="h = post_attention_layernorm(attn(norm(x))): the `residual` is zero",
+        mlp_means="y = h: pre_feedforward_layernorm, mlp, post_feedforward_layernorm skipped",
+        source_note="Gemma2DecoderLayer.forward: `residual = hidden_states` (residual_0)",
         steps=(
             zero(":residual_0"),  # `residual = hidden_states`
             read("norm", "input_layernorm", "input"),
@@ -415,24 +431,6 @@ FAMILIES: tuple[Family, ...] = (
 
 #: model_type -> why probe refuses it (families whose ablations cannot be exact).
 REFUSED: dict[str, str] = {
-    **{
-        kind: "a mixture-of-experts MLP routes each token to its own experts; probe's "
-        "no-MLP ablation is exact but its other variants and the path decomposition assume "
-        "one MLP per layer, so this family is refused"
-        for kind in (
-            "mixtral",
-            "qwen2_moe",
-            "qwen3_moe",
-            "olmoe",
-            "dbrx",
-            "deepseek_v2",
-            "deepseek_v3",
-            "jamba",
-            "granitemoe",
-            "phimoe",
-            "switch_transformers",
-        )
-    },
     **{
         kind: "not an attention model (a state-space or recurrent layer mixes the tokens); "
         "rank collapse under attention does not apply"

@@ -242,6 +242,16 @@ class SpecAdapter(Adapter):
             "X_0 the first layer's input"
         )
 
+    def describe(self, config) -> str:
+        """The spec as text, one step a line, for ``probe models``, results and reports."""
+        what = {"": "read", "no_skip": "no skip", "no_mlp": "no MLP"}
+        lines = [f"layers: {self.spec.layers} ({self.style(config)} residual)"]
+        lines += [
+            f"{what[step.when] if step.act != 'read' else 'read'}: {step.describe()}"
+            for step in self.spec.steps_of(config)
+        ]
+        return "\n".join(lines)
+
     # --- inside a trace -----------------------------------------------------------
     def layers(self, root):
         return _resolve(root, self.spec.layers)
@@ -302,10 +312,11 @@ class SpecAdapter(Adapter):
         heads = self.n_heads(config)
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         w_v, b_v, w_o, b_o = _value_output(layer, spec.heads, config, heads, kv_heads)
-        gamma, beta, eps, kind = norm_params(_resolve_module(layer, spec.norm), spec.norm_kind)
+        norm = _resolve_module(layer, self.read_site(config, "norm") or spec.norm)
+        gamma, beta, eps, kind = norm_params(norm, spec.norm_kind)
         extra = {}
-        if spec.branch_norm:
-            g, _, e, k = norm_params(_resolve_module(layer, spec.branch_norm), spec.norm_kind)
+        if branch := self.read_site(config, "branch_norm") or spec.branch_norm:
+            g, _, e, k = norm_params(_resolve_module(layer, branch), spec.norm_kind)
             extra = {"branch_gamma": g, "branch_eps": e, "branch_kind": k}
         return LayerWeights(
             w_v=w_v,
@@ -320,6 +331,18 @@ class SpecAdapter(Adapter):
             **extra,
         )
 
+    def read_site(self, config, name: str) -> str:
+        """The module whose value the step reading ``name`` takes, on this config ("" if none).
+
+        The norm the decomposition freezes is the one whose input the walk reads, so its
+        weights and its 1/sigma always come from the same module (Falcon's ``ln_attn`` or
+        ``input_layernorm``, as the config says).
+        """
+        for step in self.spec.steps_of(config):
+            if step.act == "read" and step.name == name:
+                return step.module
+        return ""
+
     def final_norm(self, model):
         if not self.spec.final_norm:
             return None
@@ -330,17 +353,38 @@ class SpecAdapter(Adapter):
         return gamma, beta, eps, kind
 
     def final_output(self, model, x: torch.Tensor) -> torch.Tensor:
-        """The final norm, as the model runs it, on the last layer's output x."""
+        """The model's output from the last layer's output x: the modules after the last
+        layer (final norm, OPT-350m's project_out), as the model runs them."""
         with torch.no_grad():
-            return _resolve_module(model, self.spec.final_norm)(x)
+            for path in self.spec.output_modules():
+                module = _resolve_module(model, path, missing_ok=True)
+                if module is not None:
+                    x = module(x)
+        return x
+
+    def output_projection(self, model) -> torch.Tensor | None:
+        """(out, hidden) weight of a bias-free linear map after the final norm, if the model's
+        output has one (OPT-350m's ``project_out``): the decomposition maps every path through it.
+        """
+        after = [
+            _resolve_module(model, m, missing_ok=True)
+            for m in self.spec.output_modules()
+            if m != self.spec.final_norm
+        ]
+        after = [m for m in after if m is not None]
+        if not after:
+            return None
+        if len(after) > 1 or not isinstance(after[0], torch.nn.Linear) or after[0].bias is not None:
+            raise ProbeError(
+                f"the {self.family} output ends in {type(after[-1]).__name__}, not one linear map; "
+                "the path decomposition cannot carry it"
+            )
+        return after[0].weight.detach()
 
     def lm_head(self, model) -> torch.Tensor | None:
-        """The tied input embeddings, where they are the LM head of the decomposed output."""
+        """The tied input embeddings, where they are the LM head of the model's output."""
         if not self.spec.lm_head or not getattr(model.config, "tie_word_embeddings", False):
             return None
-        after_norm = [m for m in self.spec.output_modules() if m != self.spec.final_norm]
-        if any(_resolve_module(model, m, missing_ok=True) is not None for m in after_norm):
-            return None  # OPT-350m's project_out sits between the output and its head
         module = _resolve_module(model, self.spec.lm_head, missing_ok=True)
         return None if module is None else module.weight.detach()
 

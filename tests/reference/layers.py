@@ -36,7 +36,7 @@ from functools import partial
 import torch
 from torch import nn
 
-__all__ = ["LAYER_PATHS", "reference_hidden_states"]
+__all__ = ["LAYER_PATHS", "layer_implementation", "reference_hidden_states"]
 
 
 def _llama(layer, hidden_states, *, skip, mlp, **kwargs):
@@ -192,6 +192,22 @@ LAYER_PATHS = {
 }
 
 
+#: A layer with these submodules is Llama-shaped whatever its model_type (Starcoder2, ...).
+_LLAMA_SHAPE = ("self_attn", "input_layernorm", "post_attention_layernorm", "mlp")
+
+
+def layer_implementation(model: nn.Module):
+    """(path of the layer list, re-implementation) for ``model``; Llama-shaped layers of any
+    model_type get the Llama one."""
+    kind = model.config.model_type
+    if kind in LAYER_PATHS:
+        return LAYER_PATHS[kind]
+    layers = getattr(model, "layers", None)
+    if layers is not None and all(hasattr(layers[0], name) for name in _LLAMA_SHAPE):
+        return "layers", _llama
+    raise ValueError(f"no reference layer for model_type {kind!r}")
+
+
 def _module(model: nn.Module, path: str) -> nn.Module:
     for part in path.split("."):
         model = getattr(model, part)
@@ -214,7 +230,7 @@ def reference_hidden_states(
     ``inputs``: the keyword arguments of the model's forward (``input_ids`` and
     ``attention_mask``, or ``pixel_values``).
     """
-    path, layer_forward = LAYER_PATHS[model.config.model_type]
+    path, layer_forward = layer_implementation(model)
     work = copy.deepcopy(model)
     _strip(work)
     work.eval()

@@ -180,6 +180,8 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
         },
     ),
     "phi3": ("Phi3Config", _DECODER),
+    "starcoder2": ("Starcoder2Config", {**_DECODER, "use_bias": True}),
+    "mixtral": ("MixtralConfig", {**_DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}),
     "opt": (
         "OPTConfig",
         dict(
