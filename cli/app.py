@@ -20,11 +20,11 @@ from .domains import (
     CommaList,
     Count,
     Device,
-    InFolder,
+    Family,
+    ImageFolder,
     ModelName,
     OutFolder,
     Seed,
-    Text,
     TextFile,
     argument,
     option,
@@ -119,7 +119,7 @@ def collapse(
         Path | None,
         option(
             "--images",
-            domain=InFolder("folder of images"),
+            domain=ImageFolder(),
             help="A folder of images, for an image model (ViT) [default: seeded noise images].",
         ),
     ] = None,
@@ -319,7 +319,7 @@ def _value(choice) -> str:
 def list_models(
     family: Annotated[
         str | None,
-        argument("[FAMILY]", Text(), help="A family: print its spec, step by step."),
+        argument("[FAMILY]", Family(), help="A family: print its spec, step by step."),
     ] = None,
 ) -> None:
     """List the supported families and the bundled configs (or one family's spec)."""

@@ -20,6 +20,8 @@ Domains (their checks live in :mod:`probe.checks`, shared with the library):
 * ``OutFolder()``: a folder results can be written to (tried, never created here);
 * ``NewFolder(marker)``: a folder a command writes whole; only an empty one or one it
   wrote itself may be replaced;
+* ``ImageFolder()``: a readable folder of images (``--images``);
+* ``Family()``: a family probe knows, by name (``probe models FAMILY``);
 * ``ModelName()``: a non-empty hub id, local folder or bundled name.
 
 Sizes are checked once more against memory where the model and all sizes are known
@@ -52,7 +54,7 @@ class Domain:
     """The values one option accepts.  Subclasses define ``check`` and ``describe``."""
 
     #: What kind of value, for the fuzzer: "int", "float", "device", "choice", "file",
-    #: "folder", "out-folder", "new-folder", "result", "model", "text".
+    #: "folder", "images", "out-folder", "new-folder", "result", "model", "family", "text".
     kind = "text"
     metavar = "TEXT"
     #: Literal words accepted beside the domain's values (e.g. "all").
@@ -251,6 +253,30 @@ class InFolder(Domain):
 
     def check(self, value):
         return checks.readable_folder(_path(value, self.name), self.name, self.what)
+
+
+class ImageFolder(InFolder):
+    """A readable folder of images (which files are images is said when they are read)."""
+
+    kind = "images"
+
+    def __init__(self) -> None:
+        super().__init__("folder of images")
+
+
+class Family(Text):
+    """A family probe knows (``probe models`` lists them), by its name."""
+
+    kind = "family"
+    metavar = "FAMILY"
+
+    def check(self, value):
+        text = super().check(value)
+        from probe.models import ADAPTERS  # at parse time only: `probe --help` stays light
+
+        if text not in ADAPTERS:
+            raise ProbeError(f"no family {checks.shown(text)}; choose one of {', '.join(ADAPTERS)}")
+        return text
 
 
 class OutFolder(Domain):

@@ -3,7 +3,8 @@
 The fuzzer (``tests/test_fuzz_cli.py``) and the fault tests (``tests/test_faults.py``)
 draw paths from here by the kind of an option's domain (``cli.domains``): model
 folders (tiny and healthy, or with NaN weights, missing tensors, a broken or hostile
-config), texts (UTF-8, empty, Latin-1, UTF-16, binary), result files of every analysis
+config), texts (UTF-8, empty, Latin-1, UTF-16, binary), folders of images (good, damaged,
+none), result files of every analysis
 (and damaged, foreign and fake ones), folders written by ``probe fastformer train``,
 and the special files of the system (a fifo, /dev/null, /proc).  ``copy_world`` gives
 each command line a private copy (hard links: every probe write is a rename, so the
@@ -23,7 +24,12 @@ import xarray as xr
 from safetensors.torch import load_file, save_file
 
 from tests.datasets import make_collapse_dataset
-from tests.reference.tiny import FAMILIES, tiny_model
+from tests.reference.tiny import FAMILIES, tiny_model, tiny_spec_model
+
+#: Families of the generic walker in the world (tiny models): decoders with rotary
+#: positions, parallel residuals and soft-caps, an encoder with relative positions, and
+#: an image model.
+SPEC_FAMILIES = ("llama", "t5", "vit", "opt", "falcon", "gemma2", "deberta-v2", "modernbert")
 
 
 def _edit_weights(src: Path, dst: Path, edit) -> None:
@@ -59,6 +65,11 @@ def build_world(root: Path) -> dict[str, list[str]]:
         folder = models / f"tiny-{family}"
         if not folder.exists():
             tiny_model(family, seed=1, dtype=torch.float32).save_pretrained(folder)
+        good.append(folder)
+    for family in SPEC_FAMILIES:  # the walker's families (probe/models/families.py)
+        folder = models / f"tiny-{family}"
+        if not folder.exists():
+            tiny_spec_model(family, seed=1, dtype=torch.float32).save_pretrained(folder)
         good.append(folder)
     bert, gpt2 = models / "tiny-bert", models / "tiny-gpt2"
     hostile = {
@@ -114,6 +125,10 @@ def build_world(root: Path) -> dict[str, list[str]]:
     if not fifo.exists():
         os.mkfifo(fifo)
 
+    images = root / "images"
+    if not images.exists():
+        _images(root)
+
     results = root / "results"
     results.mkdir(exist_ok=True)
     _results(results)
@@ -158,6 +173,15 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": ["trained/damaged-record", "trained/broken-record", "models/empty-folder"]
             + ["texts/good.txt", "nowhere", "/proc", "/dev/null", "texts/fifo"],
         },
+        "images": {
+            "good": ["images/rgb", "images/one"],
+            "bad": ["images/broken", "images/none", "models/empty-folder", "texts/good.txt"]
+            + ["nowhere", "/proc", "/dev/null", "texts/fifo"],
+        },
+        "family": {
+            "good": ["bert", "gpt2", "llama", "t5", "vit", "albert", "xlnet", "fastformer"],
+            "bad": ["nope", "BERT", "bert ", "", "gpt-2", "../bert"],
+        },
         "out-folder": {
             "good": ["out", "out/deeper/still", "results", "models/empty-folder", "."],
             "bad": ["texts/good.txt", "texts/good.txt/below", "/proc", "/proc/out", "/dev/null"]
@@ -173,6 +197,25 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": ["missing.html", "texts/good.txt/x.html", "/proc"],
         },
     }
+
+
+def _images(root: Path) -> None:
+    """Folders for ``--images``: RGB images (PNG and JPEG), one image, a damaged image, none."""
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for name, count in (("rgb", 3), ("one", 1)):
+        folder = root / "images" / name
+        folder.mkdir(parents=True)
+        for i in range(count):
+            pixels = rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{i}.{'png' if i % 2 == 0 else 'jpg'}")
+    broken = root / "images" / "broken"
+    broken.mkdir()
+    (broken / "0.png").write_bytes(b"\x89PNG not an image")
+    none = root / "images" / "none"
+    none.mkdir()
+    (none / "notes.txt").write_text("no images here")
 
 
 def _with_tokenizer(folder: Path) -> None:
