@@ -263,6 +263,14 @@ class ImageFolder(InFolder):
     def __init__(self) -> None:
         super().__init__("folder of images")
 
+    def check(self, value):
+        path = _path(value, self.name)
+        if checks.path_state(path, self.name) is None:
+            raise ProbeError(
+                f"{self.name} {path} is not a folder: nothing is there; give a {self.what}"
+            )
+        return super().check(value)
+
 
 class Family(Text):
     """A family probe knows (``probe models`` lists them), by its name."""

@@ -324,6 +324,9 @@ def test_every_command_line_keeps_the_contract(words, command, world, tmp_path, 
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     counter = iter(range(10**9))
+    # A line that left its sandbox exactly as it was copied (every refusal, asserted)
+    # leaves it to the next line; otherwise the next line gets a fresh copy.
+    kept: list[tuple[Path, dict]] = []
 
     @settings(
         max_examples=EXAMPLES,
@@ -334,17 +337,27 @@ def test_every_command_line_keeps_the_contract(words, command, world, tmp_path, 
     )
     @given(line=command_lines(words, command, pool))
     def run(line):
-        sandbox = tmp_path / f"run{next(counter)}"
-        sandbox.mkdir()
-        copy_world(root, sandbox)
-        monkeypatch.chdir(sandbox)
-        start = time.monotonic()
-        outcome = check_contract(line, sandbox)
-        _log(words, line, outcome, time.monotonic() - start)
-        monkeypatch.chdir(tmp_path)
         import shutil
 
-        shutil.rmtree(sandbox, ignore_errors=True)
+        if kept:
+            sandbox, pristine = kept.pop()
+        else:
+            sandbox = tmp_path / f"run{next(counter)}"
+            sandbox.mkdir()
+            copy_world(root, sandbox)
+            pristine = snapshot(sandbox)
+        monkeypatch.chdir(sandbox)
+        start = time.monotonic()
+        outcome = "failed"
+        try:
+            outcome = check_contract(line, sandbox)
+        finally:
+            _log(words, line, outcome, time.monotonic() - start)
+            monkeypatch.chdir(tmp_path)
+            if outcome != "timeout" and snapshot(sandbox) == pristine:
+                kept.append((sandbox, pristine))
+            else:
+                shutil.rmtree(sandbox, ignore_errors=True)
 
     run()
 
