@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import metrics
+from probe import checks, memory, metrics
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
@@ -99,8 +99,10 @@ def prepare(
         if isinstance(variants, str)
         else parse_variants(",".join(variants) if variants else "")
     )
-    if batch_size < 1:
-        raise ProbeError("--batch-size must be at least 1")
+    checks.integer("--batch-size", batch_size, 1)
+    checks.integer("--tokens", tokens, 2)
+    if sequences != "all":
+        checks.integer("--sequences", sequences, 1)
     if surgery not in SURGERIES:
         raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
     check_seed(seed)
@@ -116,6 +118,15 @@ def prepare(
         raise ProbeError(
             f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
         )
+    # "all": every image of --images, or as many sequences as the text holds (one per
+    # `tokens` characters at most).
+    if sequences != "all":
+        most = sequences
+    elif images is not None:
+        most = len(image_files(images))
+    else:
+        most = len(read_text(text)[0]) // tokens + 1
+    memory.require_run(first, most, tokens, batch_size)
     inputs = model_inputs(
         first,
         text=text,
@@ -276,6 +287,12 @@ class _Reducer:
             x0, mask0, values = self.first
             if torch.equal(x, x0) and torch.equal(mask, mask0):
                 return values
+        if not bool(torch.isfinite(x[mask.bool()]).all()):
+            # The weights are finite (checked at load): the forward pass overflowed.
+            raise ProbeError(
+                f"layer {layer}'s token representations hold NaN or inf: the forward pass "
+                f"overflowed in {str(x.dtype).removeprefix('torch.')}; use --dtype float32 or float64"
+            )
         values = {name: value.cpu() for name, value in metrics.collapse_metrics(x, mask).items()}
         if layer == 0:
             self.first = (x.clone(), mask.clone(), values)

@@ -29,3 +29,5 @@ FITS: tuple[str, ...] = ("mean", "svd")
 DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: Ablation definitions: probe's, uniform across families, or the paper's own code's per family.
 SURGERIES: tuple[str, ...] = ("probe", "paper")
+#: Models ``probe fastformer train --baseline`` trains beside the Fastformer.
+BASELINES: tuple[str, ...] = ("gpt2",)
