@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import metrics
+from probe import checks, memory, metrics
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
@@ -155,8 +155,10 @@ def prepare(
         if isinstance(variants, str)
         else parse_variants(",".join(variants) if variants else "")
     )
-    if batch_size < 1:
-        raise ProbeError("--batch-size must be at least 1")
+    checks.integer("--batch-size", batch_size, 1)
+    checks.integer("--tokens", tokens, 2)
+    if sequences != "all":
+        checks.integer("--sequences", sequences, 1)
     if surgery not in SURGERIES:
         raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
     chosen = parse_metrics(metrics)
@@ -178,6 +180,15 @@ def prepare(
         raise ProbeError(
             f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
         )
+    # "all": every image of --images, or as many sequences as the text holds (one per
+    # `tokens` characters at most).
+    if sequences != "all":
+        most = sequences
+    elif images is not None:
+        most = len(image_files(images))
+    else:
+        most = len(read_text(text)[0]) // tokens + 1
+    memory.require_run(first, most, tokens, batch_size)
     inputs = model_inputs(
         first,
         text=text,
@@ -307,7 +318,8 @@ def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np
         side.wait_event(ready)
         for i, j, per_layer in runs:
             layers = []
-            for x, real in per_layer:
+            for layer, (x, real) in enumerate(per_layer):
+                _check_finite(x, real, layer)  # waits for the device: off the forward's thread
                 values = metrics.collapse_metrics(x, real, plan.metrics, plan.effective_rank)
                 layers.append({name: _to_host(value) for name, value in values.items()})
             measured.append((i, j, layers))
@@ -319,6 +331,15 @@ def _to_host(value: torch.Tensor) -> torch.Tensor:
     """A non-blocking copy into pinned host memory (readable once the stream is synced)."""
     host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
     return host.copy_(value, non_blocking=True)
+
+
+def _check_finite(x: torch.Tensor, mask: torch.Tensor, layer: int) -> None:
+    if not bool(torch.isfinite(x[mask.bool()]).all()):
+        # The weights are finite (checked at load): the forward pass overflowed.
+        raise ProbeError(
+            f"layer {layer}'s token representations hold NaN or inf: the forward pass "
+            f"overflowed in {str(x.dtype).removeprefix('torch.')}; use --dtype float32 or float64"
+        )
 
 
 class _Reducer:
@@ -345,6 +366,7 @@ class _Reducer:
             x0, mask0, values = self.first
             if torch.equal(x, x0) and torch.equal(mask, mask0):
                 return values
+        _check_finite(x, mask, layer)
         values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
         values = {name: value.cpu() for name, value in values.items()}
         if layer == 0:
@@ -502,6 +524,10 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "hidden_size": adapter.hidden_size(config),
         "residual_stream": adapter.stream_note,
         "attention": first.attn_implementation,
+        # 1 where a token attends only to earlier ones (decoders): their SAN collapses slower.
+        "causal": int(
+            adapter.spec.causal if hasattr(adapter, "spec") else first.family == "fastformer"
+        ),
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         "settings": json.dumps(plan.settings, sort_keys=True),
         "settings_id": settings_id(plan.settings),

@@ -1,4 +1,10 @@
-"""What the model-based path analyses share: loading, inputs, provenance attrs."""
+"""What the model-based path analyses share: checks, loading, inputs, provenance attrs.
+
+``check_request`` and ``load_models`` are the same steps as ``collapse.prepare``: every
+number in its domain (``probe.checks``), the text read, the models loaded with the same
+refusals (partial or non-finite checkpoints, configs transformers rejects, devices this
+machine lacks), then the sizes against memory (``probe.memory``), all before any forward.
+"""
 
 from __future__ import annotations
 
@@ -6,11 +12,28 @@ from dataclasses import dataclass
 
 import torch
 
+from probe import checks, memory
 from probe.errors import ProbeError
-from probe.inputs import Inputs, make_inputs
+from probe.inputs import Inputs, make_inputs, read_text
 from probe.load import ProbedModel, load, wrap
 
 from .collapse import parse_inits
+
+
+def check_request(text, sequences: int, tokens: int, batch_size: int, seed: int) -> None:
+    """The settings of a run, checked before any model is loaded."""
+    checks.integer("--batch-size", batch_size, 1)
+    checks.integer("--sequences", sequences, 1)
+    checks.integer("--tokens", tokens, 2)
+    checks.integer("--seed", seed, 0, checks.MAX_SEED)
+    if text is not None:
+        read_text(text)  # a bad --text fails before any model is loaded
+
+
+def check_run(probed: ProbedModel, sequences: int, tokens: int, batch: int, extra: int = 0):
+    """The model's token limit, then the run's memory (inputs, one batch, ``extra``)."""
+    check_tokens(probed, tokens)
+    memory.require_run(probed, sequences, tokens, batch, extra)
 
 
 def load_models(model, init, seed, device, dtype) -> list[ProbedModel]:

@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from probe.errors import ProbeError
-from probe.paths import count_by_length, total_paths
+from probe.paths import MAX_SHAPE, count_by_length, total_paths
 from probe.results import command_line, utc_now, versions
 
 from .path_presets import Preset, all_presets
@@ -58,6 +58,12 @@ def count(
         rows = [model_shape(model)]
     else:
         rows = list(all_presets() if presets is None else presets)
+    for row in rows:
+        if row.layers > MAX_SHAPE or row.heads > MAX_SHAPE:
+            raise ProbeError(
+                f"{row.name}: L={row.layers}, H={row.heads}; probe counts paths exactly up to "
+                f"L and H of {MAX_SHAPE} (beyond, each count has millions of digits)"
+            )
     return _dataset(rows, command)
 
 
@@ -85,7 +91,7 @@ def model_shape(model) -> Preset:
     A name resolves as in every other command (:func:`probe.load.read_config`): ``minilm``,
     the shipped checkpoints, local folders, bundled configs, then the local hub cache.
     """
-    from probe.load import read_config
+    from probe.load import check_config, read_config
     from probe.models import adapter_for
 
     config = getattr(model, "config", None)
@@ -100,6 +106,8 @@ def model_shape(model) -> Preset:
         source = "the loaded model's config"
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
+    if source != "the loaded model's config":
+        check_config(name, config, adapter)  # what collapse refuses, --count refuses too
     return Preset(name, adapter.n_layers(config), adapter.n_heads(config), "model", source)
 
 

@@ -69,11 +69,10 @@ import xarray as xr
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
 from probe.errors import ProbeError
-from probe.inputs import read_text
 from probe.load import ProbedModel
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_tokens, load_models, model_attrs, path_inputs
+from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
 
 NORMS = ("fro", "l1inf")
 Progress = Callable[[int, int, str], None]
@@ -95,17 +94,19 @@ def decompose(
     command: str | None = None,
 ) -> xr.Dataset:
     """The path-length decomposition Dataset of ``model`` (see the module docstring)."""
-    if batch_size < 1:
-        raise ProbeError("--batch-size must be at least 1")
-    if text is not None:
-        read_text(text)
+    check_request(text, sequences, tokens, batch_size, seed)
     models = load_models(model, init, seed, device, dtype)
     first = models[0]
     if first.adapter.not_decomposable:
         raise ProbeError(f"--decompose: {first.adapter.not_decomposable}")
-    check_tokens(first, tokens)
-    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
     L = first.n_layers
+    hidden, batch = first.adapter.hidden_size(first.config), min(batch_size, sequences)
+    # The programme holds every path length's term of a layer (float64), three times over
+    # (terms, their running sum, the norms' work), and the result arrays.
+    terms = 3 * (L + 1) * batch * tokens * hidden * 8
+    results = len(models) * (L + 1) * (L + 1) * sequences * 2 * len(NORMS) * 8
+    check_run(first, sequences, tokens, batch, terms + results)
+    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
     has_lm = first.adapter.lm_head(first.model) is not None
     S, K, N = inputs.sequences, L + 1, len(NORMS)
     per_layer = {
@@ -179,6 +180,12 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
             reads.append(layer)
     if len(reads) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(reads)} layers, expected {probed.n_layers + 1}")
+    for n, r in enumerate(reads):
+        if not all(bool(torch.isfinite(v).all()) for v in r.values() if torch.is_tensor(v)):
+            raise ProbeError(
+                f"{probed.name} ({probed.init}, {probed.dtype}): layer {n} of the SAN+skip run "
+                "holds NaN or inf (the forward pass overflowed); use --dtype float64"
+            )
     xs = [r["x"].to(torch.float64) for r in reads]
     layers = [
         frozen.freeze(w, r["attn"], r["norm_input"], r.get("branch_norm_input"))

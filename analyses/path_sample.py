@@ -32,16 +32,15 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import metrics
+from probe import checks, metrics
 from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
-from probe.inputs import read_text
 from probe.load import ProbedModel
-from probe.paths import SKIP, path_str, random_path
+from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_tokens, load_models, model_attrs, path_inputs
+from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
 
 Progress = Callable[[int, int, str], None]
 
@@ -63,17 +62,18 @@ def sample(
     command: str | None = None,
 ) -> xr.Dataset:
     """Distance from rank one of attention products along sampled paths (module docstring)."""
-    if samples < 1:
-        raise ProbeError("--samples must be at least 1")
-    if batch_size < 1:
-        raise ProbeError("--batch-size must be at least 1")
-    if text is not None:
-        read_text(text)
+    checks.integer("--samples", samples, 1)
+    check_request(text, sequences, tokens, batch_size, seed)
     models = load_models(model, init, seed, device, dtype)
     first = models[0]
-    check_tokens(first, tokens)
-    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
     L, H = first.n_layers, first.adapter.path_heads(first.config)
+    per_batch = min(batch_size, sequences)
+    # The drawn paths' attention slices and products (float64), and the result array.
+    drawn_bytes = L * samples * (tokens * tokens * (8 + first.dtype.itemsize) + 64)
+    result_bytes = len(models) * L * samples * len(metrics.FITS) * len(metrics.NORMS) * 8
+    check_run(first, sequences, tokens, per_batch, drawn_bytes + result_bytes)
+    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
+    _check_samples(samples, L, H, inputs.sequences)
     drawn = draw(L, H, samples, inputs.sequences, seed)
     ratio = np.full((len(models), L, samples, len(metrics.FITS), len(metrics.NORMS)), np.nan)
     chunks = inputs.batches(batch_size)
@@ -89,6 +89,12 @@ def sample(
             ]
             if mine:
                 products = chain(probed, ids, mask, [(p, q) for _, _, p, q in mine])
+                if not bool(torch.isfinite(products).all()):
+                    raise ProbeError(
+                        f"{probed.name} ({probed.init}, {first.dtype}): its attention "
+                        "probabilities hold NaN or inf (the forward pass overflowed); "
+                        "use --dtype float32 or float64"
+                    )
                 values = metrics.collapse_metrics(products)["relative_residual"]
                 for (d, s, _, _), value in zip(mine, values.cpu().numpy(), strict=True):
                     ratio[i, d, s] = value
@@ -96,6 +102,21 @@ def sample(
             if progress is not None:
                 progress(done, total, f"{probed.init} attention")
     return _dataset(ratio, drawn, models, inputs, samples, command)
+
+
+def _check_samples(samples: int, layers: int, heads: int, sequences: int) -> None:
+    """More draws than a depth has distinct (path, sequence) pairs only repeat them: the
+    result grows without telling more (a model with 4 paths once wrote 264 MB)."""
+    counts = count_by_length(layers, heads)[1:]  # depths 1..L
+    fewest = min(counts)
+    depth = counts.index(fewest) + 1
+    pairs = fewest * sequences
+    if samples > pairs:
+        raise ProbeError(
+            f"--samples {samples} is more than the {pairs} distinct (path, sequence) pairs of "
+            f"depth {depth} ({fewest} paths x {sequences} sequences); use --samples {pairs} "
+            "or fewer, or more --sequences"
+        )
 
 
 def draw(layers: int, heads: int, samples: int, sequences: int, seed: int):

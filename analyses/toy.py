@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import xarray as xr
 
+from probe import checks, memory
 from probe.errors import ProbeError
 from probe.metrics import relative_residual
 from probe.results import utc_now
@@ -87,8 +88,8 @@ def run(
 ) -> xr.Dataset:
     """Train and evaluate one task; see the module docstring."""
     opts = settings(task, quick, **overrides)
-    _check(opts, n_paths, repeats)
     dev = _device(device)
+    _check(opts, n_paths, repeats, str(dev), task)
     progress = progress or (lambda done, total, label: None)
     started = time.perf_counter()
     if task == "circle":
@@ -232,28 +233,56 @@ def _circle(opts, seed, dev, progress) -> xr.Dataset:
     )
 
 
-def _check(opts: dict, n_paths: int, repeats: int) -> None:
-    positive = [
-        k for k, v in opts.items() if isinstance(v, int | float) and v <= 0 and k != "shift"
-    ]
-    if positive:
-        raise ProbeError(f"{', '.join(positive)} must be positive")
+def _check(opts: dict, n_paths: int, repeats: int, device: str = "cpu", task: str = "") -> None:
+    """Every size in its domain (``probe.checks``, the CLI's own), then memory."""
+    for key, value in opts.items():
+        if key == "lr":
+            checks.real("--lr", value, 0, MAX_LR, low_open=True)
+        elif key == "shift":
+            checks.real("--shift", value, 0, MAX_SHIFT)
+        elif isinstance(value, int | float):
+            checks.integer(f"--{key.replace('_', '-')}", value, 1)
     if opts["hidden"] % opts["width"]:
         raise ProbeError(f"--hidden {opts['hidden']} is not a multiple of --width {opts['width']}")
-    if n_paths < 1 or repeats < 1:
-        raise ProbeError("--n-paths and --repeats must be at least 1")
+    checks.integer("--n-paths", n_paths, 1)
+    checks.integer("--repeats", repeats, 1)
+    memory.require(
+        _bytes(task, opts, n_paths, repeats),
+        device,
+        f"toy {task} with these sizes",
+        "use smaller --train, --eval, --hidden, --depth, --batch-size, --n-paths or --repeats",
+    )
+
+
+#: The largest Adam learning rate and convex-hull shift accepted (the CLI's bounds).
+MAX_LR = 1.0
+MAX_SHIFT = 1e6
+#: Activations of one layer kept for the backward pass, in units of batch x length x hidden.
+TOY_ACTIVATIONS = 12
+
+
+def _bytes(task: str, opts: dict, n_paths: int, repeats: int) -> int:
+    """An upper bound of what a toy run holds at once (see ``probe.memory``)."""
+    hidden, depth, width = opts["hidden"], opts["depth"], opts["width"]
+    if task == "circle":
+        length, n_train, n_eval = 2, opts["points"], 0
+        extra = len(VARIANTS) * (opts["steps"] + 1) * 4 * 8 + opts["points"] * 2 * 8
+    else:
+        length = opts.get("length") or opts.get("points") or opts.get("tokens") or 1
+        n_train = opts["train"]
+        n_eval = opts.get("eval", n_train)
+        paths = (depth + 1) * repeats * n_paths
+        extra = paths * (depth * 4 + 64)  # the drawn paths as text (numpy strings)
+    batch = min(opts["batch_size"], max(n_train, 1))
+    data = (n_train + n_eval) * length * 8 * 3  # inputs (points: two floats) and labels
+    per_row = TOY_ACTIVATIONS * length * hidden * depth + 3 * width * length * length * depth
+    training = batch * per_row * 4
+    evaluation = n_eval * (per_row + 2 * length * hidden) * 4  # the full trace, kept, and a path
+    return data + training + evaluation + extra + opts["epochs"] * 8
 
 
 def _device(device: str) -> torch.device:
-    try:
-        dev = torch.device(device)
-    except RuntimeError:
-        raise ProbeError(f"unknown --device {device!r}; use cpu or cuda") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise ProbeError("--device cuda: no CUDA device is available here")
-    if dev.type not in ("cpu", "cuda"):
-        raise ProbeError(f"unknown --device {device!r}; use cpu or cuda")
-    return dev
+    return torch.device(checks.device(device))
 
 
 def _version(package: str) -> str:

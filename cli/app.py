@@ -13,8 +13,22 @@ from typing import Annotated
 import typer
 
 from probe import names
+from probe.ablate import parse_variants
 
-from .console import OneLineErrors, fail, out
+from .console import OneLineErrors, checked, fail, out
+from .domains import (
+    CommaList,
+    Count,
+    Device,
+    Family,
+    ImageFolder,
+    ModelName,
+    OutFolder,
+    Seed,
+    TextFile,
+    argument,
+    option,
+)
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -43,7 +57,9 @@ Fit = _choices("Fit", names.FITS)
 Surgery = _choices("Surgery", names.SURGERIES)
 ErankMethod = _choices("ErankMethod", names.EFFECTIVE_RANK_METHODS)
 
-OutDir = Annotated[Path, typer.Option("--out", help="Folder for results and reports.")]
+OutDir = Annotated[
+    Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
+]
 Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 
 
@@ -71,9 +87,7 @@ def main_options(
 def collapse(
     models: Annotated[
         list[str],
-        typer.Argument(
-            help="Hub ids, local save_pretrained folders, or `minilm`.", metavar="MODEL"
-        ),
+        argument("MODEL", ModelName(), help="Hub ids, local save_pretrained folders, or `minilm`."),
     ],
     no_skip: Annotated[
         bool,
@@ -86,27 +100,42 @@ def collapse(
         typer.Option("--no-mlp", help="Remove the MLP sublayer (SAN+skip; with --no-skip: SAN)."),
     ] = False,
     variants: Annotated[
-        str | None, typer.Option(help="all, or a comma list of SAN,SAN+MLP,SAN+skip,transformer.")
+        str | None,
+        option(
+            "--variants",
+            domain=CommaList(names.VARIANTS, parse_variants, words=("all",), metavar="all|LIST"),
+            help="all, or a comma list of SAN,SAN+MLP,SAN+skip,transformer.",
+        ),
     ] = None,
     init: Annotated[Init, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
     text: Annotated[
         Path | None,
-        typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
+        option(
+            "--text",
+            domain=TextFile(),
+            help="UTF-8 text cut into sequences [default: the built-in sample text].",
+        ),
     ] = None,
     images: Annotated[
         Path | None,
-        typer.Option(
-            help="A folder of images, for an image model (ViT) [default: seeded noise images]."
+        option(
+            "--images",
+            domain=ImageFolder(),
+            help="A folder of images, for an image model (ViT) [default: seeded noise images].",
         ),
     ] = None,
     sequences: Annotated[
         str,
-        typer.Option(
+        option(
+            "--sequences",
+            domain=Count(1, words=("all",)),
             help="Number of sequences (images), or all: every full sequence of --text "
-            "(every image of --images)."
+            "(every image of --images).",
         ),
     ] = "32",
-    tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
+    tokens: Annotated[
+        int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")
+    ] = 128,
     metric: Annotated[
         Metric, typer.Option(help="Metric shown in the printed table.")
     ] = "relative-residual",
@@ -139,17 +168,18 @@ def collapse(
         ),
     ] = None,
     seed: Annotated[
-        int,
-        typer.Option(
-            min=0, max=2**63 - 1, help="Seed for random init and synthetic inputs (0 to 2^63-1)."
-        ),
+        int, option("--seed", domain=Seed(), help="Seed for random init and synthetic inputs.")
     ] = 0,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[
+        str, option("--device", domain=Device(), help="Where the model runs.")
+    ] = "cpu",
     dtype: Annotated[
         Dtype,
         typer.Option(help="Precision of the model run (float64 shows the collapse past 1e-7)."),
     ] = "float32",
-    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 16,
+    batch_size: Annotated[
+        int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
+    ] = 16,
     surgery: Annotated[
         Surgery,
         typer.Option(
@@ -175,10 +205,11 @@ def collapse(
     from .console import settings, warn
 
     settings["quiet"] = quiet
+    same = [m for i, m in enumerate(models) if _same_model(m) in map(_same_model, models[:i])]
+    if same:
+        fail(f"{', '.join(dict.fromkeys(same))} given more than once; give each model once")
     if variants is not None and (no_skip or no_mlp):
         fail("use either --variants or --no-skip/--no-mlp, not both")
-    if variants is not None and not variants.strip():
-        fail("--variants is empty; give 'all' or a comma list of " + ",".join(names.VARIANTS))
     metric_name = _value(metric).replace("-", "_")
     if metric_name != "relative_residual":
         for option, given in (("--norm", norm), ("--fit", fit)):
@@ -193,7 +224,7 @@ def collapse(
         init=_value(init),
         text=text,
         images=images,
-        sequences=sequences if sequences == "all" else _count(sequences),
+        sequences=sequences if sequences == "all" else int(sequences),
         tokens=tokens,
         metric=metric_name,
         norm=_value(norm) if norm is not None else "l1inf",
@@ -208,6 +239,12 @@ def collapse(
         allow_missing_weights=allow_missing_weights,
         out_dir=out_dir,
     )
+
+
+def _same_model(name: str) -> str:
+    """What a model name points to: a local folder by its real path, else the name."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
 
 
 def _print_spec(name: str) -> None:
@@ -238,12 +275,16 @@ def _print_spec(name: str) -> None:
 @app.command("check")
 def check(
     model: Annotated[
-        str, typer.Argument(help="A hub id, a local folder, or a shipped name.", metavar="MODEL")
+        str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")
     ],
     init: Annotated[Init, typer.Option(help="Weights: pretrained or random.")] = "random",
     dtype: Annotated[Dtype, typer.Option(help="Precision of the check.")] = "float64",
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
-    tokens: Annotated[int, typer.Option(min=2, help="Tokens of the one test sequence.")] = 8,
+    device: Annotated[
+        str, option("--device", domain=Device(), help="Where the model runs.")
+    ] = "cpu",
+    tokens: Annotated[
+        int, option("--tokens", domain=Count(2), help="Tokens of the one test sequence.")
+    ] = 8,
 ) -> None:
     """Check that probe's ablations are exact on MODEL: the self-test identities, layer by layer."""
     import torch
@@ -256,10 +297,14 @@ def check(
     if init_name == "both":
         fail("--init is pretrained or random for probe check")
     probed = load(model, init=init_name, dtype=_value(dtype), device=device, verify=False)
+    checked()  # the model is loaded: warnings held so far may show
     if probed.adapter.inputs == "ids":
         limit = probed.adapter.max_tokens(probed.config)
         if limit is not None and tokens > limit:
             fail(f"{model} takes at most {limit} tokens; use --tokens {limit} or fewer")
+        from probe import memory
+
+        memory.require_run(probed, 1, tokens, 1)  # one sequence, through every variant
         generator = torch.Generator().manual_seed(0)
         data = torch.randint(0, probed.config.vocab_size, (1, tokens), generator=generator)
         found = identities(probed, data)
@@ -289,17 +334,11 @@ def _value(choice) -> str:
     return choice.value if isinstance(choice, Enum) else str(choice)
 
 
-def _count(text: str) -> int:
-    if not text.isdigit() or int(text) < 1:
-        fail(f"--sequences must be a positive number or all, got {text!r}")
-    return int(text)
-
-
 @app.command("models")
 def list_models(
     family: Annotated[
         str | None,
-        typer.Argument(help="A family: print its spec, step by step.", metavar="[FAMILY]"),
+        argument("[FAMILY]", Family(), help="A family: print its spec, step by step."),
     ] = None,
 ) -> None:
     """List the supported families and the bundled configs (or one family's spec)."""

@@ -15,9 +15,10 @@ from rich.table import Table
 from probe.analyses import collapse
 from probe.results import ENGINE, temp_beside
 
-from .console import Reporter, command_line, err, out, warn
+from .console import Reporter, checked, command_line, err, out, warn
 from .output import (
     check_out_dir,
+    no_empty_folder,
     print_family_table,
     write_comparison,
     write_index,
@@ -29,18 +30,25 @@ def run_collapse(
     models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options
 ) -> None:
     check_out_dir(out_dir)
+    with no_empty_folder(out_dir):
+        _run(models, metric=metric, norm=norm, fit=fit, out_dir=out_dir, **options)
+
+
+def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options):
     command = command_line()
     reporter = Reporter()
     plans = []
     for model in models:
         with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
             plans.append(collapse.prepare(model, warn=warn, command=command, **options))
+    reporter.loaded()
+    checked()
     results: list[tuple[xr.Dataset, Path]] = []
     # Results go to disk batch by batch (probe.stream): host memory does not grow with the
     # number of sequences.  Each file is moved into place, next to its report, at the end.
     streams = [Path(temp_beside(out_dir / "collapse.nc")) for _ in plans]
     try:
-        with reporter.bar(sum(plan.steps for plan in plans)):
+        with reporter.bar(sum(plan.steps for plan in plans), summary=True):
             datasets = [
                 collapse.execute(plan, progress=reporter.update, stream_to=stream)
                 for plan, stream in zip(plans, streams, strict=True)

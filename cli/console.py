@@ -22,6 +22,8 @@ from rich.console import Console
 
 from probe.errors import ProbeError
 
+from .domains import OptionError
+
 out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -43,23 +45,77 @@ def fail(message: str, code: int = USAGE):
 
 
 def warn(message: str) -> None:
-    err.print(f"probe: warning: {message}", markup=False)
+    """A warning line; held while the command still checks its input (see ``checked``)."""
+    say(f"probe: warning: {message}")
+
+
+def say(line: str) -> None:
+    """A line on stderr, held while the command still checks its input (see ``checked``)."""
+    if held is not None:
+        held.append(line)
+    else:
+        err.print(line, markup=False)
+
+
+#: Warnings said while a command checks its input, printed once the checks have passed
+#: (``checked``): a command refused after a warning prints only its error line.
+held: list[str] | None = None
+
+
+def checked() -> None:
+    """The command's checks have passed: print the warnings held so far, hold no more."""
+    global held
+    lines, held = held or [], None
+    for line in lines:
+        err.print(line, markup=False)
 
 
 def wrote(*paths: Path) -> None:
     written.extend(Path(p) for p in paths)
 
 
-class Interrupted(Exception):
-    """SIGINT or SIGTERM arrived; carries the exit code."""
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived; carries the exit code.
+
+    A BaseException, as KeyboardInterrupt: no ``except Exception`` on the way (a library's,
+    or the guard around rendering a damaged file) may take it for an error and go on."""
 
     def __init__(self, code: int) -> None:
         super().__init__(code)
         self.code = code
 
 
-def _on_sigterm(signum, frame):
-    raise Interrupted(SIGNAL_EXIT[signal.SIGTERM])
+#: The exit code of a signal that came while the command ran (None: none came).
+pending: dict[str, int | None] = {"code": None}
+
+
+def _on_signal(signum, frame):
+    """SIGINT and SIGTERM while a command runs: an ``Interrupted`` where Python can raise it.
+
+    Raised inside a finaliser (``__del__``, a weakref callback: a file closing during
+    garbage collection), an exception is printed as "Exception ignored" and dropped, and
+    the interrupt was lost.  There the signal is only recorded; the next safe point
+    (``check_interrupt``: every progress step, and the command's end) raises it.
+    """
+    code = SIGNAL_EXIT[signum]
+    pending["code"] = code
+    if not _in_finaliser(frame):
+        raise Interrupted(code)
+
+
+def _in_finaliser(frame) -> bool:
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "__del__" or code.co_filename.endswith("weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def check_interrupt() -> None:
+    """Raise the interrupt a signal recorded (see ``_on_signal``), at a safe point."""
+    if pending["code"] is not None:
+        raise Interrupted(pending["code"])
 
 
 def _interrupted_line() -> str:
@@ -84,9 +140,13 @@ class OneLineErrors(typer.core.TyperGroup):
             raise Interrupted(SIGNAL_EXIT[signal.SIGINT]) from None
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        global held
         invocation[:] = list(sys.argv[1:] if args is None else args)
         written.clear()
-        previous = _install(signal.SIGTERM, _on_sigterm)
+        held = []
+        pending["code"] = None
+        previous = {signum: _install(signum, _on_signal) for signum in SIGNAL_EXIT}
+        done = False
         try:
             result = super().main(
                 args=args,
@@ -95,6 +155,8 @@ class OneLineErrors(typer.core.TyperGroup):
                 standalone_mode=False,
                 **extra,
             )
+            check_interrupt()  # a signal recorded but not raised is never lost
+            done = True
         except typer.TyperException as exc:  # typer's own (vendored click) errors
             ctx = getattr(exc, "ctx", None)
             if type(exc).__name__ == "NoArgsIsHelpError":  # bare `probe`: the help is the answer
@@ -102,7 +164,7 @@ class OneLineErrors(typer.core.TyperGroup):
                 raise SystemExit(0) from None
             hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
             fail(f"{exc.format_message()}{hint}", code=getattr(exc, "exit_code", USAGE))
-        except ProbeError as exc:
+        except (ProbeError, OptionError) as exc:
             fail(str(exc))
         except typer.Exit as exc:
             raise SystemExit(exc.exit_code) from None
@@ -111,7 +173,11 @@ class OneLineErrors(typer.core.TyperGroup):
         except (typer.Abort, KeyboardInterrupt):
             fail(_interrupted_line(), code=SIGNAL_EXIT[signal.SIGINT])
         finally:
-            _install(signal.SIGTERM, previous)
+            for signum, handler in previous.items():
+                _install(signum, handler)
+            if not done:
+                held = None  # a failure's held warnings are dropped: its error is the line
+        checked()
         raise SystemExit(result if isinstance(result, int) else 0)
 
 
@@ -127,10 +193,15 @@ class Reporter:
     """Progress of one whole command: a spinner while models load, then one bar.
 
     On a terminal the bar counts every forward pass of the command (models x inits
-    x variants x batches) with elapsed time and ETA.  Elsewhere (batch jobs, logs)
-    it prints one plain line per model and variant with the elapsed time.
+    x variants x batches) with elapsed time and ETA.  Elsewhere (batch jobs, logs) it
+    prints plain lines: with ``bar(total, summary=True)`` (collapse, whose batches
+    cycle through the variants) one line per model and variant at the end, with the
+    time summed over its batches, and at most one line every ``HEARTBEAT`` seconds
+    saying how far the run is; otherwise one line each time the label changes.
     ``--quiet`` silences both; errors and warnings still go to stderr.
     """
+
+    HEARTBEAT = 30.0
 
     def __init__(self, total: int = 0, quiet: bool | None = None) -> None:
         self.quiet = settings["quiet"] if quiet is None else quiet
@@ -142,24 +213,36 @@ class Reporter:
         self._bar = None
         self._task = None
         self._last = self.start
+        self._summary: dict[str, list[float]] | None = None  # label -> [seconds, steps]
+        self._said = self.start
+        self._loaded: list[str] = []
 
     @contextmanager
     def loading(self, words: str):
-        """A spinner with ``words`` while something slow without steps runs."""
+        """A spinner with ``words`` while something slow without steps runs.
+
+        Off a terminal the line is kept until :meth:`loaded` (after the last model of the
+        command has loaded): a refusal of any of them stays the command's only line.
+        """
         if self.quiet:
             yield
             return
         if not self.terminal:
-            # Said once it has worked: a refusal stays the command's only line.
             start = time.monotonic()
             yield
-            err.print(f"probe: {words} done in {time.monotonic() - start:.1f} s", markup=False)
+            self._loaded.append(f"probe: {words} done in {time.monotonic() - start:.1f} s")
             return
         with err.status(words, spinner="dots"):
             yield
 
+    def loaded(self) -> None:
+        """Everything is loaded and checked: say what the loading took."""
+        for line in self._loaded:
+            err.print(line, markup=False)
+        self._loaded = []
+
     @contextmanager
-    def bar(self, total: int):
+    def bar(self, total: int, summary: bool = False):
         from rich.progress import (
             BarColumn,
             MofNCompleteColumn,
@@ -170,10 +253,12 @@ class Reporter:
         )
 
         self.total, self.done, self.start = total, 0, time.monotonic()
-        self._last = self.start
+        self._last = self._said = self.start
+        self._summary = {} if summary else None
         if self.quiet or not self.terminal:
             yield self
             self._plain_line()
+            self._summary_lines()
             return
         columns = (
             TextColumn("{task.description}"),
@@ -197,15 +282,29 @@ class Reporter:
         With a total given to :meth:`bar`, steps count across the whole command;
         with none (0), the analysis' own counts drive the bar.
         """
-        if label != self._label:
+        check_interrupt()
+        now = time.monotonic()
+        if self._summary is not None:
+            seconds_steps = self._summary.setdefault(label, [0.0, 0])
+            seconds_steps[0] += now - self._last
+            seconds_steps[1] += 1
+        elif label != self._label:
             self._plain_line()
             # The step that just ended was this label's first: it began at the last update.
             self._label, self._label_start = label, self._last
-        self._last = time.monotonic()
+        self._last = now
         self.done = self.done + 1 if self.total else done_in_part
         if self._bar is not None:
             total = self.total or total_in_part
             self._bar.update(self._task, completed=self.done, total=total, description=label)
+        elif self._summary is not None and not self.quiet and now - self._said >= self.HEARTBEAT:
+            total = self.total or total_in_part
+            err.print(
+                f"probe: {self.done}/{total} steps done in {now - self.start:.0f} s "
+                f"(the last: {label})",
+                markup=False,
+            )
+            self._said = now
 
     def _plain_line(self) -> None:
         if self.quiet or self.terminal or not self._label:
@@ -213,6 +312,14 @@ class Reporter:
         seconds = time.monotonic() - self._label_start
         err.print(f"probe: {self._label} done in {seconds:.1f} s", markup=False)
         self._label = ""
+
+    def _summary_lines(self) -> None:
+        if self.quiet or self.terminal or not self._summary:
+            return
+        for label, (seconds, steps) in self._summary.items():
+            batches = f" ({steps} batches)" if steps > 1 else ""
+            err.print(f"probe: {label} done in {seconds:.1f} s{batches}", markup=False)
+        self._summary = {}
 
 
 def command_line() -> str:

@@ -2,12 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from .console import OneLineErrors, command_line, err, out
+from probe.errors import ProbeError
+from probe.names import BASELINES
+
+from .console import OneLineErrors, check_interrupt, command_line, err, out, say, wrote
+from .domains import (
+    Choice,
+    Count,
+    Device,
+    InFolder,
+    NewFolder,
+    OutFolder,
+    Real,
+    Seed,
+    TextFile,
+    argument,
+    option,
+)
+
+#: The largest peak learning rate accepted (probe.fastformer.train.MAX_LR; not imported
+#: from there, which would load torch to parse the command line).
+MAX_LR = 1.0
 
 fastformer_app = typer.Typer(
     cls=OneLineErrors,
@@ -17,73 +39,110 @@ fastformer_app = typer.Typer(
 )
 
 
+#: The sizes of a full run and of --quick; an option given explicitly wins over both.
+FULL = dict(hidden=256, layers=4, heads=4, context=256, steps=1000, batch=16, lr=1e-3)
+QUICK = dict(hidden=32, layers=2, heads=4, context=64, steps=40, batch=8, lr=3e-3)
+TRAINING = "training.json"
+WRITER = "probe fastformer train"
+
+
+def _sized(name: str, help: str, low: int = 1):
+    return option(
+        f"--{name}",
+        domain=Count(low),
+        help=f"{help} [default: {FULL[name]}; --quick: {QUICK[name]}]",
+    )
+
+
 @fastformer_app.command("train")
 def train_command(
     text: Annotated[
         str,
-        typer.Option(
+        option(
+            "--text",
+            domain=TextFile(words=("stdlib",)),
             help="UTF-8 training text, or `stdlib` for the standard library's docstrings, "
-            "gathered now."
+            "gathered now.",
         ),
     ],
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for the Fastformer checkpoint.")],
-    hidden: Annotated[int, typer.Option(min=1, help="Width.")] = 256,
-    layers: Annotated[int, typer.Option(min=1, help="Depth.")] = 4,
+    out_dir: Annotated[
+        Path,
+        option(
+            "--out",
+            domain=NewFolder(TRAINING, WRITER),
+            help="Folder for the Fastformer checkpoint (new, or one this command wrote).",
+        ),
+    ],
+    hidden: Annotated[int | None, _sized("hidden", "Width.")] = None,
+    layers: Annotated[int | None, _sized("layers", "Depth.")] = None,
     heads: Annotated[
-        int, typer.Option(min=1, help="Heads (pooling heads for the Fastformer).")
-    ] = 4,
-    context: Annotated[int, typer.Option(min=2, help="Characters per training window.")] = 256,
-    steps: Annotated[int, typer.Option(min=1, help="Optimizer steps.")] = 1000,
-    batch: Annotated[int, typer.Option(min=1, help="Windows per step.")] = 16,
-    lr: Annotated[float, typer.Option(help="Peak learning rate (AdamW).")] = 1e-3,
-    warmup: Annotated[
-        int | None, typer.Option(min=0, help="Warm-up steps [default: steps/20].")
+        int | None, _sized("heads", "Heads (pooling heads for the Fastformer).")
     ] = None,
-    dropout: Annotated[float, typer.Option(help="Dropout probability.")] = 0.0,
+    context: Annotated[int | None, _sized("context", "Characters per training window.", 2)] = None,
+    steps: Annotated[int | None, _sized("steps", "Optimizer steps.")] = None,
+    batch: Annotated[int | None, _sized("batch", "Windows per step.")] = None,
+    lr: Annotated[
+        float | None,
+        option(
+            "--lr",
+            domain=Real(0, MAX_LR, low_open=True),
+            help=f"Peak learning rate (AdamW) [default: {FULL['lr']}; --quick: {QUICK['lr']}].",
+        ),
+    ] = None,
+    warmup: Annotated[
+        int | None,
+        option("--warmup", domain=Count(0), help="Warm-up steps [default: steps/20]."),
+    ] = None,
+    dropout: Annotated[
+        float,
+        option("--dropout", domain=Real(0, 1, high_open=True), help="Dropout probability."),
+    ] = 0.0,
     convolve: Annotated[
         bool, typer.Option("--convolve", help="Add the causal convolution to every layer.")
     ] = False,
-    baseline: Annotated[str | None, typer.Option(help="Also train a matching model: gpt2.")] = None,
+    baseline: Annotated[
+        str | None,
+        option("--baseline", domain=Choice(BASELINES), help="Also train a matching model."),
+    ] = None,
     baseline_out: Annotated[
-        Path | None, typer.Option(help="Folder of the baseline [default: OUT-gpt2].")
+        Path | None,
+        option(
+            "--baseline-out",
+            domain=NewFolder(TRAINING, WRITER),
+            help="Folder of the baseline [default: OUT-gpt2].",
+        ),
     ] = None,
     seed: Annotated[
-        int, typer.Option(min=0, max=2**63 - 1, help="Seed of init, batches and dropout.")
+        int, option("--seed", domain=Seed(), help="Seed of init, batches and dropout.")
     ] = 0,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[str, option("--device", domain=Device(), help="Where it trains.")] = "cpu",
     eval_every: Annotated[
-        int | None, typer.Option(min=1, help="Steps between evaluations [default: steps/10].")
+        int | None,
+        option(
+            "--eval-every", domain=Count(1), help="Steps between evaluations [default: steps/10]."
+        ),
     ] = None,
     quick: Annotated[
         bool,
-        typer.Option("--quick", help="A short check: 40 steps of a 32-wide, 2-layer model."),
+        typer.Option(
+            "--quick",
+            help="A short check: 40 steps of a 32-wide, 2-layer model (sizes given explicitly win).",
+        ),
     ] = False,
 ) -> None:
     """Train a character-level Fastformer; --baseline gpt2 trains the matching GPT-2 beside it."""
-    from probe.errors import ProbeError
-    from probe.fastformer.train import TrainSettings, train
+    from probe import checks
+    from probe.fastformer.train import TrainSettings, baseline_folder, train
 
-    if quick:
-        hidden, layers, heads, context, steps, batch, lr = 32, 2, 4, 64, 40, 8, 3e-3
-    from .output import check_out_dir
+    from .output import no_empty_folder
 
-    for folder in [out_dir, baseline_out]:
-        if folder is not None and folder.exists() and not folder.is_dir():
-            raise ProbeError(f"--out {folder} is a file; give a folder")
-        if folder is not None:  # the checkpoint folder is staged beside it, then renamed
-            check_out_dir(folder.parent, option=f"the folder of {folder}")
-    source, body = _read(text)
+    given = dict(hidden=hidden, layers=layers, heads=heads, context=context, steps=steps,
+                 batch=batch, lr=lr)  # fmt: skip
+    sizes = {k: v if v is not None else (QUICK if quick else FULL)[k] for k, v in given.items()}
     settings = TrainSettings(
-        text=body,
-        text_source=source,
+        text="",
+        text_source="",
         out=out_dir,
-        hidden=hidden,
-        layers=layers,
-        heads=heads,
-        context=context,
-        steps=steps,
-        batch=batch,
-        lr=lr,
         warmup=warmup,
         dropout=dropout,
         convolve=convolve,
@@ -94,30 +153,71 @@ def train_command(
         baseline=baseline,
         baseline_out=baseline_out,
         command=command_line(),
+        **sizes,
     )
-    with _progress() as update:
-        curves = train(settings, update)
+    if baseline is not None and baseline_out is None:  # the default folder is checked too
+        checks.new_folder(baseline_folder(settings), "the baseline's folder", TRAINING, WRITER)
+    settings.check_options()  # before the text is read (stdlib takes a while to gather)
+    source, body = _read(text)
+    settings = dataclasses.replace(settings, text=body, text_source=source)
+    settings.check()  # everything, memory included, before the first step
+
+    def report(staged: dict[Path, Path]) -> None:
+        # The training report goes into the Fastformer's folder before it is put in place.
+        _render_report(list(staged.values()), staged[Path(out_dir)])
+
+    folders = [Path(out_dir).parent, baseline_folder(settings).parent]
+    with no_empty_folder(*folders), _progress() as update:
+        curves = train(settings, update, finish=report, committed=lambda f: wrote(*f))
     for curve in curves:
         out.print(
             f"{curve.name}: validation {curve.final_bits_per_char:.3f} bits/char after "
             f"{curve.steps[-1]} steps, {curve.seconds[-1]:.0f} s -> {curve.folder}"
         )
-    html = _write_report([Path(c.folder) for c in curves], out_dir)
-    out.print(f"training report: {html}")
+    out.print(f"training report: {Path(out_dir) / 'training.html'}")
 
 
 @fastformer_app.command("report")
 def report_command(
     folders: Annotated[
-        list[Path], typer.Argument(help="Folders written by `probe fastformer train`.")
+        list[Path],
+        argument("FOLDER", InFolder(), help="Folders written by `probe fastformer train`."),
     ],
     out_dir: Annotated[
-        Path | None, typer.Option("--out", help="Folder [default: the first].")
+        Path | None,
+        option("--out", domain=OutFolder(), help="Folder [default: the first]."),
     ] = None,
 ) -> None:
     """Rebuild the training report (loss against step and wall time) of trained folders."""
-    html = _write_report(folders, out_dir or folders[0])
-    out.print(f"training report: {html}")
+    from probe.fastformer.train import read_training
+
+    from .output import no_empty_folder
+
+    resolved = [folder.resolve() for folder in folders]
+    twice = sorted(
+        {str(f) for f, r in zip(folders, resolved, strict=True) if resolved.count(r) > 1}
+    )
+    if twice:
+        raise ProbeError(f"{', '.join(twice)} given more than once; give each folder once")
+    for folder in folders:
+        read_training(folder)  # every record checked before anything is written
+    target = out_dir or folders[0]
+    ds, page = _report(folders)
+    with no_empty_folder(target):
+        _write_report(ds, page, target)
+    out.print(f"training report: {target / 'training.html'}")
+
+
+def _write_report(ds, page: str, target: Path) -> None:
+    from probe.results import write_netcdf, write_together
+
+    write_together(
+        {
+            target / "training.nc": lambda tmp: write_netcdf(ds, tmp),
+            target / "training.html": lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
+        },
+        committed=lambda paths: wrote(*paths),
+    )
 
 
 def _read(text: str) -> tuple[str, str]:
@@ -125,21 +225,33 @@ def _read(text: str) -> tuple[str, str]:
     from probe.inputs import read_text
 
     if text == STDLIB and not Path(text).exists():
-        err.print("gathering the standard library's docstrings ...", markup=False)
-        return "docstrings of the Python standard library", stdlib_docstrings()
+        start = time.monotonic()
+        body = stdlib_docstrings()
+        say(
+            f"probe: gathered the standard library's docstrings ({len(body):,} characters) "
+            f"in {time.monotonic() - start:.1f} s"
+        )
+        return "docstrings of the Python standard library", body
     body, source = read_text(text)
     return source, body
 
 
-def _write_report(folders: list[Path], out_dir: Path) -> Path:
+def _report(folders: list[Path]):
+    """The curves Dataset of ``folders`` and its HTML page (which names training.nc)."""
     from probe.fastformer.train import curves, read_training
     from probe.reports.training import render_training
-    from probe.results import save_result, write_text_atomic
 
     ds = curves([read_training(folder) for folder in folders])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    nc = save_result(ds, out_dir / "training.nc")
-    return write_text_atomic(out_dir / "training.html", render_training(ds, result_file=nc.name))
+    return ds, render_training(ds, result_file="training.nc")
+
+
+def _render_report(folders: list[Path], into: Path) -> None:
+    """training.nc and training.html of ``folders``, written into the folder ``into``."""
+    from probe.results import write_netcdf
+
+    ds, page = _report(folders)
+    write_netcdf(ds, into / "training.nc")
+    (into / "training.html").write_text(page, encoding="utf-8")
 
 
 class _progress:
@@ -165,6 +277,8 @@ class _progress:
 
     def update(self, name, step, total, loss, bits):
         import math
+
+        check_interrupt()
 
         stats = f"loss {loss:.3f} ({loss / math.log(2):.3f} bits/char)"
         if self.bar is not None:

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
 from pathlib import Path
 
 import xarray as xr
 
-from probe.errors import ProbeError
+from probe import checks
 from probe.reports import (
     comparison_name,
     index_entries,
@@ -23,27 +22,42 @@ from probe.reports import (
     render_index,
     report_name,
 )
-from probe.results import utc_now, write_netcdf, write_text_atomic, write_together
+from probe.results import (
+    folder_lock,
+    make_parent,
+    utc_now,
+    write_netcdf,
+    write_together,
+)
 
 from .console import wrote
 
 
 def check_out_dir(folder: Path, option: str = "--out") -> Path:
-    """Create ``folder`` if needed and make sure a file can be written in it."""
-    folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise ProbeError(f"{option} {folder} is a file; give a folder")
+    """Make sure results can be written to ``folder`` (tried, not created: see
+    :func:`probe.checks.writable_folder`)."""
+    return checks.writable_folder(folder, option)
+
+
+@contextlib.contextmanager
+def no_empty_folder(*folders: Path):
+    """Folders this command creates (and their new parents) and leaves empty when it fails
+    or is interrupted are removed again: such a command leaves nothing behind."""
+    created = []
+    for folder in folders:
+        folder = Path(folder)
+        missing = []
+        while not folder.exists() and folder != folder.parent:
+            missing.append(folder)
+            folder = folder.parent
+        created += missing  # deepest first
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, probe_file = tempfile.mkstemp(prefix=".probe-write-check-", dir=folder)
-    except OSError as exc:
-        raise ProbeError(
-            f"cannot write to {option} {folder}: {exc.strerror}; choose a folder you can write to"
-        ) from None
-    os.close(fd)
-    with contextlib.suppress(OSError):
-        os.unlink(probe_file)
-    return folder
+        yield
+    except BaseException:
+        for folder in created:
+            with contextlib.suppress(OSError):
+                folder.rmdir()  # only if empty
+        raise
 
 
 def result_paths(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
@@ -73,9 +87,9 @@ def write_pair(
             if streamed is not None
             else (lambda tmp: write_netcdf(ds, tmp)),
             html: lambda tmp: Path(tmp).write_text(page, encoding="utf-8"),
-        }
+        },
+        committed=lambda paths: wrote(*paths),
     )
-    wrote(nc, html)
     return nc, html
 
 
@@ -83,9 +97,7 @@ def write_report(ds: xr.Dataset, nc: Path, out_dir: Path) -> Path:
     """Render the report of an existing result file into ``out_dir``."""
     name = nc.stem
     rel = Path(_relative(nc, out_dir))
-    html = write_text_atomic(out_dir / f"{name}.html", render(ds, result_file=str(rel)))
-    wrote(html)
-    return html
+    return write_page(out_dir / f"{name}.html", render(ds, result_file=str(rel)))
 
 
 def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> None:
@@ -122,14 +134,23 @@ def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> N
 def write_comparison(datasets: list[xr.Dataset], files: list[Path], out_dir: Path) -> Path:
     name = comparison_name(datasets)
     html = render_comparison(datasets, [_relative(f, out_dir) for f in files], created=utc_now())
-    path = write_text_atomic(out_dir / f"{name}.html", html)
-    wrote(path)
-    return path
+    return write_page(out_dir / f"{name}.html", html)
 
 
 def write_index(out_dir: Path) -> Path:
-    path = write_text_atomic(out_dir / "index.html", render_index(index_entries(out_dir)))
-    wrote(path)
+    """Rewrite DIR/index.html from the reports in DIR.  Listing and writing happen under the
+    folder's lock: a concurrent run's report, put in place meanwhile, is never dropped."""
+    make_parent(out_dir / "index.html")
+    with folder_lock(out_dir):
+        return write_page(out_dir / "index.html", render_index(index_entries(out_dir)))
+
+
+def write_page(path: Path, page: str) -> Path:
+    """One HTML page, atomically, recorded as written the moment it is in place."""
+    write_together(
+        {path: lambda tmp: Path(tmp).write_text(page, encoding="utf-8")},
+        committed=lambda paths: wrote(*paths),
+    )
     return path
 
 

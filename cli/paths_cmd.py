@@ -12,20 +12,35 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from probe import names
 from probe.errors import ProbeError
+from probe.paths import MAX_SHAPE
 
 from .console import Reporter, command_line, out, settings, warn
+from .domains import (
+    Choice,
+    Count,
+    Device,
+    ModelName,
+    OutFolder,
+    Seed,
+    TextFile,
+    argument,
+    option,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
 def paths(
+    ctx: typer.Context,
     model: Annotated[
         str | None,
-        typer.Argument(
+        argument(
+            "MODEL",
+            ModelName(),
             help="Hub id, local folder or `minilm` (--sample/--decompose); for --count optional.",
-            metavar="MODEL",
         ),
     ] = None,
     count: Annotated[
@@ -37,40 +52,68 @@ def paths(
     decompose: Annotated[
         bool, typer.Option("--decompose", help="Exact path-length decomposition (SAN+skip).")
     ] = False,
-    layers: Annotated[int | None, typer.Option(help="--count: number of layers L.")] = None,
-    heads: Annotated[int | None, typer.Option(help="--count: heads per layer H.")] = None,
-    samples: Annotated[int, typer.Option(min=1, help="--sample: paths per depth.")] = 100,
-    init: Annotated[str, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
+    layers: Annotated[
+        int | None,
+        option("--layers", domain=Count(1, MAX_SHAPE), help="--count: number of layers L."),
+    ] = None,
+    heads: Annotated[
+        int | None,
+        option("--heads", domain=Count(1, MAX_SHAPE), help="--count: heads per layer H."),
+    ] = None,
+    samples: Annotated[
+        int, option("--samples", domain=Count(1), help="--sample: paths per depth.")
+    ] = 100,
+    init: Annotated[
+        str,
+        option(
+            "--init",
+            domain=Choice((*names.INITS, "both")),
+            help="Weights: pretrained, random, or both.",
+        ),
+    ] = "both",
     text: Annotated[
         Path | None,
-        typer.Option(help="UTF-8 text cut into sequences [default: the built-in sample text]."),
+        option(
+            "--text",
+            domain=TextFile(),
+            help="UTF-8 text cut into sequences [default: the built-in sample text].",
+        ),
     ] = None,
     sequences: Annotated[
         int | None,
-        typer.Option(
-            min=1, help="Number of sequences [default: 32 for --sample, 8 for --decompose]."
+        option(
+            "--sequences",
+            domain=Count(1),
+            help="Number of sequences [default: 32 for --sample, 8 for --decompose].",
         ),
     ] = None,
-    tokens: Annotated[int, typer.Option(min=2, help="Real tokens per sequence.")] = 128,
+    tokens: Annotated[
+        int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")
+    ] = 128,
     seed: Annotated[
         int,
-        typer.Option(
-            min=0, max=2**63 - 1, help="Seed for init, sampling and synthetic inputs (0 to 2^63-1)."
-        ),
+        option("--seed", domain=Seed(), help="Seed for init, sampling and synthetic inputs."),
     ] = 0,
-    device: Annotated[str, typer.Option(help="cpu or cuda.")] = "cpu",
+    device: Annotated[
+        str, option("--device", domain=Device(), help="Where the model runs.")
+    ] = "cpu",
     dtype: Annotated[
         str | None,
-        typer.Option(help="float32 or float64 [default: float32 for --sample, float64 otherwise]."),
+        option(
+            "--dtype",
+            domain=Choice(names.DTYPES),
+            help="Precision of the model run [default: float32 for --sample, float64 otherwise].",
+        ),
     ] = None,
-    batch_size: Annotated[int, typer.Option(min=1, help="Sequences per forward pass.")] = 8,
+    batch_size: Annotated[
+        int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
+    ] = 8,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for results and reports.")] = Path(
-        "probe-reports"
-    ),
+    out_dir: Annotated[
+        Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
+    ] = Path("probe-reports"),
 ) -> None:
     """Attention paths: --count, --sample MODEL or --decompose MODEL."""
-    from probe.analyses import paths as analysis
 
     modes = [
         name for name, on in (("count", count), ("sample", sample), ("decompose", decompose)) if on
@@ -81,12 +124,29 @@ def paths(
     if mode != "count":
         if model is None:
             raise ProbeError(f"--{mode} needs a MODEL (a hub id, a local folder, or minilm)")
-        if layers is not None or heads is not None:
-            raise ProbeError("--layers/--heads go with --count only")
-    from .output import check_out_dir, write_index  # not at the top: keeps --help fast
+    ignored = [
+        "--" + name.replace("_", "-")
+        for name in NOT_FOR[mode]
+        if ctx.get_parameter_source(name) is not None
+        and ctx.get_parameter_source(name).name == "COMMANDLINE"
+    ]
+    if ignored:
+        raise ProbeError(f"{', '.join(ignored)} do not apply to --{mode}; leave them out")
+    from .output import check_out_dir, no_empty_folder  # not at the top: keeps --help fast
 
     settings["quiet"] = quiet
     check_out_dir(out_dir)
+    with no_empty_folder(out_dir):
+        _paths(mode, model, out_dir, layers, heads, samples, init, text, sequences, tokens,
+               seed, device, dtype, batch_size)  # fmt: skip
+
+
+def _paths(mode, model, out_dir, layers, heads, samples, init, text, sequences, tokens,
+           seed, device, dtype, batch_size) -> None:  # fmt: skip
+    from probe.analyses import paths as analysis
+
+    from .output import write_index
+
     command = command_line()
     if mode == "count":
         ds = analysis.count(model, layers=layers, heads=heads, command=command)
@@ -117,6 +177,26 @@ def paths(
     out.print(f"result: {nc}")
     out.print(f"report: {html}")
     out.print(f"index: {write_index(out_dir)}")
+
+
+#: Options a mode has no use for: given anyway, they are refused rather than ignored.
+#: (The fuzzer reads it too, as ``paths.not_for``, to write lines a mode accepts.)
+NOT_FOR = {
+    "count": (
+        "samples",
+        "init",
+        "text",
+        "sequences",
+        "tokens",
+        "seed",
+        "device",
+        "dtype",
+        "batch_size",
+    ),
+    "sample": ("layers", "heads"),
+    "decompose": ("samples", "layers", "heads"),
+}
+paths.not_for = NOT_FOR  # read by the fuzzer: a line in one mode leaves these out
 
 
 def write_paths_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
@@ -174,6 +254,8 @@ def print_count(ds: xr.Dataset) -> None:
 
 
 def print_sample(ds: xr.Dataset) -> None:
+    import numpy as np
+
     from probe.plot_paths import fit_decay
 
     fits = fit_decay(ds)
@@ -191,9 +273,16 @@ def print_sample(ds: xr.Dataset) -> None:
         )
     out.print(table)
     for init in ds.init.values:
+        rate, order = float(fits["rate"].sel(init=init)), float(fits["order"].sel(init=init))
         out.print(
-            f"{init}: decay x10^{float(fits['rate'].sel(init=init)):.3g} per layer, "
-            f"fitted order {float(fits['order'].sel(init=init)):.3g}"
+            f"{init}: "
+            + (f"decay x10^{rate:.3g} per layer" if np.isfinite(rate) else "no decay fitted")
+            + ", "
+            + (
+                f"fitted order {order:.3g}"
+                if np.isfinite(order)
+                else "no order fitted (it needs 3 depths whose median lies in [10 eps, 0.5])"
+            )
         )
 
 

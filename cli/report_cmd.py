@@ -18,6 +18,7 @@ import typer
 from probe.errors import ProbeError
 
 from .console import fail, out
+from .domains import InFolder, OutFolder, ResultFile, Text, argument, option
 
 DEFAULT_DIR = Path("probe-reports")
 
@@ -27,7 +28,10 @@ report_app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-Folder = Annotated[Path | None, typer.Option("--out", help="Folder of reports [probe-reports].")]
+Folder = Annotated[
+    Path | None,
+    option("--out", domain=InFolder("report folder"), help="Folder of reports [probe-reports]."),
+]
 
 
 def _folder(folder: Path) -> Path:
@@ -39,7 +43,13 @@ def _folder(folder: Path) -> Path:
 @report_app.command("list")
 def list_reports(
     folder: Annotated[
-        Path | None, typer.Argument(help="Folder of reports [probe-reports].", show_default=False)
+        Path | None,
+        argument(
+            "FOLDER",
+            InFolder("report folder"),
+            help="Folder of reports [probe-reports].",
+            show_default=False,
+        ),
     ] = None,
     out_dir: Folder = None,
 ) -> None:
@@ -80,7 +90,8 @@ def list_reports(
 @report_app.command("open")
 def open_report(
     target: Annotated[
-        str, typer.Argument(help="A report (.html), its result (.nc), or `latest`.")
+        str,
+        argument("TARGET", Text(), help="A report (.html), its result (.nc), or `latest`."),
     ] = "latest",
     out_dir: Folder = None,
 ) -> None:
@@ -96,41 +107,85 @@ def open_report(
 def build_report(
     results: Annotated[
         list[Path],
-        typer.Argument(help="Result files written by probe (.nc).", metavar="RESULT"),
+        argument("RESULT", ResultFile(), help="Result files written by probe (.nc)."),
     ],
     out_dir: Annotated[
         Path | None,
-        typer.Option("--out", help="Folder for the reports [default: each result's folder]."),
+        option(
+            "--out",
+            domain=OutFolder(),
+            help="Folder for the reports [default: each result's folder].",
+        ),
     ] = None,
 ) -> None:
     """Render reports again from their result files, and rewrite the folder's index."""
     from probe.results import check_schema, open_result
 
-    from .output import check_out_dir, write_index, write_report
+    from .output import check_out_dir, no_empty_folder, write_index, write_page
 
     results = _expand(results)
     folders = {result: check_out_dir(out_dir or result.parent) for result in results}
+    targets = [(folders[r] / f"{r.stem}.html").resolve() for r in results]
+    twice = sorted({str(r) for r, t in zip(results, targets, strict=True) if targets.count(t) > 1})
+    if twice:
+        raise ProbeError(
+            f"{', '.join(twice)}: given more than once, or their reports would have one name; "
+            "give each result once (or another --out)"
+        )
     datasets = [open_result(result) for result in results]
     for ds, result in zip(datasets, results, strict=True):
         check_schema(ds, result)
-    for (result, folder), ds in zip(folders.items(), datasets, strict=True):
-        out.print(f"report: {write_report(ds, result, folder)}")
-    for folder in dict.fromkeys(folders.values()):
-        out.print(f"index: {write_index(folder)}")
+    pages = [
+        _rendered(ds, result, folder)
+        for (result, folder), ds in zip(folders.items(), datasets, strict=True)
+    ]
+    with no_empty_folder(*dict.fromkeys(folders.values())):
+        for html, page in pages:  # every page rendered before the first is written
+            out.print(f"report: {write_page(html, page)}")
+        for folder in dict.fromkeys(folders.values()):
+            out.print(f"index: {write_index(folder)}")
+
+
+def _rendered(ds, result: Path, folder: Path) -> tuple[Path, str]:
+    """(the report's path, its page) for a result file that passed its schema check.
+
+    A file can be damaged in more ways than a schema names (edited attributes, NaN where
+    numbers belong); whatever rendering then trips on is said in one line.
+    """
+    from probe.reports import render
+
+    from .output import _relative
+
+    try:
+        page = render(ds, result_file=_relative(result, folder))
+    except ProbeError:
+        raise
+    except Exception as err:  # KeyError, ValueError, TypeError, ... from a damaged file
+        raise ProbeError(
+            f"cannot render {result}: it was damaged or edited ({type(err).__name__}: "
+            f"{' '.join(str(err).split())[:200]}); run the probe again"
+        ) from None
+    return folder / f"{result.stem}.html", page
 
 
 def compare(
     results: Annotated[
-        list[Path], typer.Argument(help="Result files (.nc) to compare.", metavar="RESULT")
+        list[Path], argument("RESULT", ResultFile(), help="Result files (.nc) to compare.")
     ],
     out_dir: Annotated[
-        Path, typer.Option("--out", help="Folder for the comparison report.")
+        Path, option("--out", domain=OutFolder(), help="Folder for the comparison report.")
     ] = DEFAULT_DIR,
 ) -> None:
     """Compare results of several models in one report, one panel per model."""
     from probe.results import open_result
 
-    from .output import check_out_dir, print_family_table, write_comparison, write_index
+    from .output import (
+        check_out_dir,
+        no_empty_folder,
+        print_family_table,
+        write_comparison,
+        write_index,
+    )
 
     results = _expand(results)
     if len(results) < 2:
@@ -142,10 +197,11 @@ def compare(
     check_out_dir(out_dir)
     datasets = [open_result(path) for path in results]
     _require_collapse(datasets, results)
-    html = write_comparison(datasets, list(results), out_dir)
-    print_family_table(datasets)
-    out.print(f"comparison: {html}")
-    out.print(f"index: {write_index(out_dir)}")
+    with no_empty_folder(out_dir):
+        html = write_comparison(datasets, list(results), out_dir)
+        print_family_table(datasets)
+        out.print(f"comparison: {html}")
+        out.print(f"index: {write_index(out_dir)}")
 
 
 def _expand(paths: list[Path]) -> list[Path]:

@@ -14,7 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from . import domains
 from .console import Reporter, command_line, out
+from .domains import Count, OutFolder, Real, TextFile, option
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -25,25 +27,36 @@ toy_app = typer.Typer(
     rich_markup_mode=None,
 )
 
-Epochs = Annotated[int | None, typer.Option(min=1, help="Training epochs [default: the paper's].")]
+Epochs = Annotated[
+    int | None, option("--epochs", domain=Count(1), help="Training epochs [default: the paper's].")
+]
 Seed = Annotated[
     int,
-    typer.Option(min=0, max=2**63 - 1, help="Seed of the data, the initial weights and the paths."),
+    option(
+        "--seed", domain=domains.Seed(), help="Seed of the data, the initial weights and the paths."
+    ),
 ]
-Device = Annotated[str, typer.Option(help="cpu or cuda.")]
-Out = Annotated[Path, typer.Option("--out", help="Folder for results and reports.")]
+Device = Annotated[str, option("--device", domain=domains.Device(), help="Where it trains.")]
+Out = Annotated[Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")]
 Quick = Annotated[bool, typer.Option("--quick", help="A reduced size that runs in under a minute.")]
-Width = Annotated[int | None, typer.Option(min=1, help="Heads per layer.")]
-Depth = Annotated[int | None, typer.Option(min=1, help="Layers.")]
-Hidden = Annotated[int | None, typer.Option(min=1, help="Hidden size (a multiple of --width).")]
-Lr = Annotated[float | None, typer.Option(min=0.0, help="Adam learning rate.")]
-Batch = Annotated[int | None, typer.Option("--batch-size", min=1, help="Sequences per step.")]
-Train = Annotated[int | None, typer.Option("--train", min=1, help="Training sequences.")]
-Eval = Annotated[int | None, typer.Option("--eval", min=1, help="Evaluation sequences.")]
-NPaths = Annotated[
-    int, typer.Option("--n-paths", min=1, help="Random paths summed per evaluation.")
+Width = Annotated[int | None, option("--width", domain=Count(1), help="Heads per layer.")]
+Depth = Annotated[int | None, option("--depth", domain=Count(1), help="Layers.")]
+Hidden = Annotated[
+    int | None, option("--hidden", domain=Count(1), help="Hidden size (a multiple of --width).")
 ]
-Repeats = Annotated[int, typer.Option(min=1, help="Draws of paths per path length.")]
+Lr = Annotated[
+    float | None,
+    option("--lr", domain=Real(0, 1, low_open=True), help="Adam learning rate."),
+]
+Batch = Annotated[int | None, option("--batch-size", domain=Count(1), help="Sequences per step.")]
+Train = Annotated[int | None, option("--train", domain=Count(1), help="Training sequences.")]
+Eval = Annotated[int | None, option("--eval", domain=Count(1), help="Evaluation sequences.")]
+NPaths = Annotated[
+    int, option("--n-paths", domain=Count(1), help="Random paths summed per evaluation.")
+]
+Repeats = Annotated[
+    int, option("--repeats", domain=Count(1), help="Draws of paths per path length.")
+]
 SubPath = Annotated[
     bool,
     typer.Option(
@@ -53,6 +66,8 @@ SubPath = Annotated[
     ),
 ]
 DEFAULT_OUT = Path("probe-reports")
+#: Convex hull: the largest random shift of a point set (the points lie in [0, 1]^2).
+MAX_SHIFT = 1e6
 
 
 def _run(task: str, out_dir: Path, **options) -> None:
@@ -60,18 +75,19 @@ def _run(task: str, out_dir: Path, **options) -> None:
     from probe.analyses import toy
     from probe.reports import render_toy, toy_name
 
-    from .output import check_out_dir, write_index, write_pair
+    from .output import check_out_dir, no_empty_folder, write_index, write_pair
 
     check_out_dir(out_dir)
     reporter = Reporter()
-    with reporter.bar(0):
-        ds = toy.run(task, progress=reporter.update, command=command_line(), **options)
-    name = toy_name(ds)
-    nc, html = write_pair(ds, out_dir, name, render_toy(ds, result_file=f"{name}.nc"))
-    _print(ds)
-    out.print(f"result: {nc}")
-    out.print(f"report: {html}")
-    out.print(f"index: {write_index(out_dir)}")
+    with no_empty_folder(out_dir):
+        with reporter.bar(0):
+            ds = toy.run(task, progress=reporter.update, command=command_line(), **options)
+        name = toy_name(ds)
+        nc, html = write_pair(ds, out_dir, name, render_toy(ds, result_file=f"{name}.nc"))
+        _print(ds)
+        out.print(f"result: {nc}")
+        out.print(f"report: {html}")
+        out.print(f"index: {write_index(out_dir)}")
 
 
 def _print(ds: xr.Dataset) -> None:
@@ -102,8 +118,8 @@ def _print(ds: xr.Dataset) -> None:
 
 @toy_app.command("sort")
 def sort(
-    length: Annotated[int | None, typer.Option(min=2, help="Tokens per sequence [8].")] = None,
-    symbols: Annotated[int | None, typer.Option(min=2, help="Distinct symbols [10].")] = None,
+    length: Annotated[int | None, option("--length", domain=Count(2), help="Tokens per sequence [8].")] = None,
+    symbols: Annotated[int | None, option("--symbols", domain=Count(2), help="Distinct symbols [10].")] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
     train: Train = None, eval_: Eval = None, epochs: Epochs = None, lr: Lr = None,
     batch_size: Batch = None, n_paths: NPaths = 5, repeats: Repeats = 5,
@@ -119,8 +135,8 @@ def sort(
 
 @toy_app.command("convex-hull")
 def convex_hull(
-    points: Annotated[int | None, typer.Option(min=3, help="Points per set [10].")] = None,
-    shift: Annotated[float | None, typer.Option(min=0.0, help="Max random shift per set [1].")] = None,
+    points: Annotated[int | None, option("--points", domain=Count(3), help="Points per set [10].")] = None,
+    shift: Annotated[float | None, option("--shift", domain=Real(0, MAX_SHIFT), help="Max random shift per set [1].")] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
     train: Train = None, eval_: Eval = None, epochs: Epochs = None, lr: Lr = None,
     batch_size: Batch = None, n_paths: NPaths = 5, repeats: Repeats = 5,
@@ -137,10 +153,11 @@ def convex_hull(
 @toy_app.command("memorization")
 def memorization(
     text: Annotated[
-        Path | None, typer.Option(help="UTF-8 text [default: the built-in sample text].")
+        Path | None,
+        option("--text", domain=TextFile(), help="UTF-8 text [default: the built-in sample text]."),
     ] = None,
-    sequences: Annotated[int | None, typer.Option(min=1, help="Sequences to memorise [500].")] = None,
-    tokens: Annotated[int | None, typer.Option(min=2, help="Tokens per sequence [128].")] = None,
+    sequences: Annotated[int | None, option("--sequences", domain=Count(1), help="Sequences to memorise [500].")] = None,
+    tokens: Annotated[int | None, option("--tokens", domain=Count(2), help="Tokens per sequence [128].")] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
     epochs: Epochs = None, lr: Lr = None, batch_size: Batch = None,
     n_paths: NPaths = 5, repeats: Repeats = 5, sub_path: SubPath = False,
@@ -155,8 +172,8 @@ def memorization(
 
 @toy_app.command("circle")
 def circle(
-    points: Annotated[int | None, typer.Option(min=4, help="Points on the circle [1000].")] = None,
-    steps: Annotated[int | None, typer.Option(min=1, help="Recurrent steps [300].")] = None,
+    points: Annotated[int | None, option("--points", domain=Count(4), help="Points on the circle [1000].")] = None,
+    steps: Annotated[int | None, option("--steps", domain=Count(1), help="Recurrent steps [300].")] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
     epochs: Epochs = None, lr: Lr = None, batch_size: Batch = None,
     seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,

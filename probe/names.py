@@ -32,3 +32,5 @@ SURGERIES: tuple[str, ...] = ("probe", "paper")
 #: How the effective rank is computed: from the full spectrum, by a matmul-only estimate, or
 #: whichever costs less at the size and device (probe.metrics explains both).
 EFFECTIVE_RANK_METHODS: tuple[str, ...] = ("auto", "exact", "estimate")
+#: Models ``probe fastformer train --baseline`` trains beside the Fastformer.
+BASELINES: tuple[str, ...] = ("gpt2",)

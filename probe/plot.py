@@ -96,7 +96,10 @@ def eps(ds: xr.Dataset) -> float:
     name = str(ds.attrs.get("dtype", "float64"))
     if name == "bfloat16":  # unknown to NumPy: 8 significant bits
         return 2.0**-7
-    return float(np.finfo(name).eps)
+    try:
+        return float(np.finfo(name).eps)
+    except (TypeError, ValueError):  # an edited or foreign result: float64's
+        return float(np.finfo(np.float64).eps)
 
 
 def metric_label(name: str, norm: str = "l1inf") -> str:
@@ -428,8 +431,14 @@ def comparison(
     if not datasets:
         raise ValueError("comparison needs at least one dataset")
     with _style():
-        fig = Figure(figsize=(1.0 + 3.8 * len(datasets), 4.0), layout="constrained")
-        axes = list(fig.subplots(1, len(datasets), sharex=True, sharey=True, squeeze=False)[0])
+        # At most six panels a row, so many models wrap instead of making a strip.
+        cols = min(len(datasets), 6)
+        rows = -(-len(datasets) // cols)
+        fig = Figure(figsize=(1.0 + 3.8 * cols, 0.5 + 3.5 * rows), layout="constrained")
+        grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
+        axes = list(grid.flat[: len(datasets)])
+        for spare in grid.flat[len(datasets) :]:
+            spare.set_visible(False)
         wanted = []
         for ax, ds in zip(axes, datasets, strict=True):
             st = stats(ds, metric, norm, fit)
@@ -443,6 +452,71 @@ def comparison(
         axes[0].set_xlim(0, max(int(ds.layer.max()) for ds in datasets))
         axes[0].set_ylabel(metric_label(metric, norm))
         _figure_legend(fig, axes)
+    return fig
+
+
+def across_models(
+    datasets: Sequence[xr.Dataset],
+    init: str | None = None,
+    norm: str = "l1inf",
+    fit: str = "mean",
+) -> Figure:
+    """One panel per variant, one line per model (mean r over sequences), log axis.
+
+    The view for many models at once (`comparison` gives each model its own panel):
+    encoders solid, causal decoders dashed, each model's line clipped at its dtype's
+    floor.  `init` as in `comparison`.
+    """
+    if not datasets:
+        raise ValueError("across_models needs at least one dataset")
+    present = ordered(dict.fromkeys(v for ds in datasets for v in ds.variant.values), VARIANTS)
+    palette = _palette
+    if len(datasets) > 10:  # seaborn's color_palette("tab20", n): tab20's colours, cycled
+        tab20 = mpl.colormaps["tab20"].colors
+        palette = [to_hex(tab20[i % len(tab20)]) for i in range(len(datasets))]
+    with _style():
+        cols = 2 if len(present) == 4 else len(present)  # four variants: a 2 x 2 grid
+        rows = -(-len(present) // cols)
+        fig = Figure(figsize=(3.0 + 4.2 * cols, 0.6 + 3.4 * rows), layout="constrained")
+        axes = list(fig.subplots(rows, cols, sharey=True, squeeze=False).flat)
+        lowest = 0.1
+        for i, ds in enumerate(datasets):
+            st = stats(ds, "relative_residual", norm, fit).sel(init=pick_init(ds, init))
+            floor = eps(ds)
+            for ax, variant in zip(axes, present, strict=True):
+                if variant not in st.variant.values:
+                    continue
+                m = st["mean"].sel(variant=variant).values.astype(float)
+                if not has_data(m):
+                    continue
+                m = np.clip(m, floor, None)
+                lowest = min(lowest, float(np.nanmin(m)))
+                ax.plot(
+                    st.layer.values,
+                    m,
+                    color=to_hex(palette[i % len(palette)]),
+                    linestyle="--" if ds.attrs.get("causal") else "-",
+                    linewidth=1.5,
+                    label=str(ds.attrs.get("model", "?")),
+                )
+        for ax, variant in zip(axes, present, strict=True):
+            ax.set_yscale("log")
+            ax.set_title(variant)
+            ax.set_xlabel("layer")
+            ax.set_ylabel(metric_label("relative_residual", norm))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        axes[0].set_ylim(lowest / 3, 1.5)
+        handles = {}
+        for ax in axes:
+            for line in ax.get_lines():
+                handles.setdefault(line.get_label(), line)
+        fig.legend(
+            list(handles.values()),
+            list(handles),
+            loc="outside right center",
+            fontsize="small",
+            title="dashed: causal",
+        )
     return fig
 
 

@@ -23,7 +23,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from .plot import INITS, _plain, _style, ordered
+from .plot import INITS, _plain, _style, eps, ordered
 
 _INIT_COLOURS = {"pretrained": to_hex(sns.color_palette("colorblind")[0]), "random": "#d55e00"}
 _REFERENCE = "#555555"
@@ -98,7 +98,7 @@ def fit_decay(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> xr.Data
     doubly exponentially (the paper's bound), 1 is exponential decay.
     """
     ratio = ds["ratio"].sel(fit=fit, norm=norm)
-    floor = 10 * float(np.finfo(str(ds.attrs.get("dtype", "float64"))).eps)
+    floor = 10 * eps(ds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         median = ratio.median("sample")
@@ -133,7 +133,7 @@ def sample_ratios(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> Fig
     inits = ordered(ds.init.values, INITS)
     fits = fit_decay(ds, fit, norm)
     depth = ds.depth.values
-    floor = float(np.finfo(str(ds.attrs.get("dtype", "float64"))).eps)
+    floor = eps(ds)
     width = 0.8 / len(inits)
     with _style():
         fig = Figure(figsize=(max(6.0, 0.45 * len(depth) + 3), 4.4), layout="constrained")

@@ -14,7 +14,9 @@ import datetime as _dt
 import hashlib
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -123,13 +125,63 @@ SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
         "stable_rank": ("variant", "init", "layer", "sequence"),
         "cosine_similarity": ("variant", "init", "layer", "sequence"),
     },
+    "paths-count": {
+        "share": ("architecture", "path_length"),
+        "cumulative_share": ("architecture", "path_length"),
+        "log10_count": ("architecture", "path_length"),
+        "count": ("architecture", "path_length"),
+        "total": ("architecture",),
+        "mean_length": ("architecture",),
+    },
+    "paths-sample": {"ratio": ("init", "depth", "sample", "fit", "norm")},
+    "paths-decompose": {
+        "share": ("init", "layer", "path_length", "sequence", "norm"),
+        "truncation_error": ("init", "layer", "path_length", "sequence", "norm"),
+        "effective_length": ("init", "layer", "sequence", "norm"),
+        "uniform_share": ("layer", "path_length"),
+        "uniform_mean_length": ("layer",),
+        "output_share": ("init", "path_length", "sequence", "norm"),
+        "cosine": ("init", "path_length", "sequence"),
+    },
+    "toy": {"train_loss": ()},  # the rest depends on the task: see TOY_SCHEMAS
+    "training": {
+        "train_loss": ("model", "step"),
+        "seconds": ("model", "step"),
+        "eval_step": ("model", "evaluation"),
+        "eval_seconds": ("model", "evaluation"),
+        "val_bits_per_char": ("model", "evaluation"),
+    },
+}
+TOY_SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
+    "circle": {
+        "trajectory": ("variant", "step", "token", "coord"),
+        "relative_residual": ("variant", "step"),
+        "train_loss": ("variant", "epoch"),
+    },
+    "paths": {
+        "accuracy": ("path_length", "repeat"),
+        "paths": ("path_length", "repeat", "path"),
+        "train_loss": ("epoch",),
+        "full_accuracy": (),
+        "baseline_majority": (),
+        "baseline_position": (),
+    },
 }
 
 
 def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None:
-    """Raise ProbeError naming the first variable a result of its analysis lacks."""
+    """Raise ProbeError naming the first variable a result of its analysis lacks, or the
+    analysis itself when probe has no such one (a foreign or edited file)."""
     analysis = str(ds.attrs.get("analysis"))
-    for name, dims in SCHEMAS.get(analysis, {}).items():
+    if analysis not in SCHEMAS:
+        raise ProbeError(
+            f"{path} is a result of the analysis {analysis!r}, which probe does not know; "
+            f"it renders {', '.join(SCHEMAS)}"
+        )
+    schema = SCHEMAS[analysis]
+    if analysis == "toy":
+        schema = TOY_SCHEMAS["circle" if ds.attrs.get("task") == "circle" else "paths"]
+    for name, dims in schema.items():
         if name not in ds.data_vars:
             raise ProbeError(
                 f"{path} is a {analysis} result without the variable {name!r}: "
@@ -149,43 +201,183 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
-def write_together(writers: dict[Path, Callable[[str], None]]) -> list[Path]:
+def write_together(
+    writers: dict[Path, Callable[[str], None]],
+    committed: Callable[[list[Path]], None] | None = None,
+) -> list[Path]:
     """Write several files as one unit: all or none of them appear.
 
     Each writer fills a temporary file beside its target; only when every one has
-    succeeded are they renamed into place, with SIGINT and SIGTERM held back for
-    the few renames so that an interrupt cannot leave a result without its report.
+    succeeded are they renamed into place (:class:`Unit`), with SIGINT and SIGTERM held
+    back for the renames so that an interrupt cannot leave a result without its report.
+    ``committed(paths)`` runs while the signals are still held, so a caller that records
+    what it wrote (the CLI's interrupt line) cannot miss a file that was put in place.
     """
-    temps: dict[Path, str] = {}
-    try:
+    with Unit() as unit:
         for path, write in writers.items():
-            temps[Path(path)] = temp_beside(Path(path))
-            write(temps[Path(path)])
-        with _signals_held():
-            for path, tmp in temps.items():
-                os.replace(tmp, path)
-    except BaseException:
-        for tmp in temps.values():
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-        raise
-    return list(temps)
+            write(str(unit.file(Path(path))))
+        return unit.commit(committed)
+
+
+class Unit:
+    """Files and folders written as one unit: staged beside their targets, then put in
+    place together.
+
+    ``file(target)`` and ``folder(target)`` give a staging path beside the target
+    (``.<name>.<pid>.<random>.part``: the pid tells a later run whether its writer is
+    still alive, see :func:`clean_parts`).  :meth:`commit` takes the lock of every
+    target's folder (so concurrent runs into one folder put their units in place one
+    after the other, never interleaved), holds SIGINT and SIGTERM, and renames each
+    staging path onto its target; a folder that is replaced is first renamed to
+    ``.<name>.<pid>.old`` and removed once the new one is in place (a kill -9 between the
+    two renames is repaired by the next run, which renames it back).  Leaving the
+    ``with`` block without a commit removes whatever was staged.
+    """
+
+    def __init__(self) -> None:
+        self._staged: list[tuple[Path, Path]] = []
+        self._done = False
+
+    def __enter__(self) -> Unit:
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if not self._done:
+            self.discard()
+        return False
+
+    def file(self, target: Path) -> Path:
+        staging = Path(temp_beside(Path(target)))
+        self._staged.append((Path(target), staging))
+        return staging
+
+    def folder(self, target: Path) -> Path:
+        target = Path(target)
+        make_parent(target)
+        clean_parts(target.parent)
+        try:
+            staging = tempfile.mkdtemp(
+                prefix=f".{target.name}.{os.getpid()}.", suffix=PART, dir=target.parent
+            )
+        except OSError as err:
+            raise ProbeError(f"cannot write to {target.parent}: {err.strerror}") from None
+        os.chmod(staging, 0o777 & ~_umask())
+        self._staged.append((target, Path(staging)))
+        return Path(staging)
+
+    def commit(self, committed: Callable[[list[Path]], None] | None = None) -> list[Path]:
+        targets = [target for target, _ in self._staged]
+        olds: list[Path] = []
+        with contextlib.ExitStack() as locks:
+            for folder in sorted({t.parent.resolve() for t in targets}):
+                locks.enter_context(folder_lock(folder))
+            with _signals_held():
+                for target, staging in self._staged:
+                    if staging.is_dir() and target.is_dir() and not target.is_symlink():
+                        old = target.with_name(f".{target.name}.{os.getpid()}.old")
+                        shutil.rmtree(old, ignore_errors=True)
+                        os.rename(target, old)
+                        olds.append(old)
+                    os.replace(staging, target)
+                self._done = True
+                if committed is not None:
+                    committed(targets)
+        for old in olds:
+            shutil.rmtree(old, ignore_errors=True)
+        return targets
+
+    def discard(self) -> None:
+        for _, staging in self._staged:
+            _remove(staging)
+        self._done = True
+
+
+_HELD: set[str] = set()  # folders this process holds the lock of (flock is not re-entrant)
+
+
+@contextlib.contextmanager
+def folder_lock(folder: str | os.PathLike):
+    """Hold an exclusive lock on ``folder`` (flock on the folder itself: no lock file is
+    left behind).  Re-entrant within a process; where locks are not available, nothing
+    is held."""
+    key = os.path.realpath(folder)
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        fcntl = None
+    if fcntl is None or key in _HELD:
+        yield
+        return
+    try:
+        fd = os.open(key, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _HELD.add(key)
+        yield
+    finally:
+        _HELD.discard(key)
+        os.close(fd)  # releases the lock
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 PART = ".part"
+OLD = ".old"
+
+
+def _pid_of(name: str, suffix: str) -> int | None:
+    """The writer's pid in ``.<name>.<pid>.<random>.part`` or ``.<name>.<pid>.old``."""
+    parts = name.removesuffix(suffix).rsplit(".", 2 if suffix == PART else 1)
+    pid = parts[-2] if suffix == PART and len(parts) == 3 else parts[-1]
+    return int(pid) if pid.isdigit() else None
 
 
 def clean_parts(folder: str | os.PathLike) -> list[Path]:
-    """Remove temporary files that a killed probe left in ``folder`` (never another live run's)."""
+    """Remove what killed probe runs left in ``folder`` (never another live run's).
+
+    Staged files and folders (``.*.part``) of dead processes are removed; a folder a dead
+    process had moved aside to replace it (``.<name>.<pid>.old``) is put back where its
+    replacement never arrived, else removed.  Leftovers named by earlier versions of
+    ``probe fastformer train`` (``.<name>.tmp-<pid>``, ``.<name>.old-<pid>``) likewise.
+    """
     removed = []
-    for part in Path(folder).glob(f".*{PART}"):
-        pid = part.name.rsplit(".", 3)[-3] if part.name.count(".") >= 3 else ""
-        if pid.isdigit() and _alive(int(pid)):
+    folder = Path(folder)
+    try:
+        entries = list(folder.iterdir())
+    except OSError:
+        return removed
+    for entry in entries:
+        name = entry.name
+        if not name.startswith("."):
             continue
-        with contextlib.suppress(OSError):
-            part.unlink()
-            removed.append(part)
-    return removed
+        legacy = re.fullmatch(r"\.(.+)\.(tmp|old)-([0-9]+)", name)
+        if name.endswith(PART):
+            pid, target = _pid_of(name, PART), None
+        elif name.endswith(OLD) and name.count(".") >= 3:
+            pid, target = _pid_of(name, OLD), folder / name[1:].rsplit(".", 2)[0]
+        elif legacy:
+            pid = int(legacy.group(3))
+            target = folder / legacy.group(1) if legacy.group(2) == "old" else None
+        else:
+            continue
+        if pid is None or _alive(pid):
+            continue
+        if target is not None and not target.exists() and entry.is_dir():
+            with contextlib.suppress(OSError):
+                os.rename(entry, target)  # the replacement never arrived: the old one stays
+                continue
+        _remove(entry)
+        removed.append(entry)
+    return sorted(removed)
 
 
 def _alive(pid: int) -> bool:
@@ -206,16 +398,20 @@ def _umask() -> int:
     return mask
 
 
+def make_parent(path: Path) -> None:
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ProbeError(f"cannot create the output folder {path.parent}: {err.strerror}") from None
+
+
 def temp_beside(path: Path) -> str:
     """An empty temporary file next to ``path``: ``.<name>.<pid>.<random>.part``.
 
     The pid lets a later run tell a file left by a killed process from one being
     written right now; the mode follows the umask, as for any file a tool writes.
     """
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ProbeError(f"cannot create the output folder {path.parent}: {err.strerror}") from None
+    make_parent(path)
     clean_parts(path.parent)
     try:
         fd, tmp = tempfile.mkstemp(

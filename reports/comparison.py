@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import xarray as xr
 
-from probe.plot import INITS, VARIANTS, comparison, ordered, summarise
+from probe.plot import INITS, VARIANTS, across_models, comparison, ordered, summarise
 
 from .figures import Figures
 from .naming import report_name
@@ -74,7 +74,15 @@ def render_comparison(
         "(— if it does not within the model's depth), and the SAN's fitted order of collapse "
         "(the slope of log r(l+1) on log r(l): 1 is exponential, 3 the paper's cubic "
         "contraction).</p>"
-        f"{family_table(datasets, threshold)}</section>",
+        f"{family_table(datasets, threshold)}"
+        + figure(
+            across_models(datasets),
+            "Relative residual against layer, one panel per variant, one line per model "
+            "(mean over sequences; pretrained where available; causal decoders dashed), "
+            "clipped at each model's machine epsilon.",
+            "relative residual per variant, one line per model, log axis",
+        )
+        + "</section>",
     ]
     for init in shared or [None]:
         which = f"init: {init}" if init else "pretrained where available"

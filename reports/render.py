@@ -191,6 +191,16 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
         from .toy import render_toy
 
         return render_toy(ds, result_file)
+    if ds.attrs.get("analysis") == "training":  # `probe fastformer train`'s curves
+        from .training import render_training
+
+        return render_training(ds, result_file=result_file or "training.nc")
+    if ds.attrs.get("analysis", "collapse") != "collapse":
+        from probe.errors import ProbeError
+
+        raise ProbeError(
+            f"probe has no report for results of the analysis {ds.attrs['analysis']!r}"
+        )
     result_file = result_file or f"{report_name(ds)}.nc"
     a = ds.attrs
     inits = ", ".join(ordered(ds.init.values, INITS))

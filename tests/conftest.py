@@ -8,6 +8,7 @@ probing the network.
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -85,3 +86,17 @@ def tiny_family_folder(tmp_path_factory):
         return made[family]
 
     return folder
+
+
+@pytest.fixture(scope="session")
+def world(tmp_path_factory):
+    """Inputs good and hostile for every kind of value (tests/cli_world.py): (root, pools).
+
+    ``PROBE_WORLD=DIR`` keeps the world in DIR across runs (build_world skips what is
+    there), so a long fuzz split over many pytest runs builds it once.
+    """
+    from tests.cli_world import build_world
+
+    kept = os.environ.get("PROBE_WORLD")
+    root = Path(kept) if kept else tmp_path_factory.mktemp("world")
+    return root, build_world(root)

@@ -311,6 +311,34 @@ def test_comparison_log_and_init_choice():
         plot.comparison([])
 
 
+def test_comparison_wraps_at_six_panels():
+    datasets = [make_collapse_dataset(model=f"m{i}", layers=3, seed=i) for i in range(8)]
+    fig = plot.comparison(datasets)
+    visible = [ax for ax in fig.axes if ax.get_visible()]
+    assert [ax.get_title().split("\n")[0] for ax in visible] == [f"m{i}" for i in range(8)]
+    assert len(fig.axes) == 12  # two rows of six, the last four hidden
+    rows = sorted({round(ax.get_position().y0, 3) for ax in visible})
+    assert len(rows) == 2
+
+
+def test_across_models_one_line_per_model_and_variant():
+    a = make_collapse_dataset(model="enc", layers=3)
+    b = make_collapse_dataset(model="dec", layers=5, seed=1, dtype="float32")
+    b.attrs["causal"] = 1
+    fig = plot.across_models([a, b])
+    assert [ax.get_title() for ax in fig.axes] == list(VARIANTS)
+    for ax in fig.axes:
+        assert ax.get_yscale() == "log"
+        lines = labelled(ax)
+        assert set(lines) == {"enc", "dec"}
+        assert lines["enc"].get_linestyle() == "-" and lines["dec"].get_linestyle() == "--"
+        for one, line in ((a, lines["enc"]), (b, lines["dec"])):
+            expected = means(one).sel(variant=ax.get_title(), init="pretrained").values
+            np.testing.assert_allclose(line.get_ydata(), np.clip(expected, plot.eps(one), None))
+    with pytest.raises(ValueError):
+        plot.across_models([])
+
+
 # --- summarise and odd names ----------------------------------------------------------------
 
 

@@ -320,7 +320,10 @@ def test_comparison_report(n):
     assert_self_contained(html)
     title = "Rank collapse compared: " + ", ".join(models[:-1]) + f" and {models[-1]}"
     assert f"<title>{title}</title>" in html
-    assert html.count("<svg") == 4  # linear and log for each of the two shared inits
+    # the across-models figure, then linear and log for each of the two shared inits
+    assert html.count("<svg") == 5
+    section = re.search(r'<section id="families">.*?</section>', html, re.S).group(0)
+    assert section.count("<svg") == 1 and "one line per model" in section
     ids = re.findall(r'\sid="([^"]+)"', html)
     assert len(ids) == len(set(ids))
     for f in files:
@@ -343,7 +346,7 @@ def test_comparison_without_shared_init_and_default_files():
     a = make_collapse_dataset(model="a", layers=2, inits=("random",), variants=("SAN",))
     b = make_collapse_dataset(model="b", layers=5, inits=("pretrained",))
     html = render_comparison([a, b], created="2026-01-01T00:00:00Z")
-    assert html.count("<svg") == 2
+    assert html.count("<svg") == 3
     assert f'href="{report_name(a)}.nc"' in html
     assert read_meta(html)["created"] == "2026-01-01T00:00:00Z"
     assert read_meta(html)["init"] == "pretrained,random"

@@ -10,6 +10,7 @@ and the bundled third-party code are left out.  Docstrings are cleaned with
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sysconfig
 from pathlib import Path
@@ -31,6 +32,7 @@ _SKIP = {
 }
 
 
+@functools.lru_cache(maxsize=4)  # one Python, one text: gathered once per process
 def stdlib_docstrings(limit: int | None = None) -> str:
     """The docstrings of the standard library's modules, classes and functions, in path order."""
     root = Path(sysconfig.get_paths()["stdlib"])

@@ -16,6 +16,13 @@ full attention (the seed write-up's experiment).  Both folders get the
 weights (safetensors), the tokenizer and ``training.json``: the command line,
 the data's sha256, the settings, the final validation bits per character and
 the curves.  The curves also come back as an xarray Dataset (:func:`curves`).
+
+Nothing is written until every model has trained: a run that diverges (a loss or a
+weight that is not finite) or is interrupted leaves no folder behind.  The folders are
+then staged beside their targets and renamed into place together
+(:class:`probe.results.Unit`): concurrent runs into one folder put their results in
+place one after the other, never mixed, and a folder of a killed run is removed by the
+next one.  ``TrainSettings.check`` refuses what cannot fit in memory before any of it.
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import contextlib
 import json
 import math
 import os
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -34,13 +40,14 @@ import numpy as np
 import torch
 import xarray as xr
 
+from .. import checks, memory
 from ..errors import ProbeError
-from ..results import utc_now, versions
+from ..names import BASELINES
+from ..results import Unit, utc_now, versions
 from .config import FastformerConfig
 from .modeling import FastformerForCausalLM
 from .tokenizer import char_tokenizer, encode
 
-BASELINES = ("gpt2",)
 TRAINING_FILE = "training.json"
 
 #: (model name, step, total steps, train loss, validation bits/char or None)
@@ -73,26 +80,65 @@ class TrainSettings:
     command: str = ""
 
     def check(self) -> None:
-        positive = {
-            "--hidden": self.hidden, "--layers": self.layers, "--heads": self.heads,
-            "--context": self.context, "--steps": self.steps, "--batch": self.batch,
-        }  # fmt: skip
-        for flag, value in positive.items():
-            if value < 1:
-                raise ProbeError(f"{flag} must be at least 1, got {value}")
-        if self.hidden % self.heads:
-            raise ProbeError(f"--hidden {self.hidden} is not a multiple of --heads {self.heads}")
-        if not self.lr > 0:
-            raise ProbeError(f"--lr must be positive, got {self.lr}")
-        if not 0 <= self.dropout < 1:
-            raise ProbeError(f"--dropout must be in [0, 1), got {self.dropout}")
-        if self.baseline not in (None, *BASELINES):
-            raise ProbeError(f"unknown --baseline {self.baseline!r}; choose {', '.join(BASELINES)}")
+        """Every setting in its domain (``probe.checks``, the CLI's own), the text long
+        enough, the folders distinct, and the run's memory within the device's."""
+        self.check_options()
         if len(self.text) * self.val_fraction < self.context:
             raise ProbeError(
                 f"the text has {len(self.text)} characters: too short for a validation split of "
                 f"{self.val_fraction:.0%} holding one window of --context {self.context}"
             )
+        self.check_memory()
+
+    def check_options(self) -> None:
+        """The checks that need no text: numbers, device, folders."""
+        positive = {
+            "--hidden": self.hidden, "--layers": self.layers, "--heads": self.heads,
+            "--context": self.context, "--steps": self.steps, "--batch": self.batch,
+        }  # fmt: skip
+        for flag, value in positive.items():
+            checks.integer(flag, value, 2 if flag == "--context" else 1)
+        for flag, value in {"--warmup": self.warmup, "--eval-every": self.eval_every}.items():
+            if value is not None:
+                checks.integer(flag, value, 0 if flag == "--warmup" else 1)
+        checks.integer("--seed", self.seed, 0, checks.MAX_SEED)
+        if self.hidden % self.heads:
+            raise ProbeError(f"--hidden {self.hidden} is not a multiple of --heads {self.heads}")
+        checks.real("--lr", self.lr, 0, MAX_LR, low_open=True)
+        checks.real("--dropout", self.dropout, 0, 1, high_open=True)
+        checks.device(self.device)
+        if self.baseline not in (None, *BASELINES):
+            raise ProbeError(f"unknown --baseline {self.baseline!r}; choose {', '.join(BASELINES)}")
+        if self.baseline is not None:
+            ours, theirs = Path(self.out).resolve(), baseline_folder(self).resolve()
+            if ours == theirs or ours in theirs.parents or theirs in ours.parents:
+                raise ProbeError(
+                    f"--baseline-out {baseline_folder(self)} and --out {self.out} are the same "
+                    "folder or one holds the other; give the baseline a folder of its own"
+                )
+
+    def check_memory(self) -> None:
+        """Refuse a run whose models, optimiser states, activations, batches and curves
+        cannot fit (``probe.memory``); the model sizes come from meta-device builds."""
+        vocab = len(set(self.text)) + 2  # the characters, <pad> and <unk>
+        builds = [fastformer_for] + ([gpt2_for] if self.baseline == "gpt2" else [])
+        params = max(_meta_parameters(build, self, vocab) for build in builds)
+        b, t, h = self.batch, self.context, self.hidden
+        need = (
+            params * 4 * 4  # weights, gradients, AdamW's two moments (float32)
+            + TRAIN_ACTIVATIONS * b * t * h * self.layers * 4  # kept for the backward pass
+            + 3 * b * self.heads * t * t * self.layers * 4  # GPT-2's attention, kept likewise
+            + 3 * b * t * vocab * 4  # logits, their softmax and gradient
+            + self.steps * self.batch * 8  # every step's window offsets, drawn up front
+            + self.steps * CURVE_BYTES_PER_STEP
+            + len(self.text) * 8 * 2  # the text as ids (and its split)
+        )
+        memory.require(
+            need,
+            self.device,
+            f"training width {h}, depth {self.layers}, {self.steps} steps of {b} windows of {t}",
+            "use fewer --steps, --batch, --context, --hidden or --layers",
+        )
 
     @property
     def warmup_steps(self) -> int:
@@ -101,6 +147,36 @@ class TrainSettings:
     @property
     def eval_interval(self) -> int:
         return max(1, self.steps // 10) if self.eval_every is None else self.eval_every
+
+
+#: The largest peak learning rate accepted: beyond it AdamW only diverges.
+MAX_LR = 1.0
+#: Activations one layer keeps for the backward pass, in units of batch x context x hidden
+#: (attention inputs, pooled vectors, MLP hidden at 4x width, norms, dropout masks).
+TRAIN_ACTIVATIONS = 24
+#: What each step adds to the curves: three Python floats (24 bytes) and three list slots.
+CURVE_BYTES_PER_STEP = 3 * (24 + 8)
+
+
+def _meta_parameters(build, settings: TrainSettings, vocab: int) -> int:
+    """The parameter count of ``build(settings, vocab)``, built on the meta device.
+
+    Sizes whose weights alone would take terabytes are not built (torch cannot even size
+    such tensors): their count is the closed form of a GPT-2-like layer stack, which is
+    enough to refuse them.
+    """
+    h, layers = settings.hidden, settings.layers
+    rough = layers * 16 * h * h + 2 * vocab * h + settings.context * h
+    if rough > 2**40:
+        return rough
+    with torch.device("meta"), _quiet_transformers():
+        try:
+            model = build(settings, vocab)
+        except Exception as err:  # a config transformers rejects
+            raise ProbeError(
+                f"cannot build the model: {' '.join(str(err).split())[:300]}"
+            ) from None
+    return sum(p.numel() for p in model.parameters())
 
 
 @dataclass
@@ -232,7 +308,8 @@ def fit(
         loss = model(input_ids=batch, labels=batch, use_cache=False).loss
         if not torch.isfinite(loss):
             raise ProbeError(
-                f"{name}: the loss became {loss.item()} at step {step + 1}; lower --lr"
+                f"{name}: training diverged (the loss became {loss.item()} at step {step + 1}); "
+                "nothing was saved; lower --lr"
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -245,6 +322,11 @@ def fit(
         bits = None
         if (step + 1) % settings.eval_interval == 0 or step + 1 == settings.steps:
             bits = evaluate(model, val_ids, settings)
+            if not math.isfinite(bits):
+                raise ProbeError(
+                    f"{name}: training diverged (validation loss {bits} at step {step + 1}); "
+                    "nothing was saved; lower --lr"
+                )
             curve.eval_steps.append(step + 1)
             curve.eval_seconds.append(time.perf_counter() - start)
             curve.val_bits_per_char.append(bits)
@@ -254,36 +336,60 @@ def fit(
     return curve
 
 
-def train(settings: TrainSettings, progress: Progress | None = None) -> list[Curve]:
-    """Train the Fastformer (and the baseline), save each folder; returns their curves."""
+def train(
+    settings: TrainSettings,
+    progress: Progress | None = None,
+    finish: Callable[[dict[Path, Path]], None] | None = None,
+    committed: Callable[[list[Path]], None] | None = None,
+) -> list[Curve]:
+    """Train the Fastformer (and the baseline), then save every folder as one unit.
+
+    ``finish(staged)`` may add files to the staged folders (``{folder: staging}``)
+    before they are put in place (the CLI writes the training report into them);
+    ``committed(folders)`` runs the moment they are (see ``probe.results.Unit``).
+    """
     import hashlib
 
     settings.check()
-    device = torch.device(settings.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ProbeError(
-            "--device cuda asked for, but no CUDA device is available; use --device cpu"
-        )
     tokenizer = char_tokenizer(settings.text)
     ids = encode(tokenizer, settings.text)
     train_ids, val_ids = split(ids, settings.val_fraction)
     offsets = batch_offsets(len(train_ids), settings)
     sha = hashlib.sha256(settings.text.encode("utf-8")).hexdigest()
 
-    jobs = [("fastformer", fastformer_for, settings.out)]
+    jobs = [("fastformer", fastformer_for, Path(settings.out))]
     if settings.baseline == "gpt2":
         jobs.append(("gpt2", gpt2_for, baseline_folder(settings)))
-    curves = []
+    trained = []
     for name, build, folder in jobs:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(settings.seed)  # same init seed, same dropout stream per model
             model = build(settings, len(tokenizer))
             with _quiet_transformers():
                 curve = fit(name, model, train_ids, val_ids, offsets, settings, progress)
+        check_finite_weights(model, name)
         curve.folder = str(folder)
-        _save(model.to("cpu"), tokenizer, folder, settings, curve, sha, len(ids))
-        curves.append(curve)
-    return curves
+        trained.append((model.to("cpu"), curve, folder))
+    with Unit() as unit:
+        staged = {}
+        for model, curve, folder in trained:
+            staged[folder] = unit.folder(folder)
+            _save(model, tokenizer, staged[folder], folder.name, settings, curve, sha, len(ids))
+        if finish is not None:
+            finish(staged)
+        for staging in staged.values():
+            _follow_umask(staging)
+        unit.commit(committed)
+    return [curve for _, curve, _ in trained]
+
+
+def check_finite_weights(model, name: str) -> None:
+    """A trained model whose weights are not all finite is never saved."""
+    for key, tensor in model.state_dict().items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            raise ProbeError(
+                f"{name}: training diverged ({key} holds NaN or inf); nothing was saved; lower --lr"
+            )
 
 
 def baseline_folder(settings: TrainSettings) -> Path:
@@ -293,40 +399,35 @@ def baseline_folder(settings: TrainSettings) -> Path:
     return out.with_name(f"{out.name}-{settings.baseline}")
 
 
-def _save(model, tokenizer, folder: Path, settings: TrainSettings, curve: Curve, sha, n_chars):
-    """Write the checkpoint folder whole: into a sibling temp folder, then renamed into place."""
-    folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    staging = folder.with_name(f".{folder.name}.tmp-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
-    try:
-        with _quiet_transformers():
-            model.save_pretrained(staging)
-        tokenizer.save_pretrained(staging)
-        record = {
-            "model": curve.name,
-            "folder": folder.name,
-            "command": settings.command,
-            "data": {"source": settings.text_source, "sha256": sha, "characters": n_chars,
-                     "val_fraction": settings.val_fraction},
-            "settings": {k: v for k, v in asdict(settings).items()
-                         if k not in ("text", "out", "baseline_out", "command")},
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "final_val_bits_per_char": curve.final_bits_per_char,
-            "seconds": curve.seconds[-1],
-            "curve": {k: getattr(curve, k) for k in
-                      ("steps", "seconds", "train_loss", "eval_steps", "eval_seconds", "val_bits_per_char")},
-        }  # fmt: skip
-        (staging / TRAINING_FILE).write_text(json.dumps(record, indent=1, default=str) + "\n")
-        if folder.is_dir():  # replace an earlier checkpoint only once the new one is complete
-            old = folder.with_name(f".{folder.name}.old-{os.getpid()}")
-            folder.rename(old)
-            staging.rename(folder)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            staging.rename(folder)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+def _save(model, tokenizer, staging: Path, name: str, settings, curve: Curve, sha, n_chars):
+    """Write one checkpoint folder's files into ``staging`` (renamed to ``name`` later)."""
+    with _quiet_transformers():
+        model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    record = {
+        "model": curve.name,
+        "folder": name,
+        "command": settings.command,
+        "data": {"source": settings.text_source, "sha256": sha, "characters": n_chars,
+                 "val_fraction": settings.val_fraction},
+        "settings": {k: v for k, v in asdict(settings).items()
+                     if k not in ("text", "out", "baseline_out", "command")},
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "final_val_bits_per_char": curve.final_bits_per_char,
+        "seconds": curve.seconds[-1],
+        "curve": {k: getattr(curve, k) for k in
+                  ("steps", "seconds", "train_loss", "eval_steps", "eval_seconds", "val_bits_per_char")},
+    }  # fmt: skip
+    (staging / TRAINING_FILE).write_text(json.dumps(record, indent=1, default=str) + "\n")
+
+
+def _follow_umask(folder: Path) -> None:
+    """Files as any tool writes them (safetensors creates its file with mode 0600)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in Path(folder).rglob("*"):
+        if path.is_file():
+            os.chmod(path, 0o666 & ~mask)
 
 
 @contextlib.contextmanager
@@ -346,18 +447,69 @@ def _quiet_transformers():
 
 
 def read_training(folder: str | Path) -> dict:
-    """The ``training.json`` of a folder written by :func:`train`."""
+    """The ``training.json`` of a folder written by :func:`train`, checked field by field."""
     path = Path(folder) / TRAINING_FILE
     if not path.is_file():
         raise ProbeError(
             f"{folder} has no {TRAINING_FILE}: not a folder written by `probe fastformer train`"
         )
-    return json.loads(path.read_text(encoding="utf-8"))
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise ProbeError(f"{path} is damaged ({_short(err)}); train again") from None
+    problem = _record_problem(record)
+    if problem:
+        raise ProbeError(f"{path} is damaged ({problem}); train again")
+    return record
+
+
+_CURVE_PAIRS = (
+    ("steps", "seconds", "train_loss"),
+    ("eval_steps", "eval_seconds", "val_bits_per_char"),
+)
+
+
+def _record_problem(record) -> str:
+    """What is wrong with a training record, or "" (the fields the report reads)."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    for key, kind in (("model", str), ("command", str), ("data", dict), ("settings", dict),
+                      ("curve", dict), ("parameters", int), ("final_val_bits_per_char", float)):  # fmt: skip
+        value = record.get(key)
+        ok = (
+            isinstance(value, int | float) and not isinstance(value, bool)
+            if kind is float
+            else isinstance(value, kind)
+        )
+        if not ok:
+            return f"'{key}' is missing or not a {kind.__name__}"
+    if not all(isinstance(record["data"].get(k), str) for k in ("source", "sha256")):
+        return "'data' lacks its source or sha256"
+    for keys in _CURVE_PAIRS:
+        lists = [record["curve"].get(k) for k in keys]
+        for key, values in zip(keys, lists, strict=True):
+            if (
+                not isinstance(values, list)
+                or not values
+                or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+            ):
+                return f"curve '{key}' is not a non-empty list of numbers"
+        if len({len(v) for v in lists}) != 1:
+            return f"curves {', '.join(keys)} differ in length"
+    return ""
+
+
+def _short(err: BaseException) -> str:
+    return " ".join(str(err).split())[:200]
 
 
 def curves(records: list[dict]) -> xr.Dataset:
     """The training curves of several ``training.json`` records as one Dataset (dims model, step)."""
     names = [r["model"] for r in records]
+    if len(set(names)) < len(names):  # two Fastformers side by side: tell them apart
+        names = [f"{r['model']} ({r.get('folder', i)})" for i, r in enumerate(records)]
+    if len(set(names)) < len(names):
+        names = [f"{name} #{i + 1}" for i, name in enumerate(names)]
     steps = max(len(r["curve"]["steps"]) for r in records)
     evals = max(len(r["curve"]["eval_steps"]) for r in records)
 
@@ -390,10 +542,12 @@ def curves(records: list[dict]) -> xr.Dataset:
         "text_sha256": first["data"]["sha256"],
         "settings": json.dumps(first["settings"]),
         "final_val_bits_per_char": json.dumps(
-            {r["model"]: r["final_val_bits_per_char"] for r in records}
+            {n: r["final_val_bits_per_char"] for n, r in zip(names, records, strict=True)}
         ),
-        "parameters": json.dumps({r["model"]: r["parameters"] for r in records}),
-        "folders": json.dumps({r["model"]: r.get("folder", "") for r in records}),
+        "parameters": json.dumps({n: r["parameters"] for n, r in zip(names, records, strict=True)}),
+        "folders": json.dumps(
+            {n: r.get("folder", "") for n, r in zip(names, records, strict=True)}
+        ),
         **versions(),
         "created": utc_now(),
     }

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from probe.errors import ProbeError
 from probe.paths import path_str, random_paths
 
 from .model import ToySAN
@@ -56,12 +57,22 @@ def train(
                 value = nn.functional.cross_entropy(out.flatten(0, -2), yb.flatten())
             else:  # summed squared error per sequence, averaged over the batch
                 value = ((out - yb) ** 2).sum() / len(xb)
+            if not torch.isfinite(value):
+                raise ProbeError(
+                    f"{label}: training diverged (the loss became {value.item()} in epoch "
+                    f"{epoch + 1}); nothing was saved; lower --lr"
+                )
             opt.zero_grad()
             value.backward()
             opt.step()
             total += value.item() * len(xb)
         losses[epoch] = total / len(x)
         progress(epoch + 1, epochs, f"{label} (loss {losses[epoch]:.3g})")
+    for name, param in model.named_parameters():
+        if not bool(torch.isfinite(param).all()):
+            raise ProbeError(
+                f"{label}: training diverged ({name} holds NaN or inf); nothing was saved; lower --lr"
+            )
     model.eval()
     return losses
 

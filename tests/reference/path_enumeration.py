@@ -171,7 +171,7 @@ def layer_params(model, index: int) -> Layer:
             block.attention.v_lin, block.attention.out_lin, n, config.dim // n
         )
         return Layer(heads, b_o, _layer_norm(block.sa_layer_norm), "post")
-    if kind in ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3"):
+    if kind in _LLAMA_KINDS or _llama_shaped(model):
         block = model.layers[index]
         n, d, kv = _decoder_dims(config)
         attn = block.self_attn
@@ -186,7 +186,10 @@ def layer_params(model, index: int) -> Layer:
         else:
             heads, b_o = _linear_layer(attn.v_proj, attn.o_proj, n, d, kv)
         gemma = kind in ("gemma", "gemma2")
-        norm = _rms(block.input_layernorm, plus_one=gemma)
+        if isinstance(block.input_layernorm, torch.nn.LayerNorm):  # Starcoder2
+            norm = _layer_norm(block.input_layernorm)
+        else:
+            norm = _rms(block.input_layernorm, plus_one=gemma)
         branch = _rms(block.post_attention_layernorm, plus_one=True) if kind == "gemma2" else None
         return Layer(heads, b_o, norm, "pre", branch)
     if kind == "opt":
@@ -264,7 +267,11 @@ def final_norm(model) -> Norm | None:
         "vit": lambda: model.layernorm,
         "t5": lambda: model.encoder.final_layer_norm,
     }.get(kind)
-    if kind in ("llama", "mistral", "qwen2", "qwen3", "phi3"):
+    if kind in ("gemma", "gemma2"):
+        return _rms(model.norm, plus_one=True)
+    if kind in _LLAMA_KINDS or _llama_shaped(model):
+        if isinstance(model.norm, torch.nn.LayerNorm):  # Starcoder2
+            return _layer_norm(model.norm)
         return _rms(model.norm)
     if kind in ("gemma", "gemma2"):
         return _rms(model.norm, plus_one=True)
@@ -418,6 +425,17 @@ _DECODERS = {
 }  # fmt: skip
 
 
+#: The Llama-shaped decoders this reference names; any other model whose layers have
+#: Llama's submodules (Mixtral, Starcoder2, ...) is read the same way.
+_LLAMA_KINDS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
+_LLAMA_SHAPE = ("self_attn", "input_layernorm", "post_attention_layernorm", "mlp")
+
+
+def _llama_shaped(model) -> bool:
+    layers = getattr(model, "layers", None)
+    return layers is not None and all(hasattr(layers[0], name) for name in _LLAMA_SHAPE)
+
+
 def _module(root, path: str):
     for part in path.split("."):
         root = root[int(part)] if part.isdigit() else getattr(root, part)
@@ -433,7 +451,7 @@ def _surgery(work) -> None:
     if kind in ("bert", "gpt2"):
         gpt2_bert_reference._SURGERY[kind](work, attn_skip=True, mlp=False)
         return
-    path, forward = layer_reference.LAYER_PATHS[kind]
+    path, forward = layer_reference.layer_implementation(work)
     for layer in _module(work, path):
         layer.forward = partial(forward, layer, skip=True, mlp=False)
 
@@ -451,7 +469,8 @@ def reference_reads(model, inputs: dict, attn_implementation: str | None = None)
 
     config = model.config
     kind = config.model_type
-    layers_path, attn_path, index, norm_path, branch_path = _SITES[kind]
+    default = _SITES["llama"] if _llama_shaped(model) else None
+    layers_path, attn_path, index, norm_path, branch_path = _SITES.get(kind, default)
     if norm_path is None:  # Falcon: ln_attn where the new architecture has two norms
         two = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
         norm_path = "ln_attn" if two else "input_layernorm"
@@ -488,7 +507,7 @@ def reference_reads(model, inputs: dict, attn_implementation: str | None = None)
                 partial(first_input, reads["branch"]), with_kwargs=True
             )
     extra = {}
-    if kind in _DECODERS:  # a one-shot forward: no key/value cache
+    if kind in _DECODERS or _llama_shaped(model):  # a one-shot forward: no key/value cache
         extra = {"use_cache": False}
     if kind == "deberta-v2":  # its attention returns the probabilities only when asked
         extra = {"output_attentions": True}

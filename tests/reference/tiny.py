@@ -312,6 +312,8 @@ def tiny_spec_model(
             else cls._from_config(config, attn_implementation=attn)
         )
         _randomize_(model)
+    if dtype == torch.float64 and getattr(config, "_experts_implementation", None) is not None:
+        model.config._experts_implementation = "eager"  # grouped-matmul experts take no float64
     return model.to(dtype).eval()
 
 
@@ -337,4 +339,6 @@ def tiny_model(family: str, seed: int = 0, dtype: torch.dtype = torch.float64) -
         torch.manual_seed(seed)
         model = _MODEL_CLASSES[family](config)
         _randomize_(model)
+    if dtype == torch.float64 and getattr(config, "_experts_implementation", None) is not None:
+        model.config._experts_implementation = "eager"  # grouped-matmul experts take no float64
     return model.to(dtype).eval()

@@ -1,0 +1,93 @@
+"""The real ``probe`` command in a process of its own, started in milliseconds.
+
+Fault tests need whole processes (a signal goes to a process, ``kill -9`` ends one,
+concurrent runs are several), but a fresh interpreter spends seconds importing torch.
+Children here are forked from multiprocessing's fork server, which has imported probe
+once and holds no threads: each child runs ``probe.cli.entry.main`` (the console
+script's function) with its own argv, working folder, stdout and stderr files, exactly
+as the installed ``probe`` executable does after its imports.  Python's own start-up is
+tested separately, on the real executable (``test_faults.test_early_interrupt``).
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+PRELOAD = [
+    "probe.cli.entry",
+    "probe.cli.app",
+    "probe.cli.collapse_cmd",
+    "probe.cli.output",
+    "probe.analyses.collapse",
+    "probe.analyses.paths",
+    "probe.analyses.toy",
+    "probe.fastformer.train",
+    "probe.reports",
+    "probe.reports.training",
+]
+
+_context = None
+
+
+def context():
+    """The fork-server context, started once per test session (its imports take seconds)."""
+    global _context
+    if _context is None:
+        _context = multiprocessing.get_context("forkserver")
+        _context.set_forkserver_preload(PRELOAD)
+    return _context
+
+
+def _main(args: list[str], cwd: str, stdout: str, stderr: str) -> None:
+    os.chdir(cwd)
+    for fd, path in ((1, stdout), (2, stderr)):
+        target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    sys.argv = ["probe", *args]
+    from probe.cli.entry import main
+
+    main()
+
+
+@dataclass
+class Run:
+    """One running ``probe`` command."""
+
+    process: multiprocessing.Process
+    stdout: Path
+    stderr: Path
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def wait(self, timeout: float = 600) -> int:
+        """The exit code: the command's, or -N for a process ended by signal N."""
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            self.process.kill()
+            self.process.join()
+            raise TimeoutError(f"probe {self.process.name} still ran after {timeout} s")
+        return self.process.exitcode
+
+    def out(self) -> str:
+        return self.stdout.read_text(errors="replace")
+
+    def err(self) -> str:
+        return self.stderr.read_text(errors="replace")
+
+
+def start(args: list[str], cwd: Path, logs: Path, name: str = "run") -> Run:
+    """Start ``probe ARGS`` in ``cwd``; its stdout and stderr go to files in ``logs``."""
+    logs.mkdir(parents=True, exist_ok=True)
+    stdout, stderr = logs / f"{name}.out", logs / f"{name}.err"
+    process = context().Process(
+        target=_main, args=(list(args), str(cwd), str(stdout), str(stderr)), name=" ".join(args)
+    )
+    process.start()
+    return Run(process, stdout, stderr)
