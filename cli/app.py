@@ -83,6 +83,13 @@ def main_options(
     """Rank collapse in transformers: ablate skip connections and MLPs, measure how fast tokens become one."""
 
 
+def _parse_metrics(text: str):
+    """The library's reader of --metrics (imported when a value is parsed, not for --help)."""
+    from probe.analyses.collapse import parse_metrics
+
+    return parse_metrics(text)
+
+
 @app.command()
 def collapse(
     models: Annotated[
@@ -141,11 +148,15 @@ def collapse(
     ] = "relative-residual",
     metrics: Annotated[
         str,
-        typer.Option(
+        option(
             "--metrics",
-            help="Metrics computed and stored: all, or a comma list of "
-            + ",".join(m.replace("_", "-") for m in names.METRICS)
-            + ".",
+            domain=CommaList(
+                [m.replace("_", "-") for m in names.METRICS],
+                _parse_metrics,
+                words=("all",),
+                metavar="all|LIST",
+            ),
+            help="Metrics computed and stored (the relative residual always is).",
         ),
     ] = "all",
     effective_rank: Annotated[
