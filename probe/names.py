@@ -29,3 +29,17 @@ FITS: tuple[str, ...] = ("mean", "svd")
 DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: Ablation definitions: probe's, uniform across families, or the paper's own code's per family.
 SURGERIES: tuple[str, ...] = ("probe", "paper")
+#: Setups of the circle experiment: the paper's definitions, or probe's stricter skip-free ones.
+TOY_SETUPS: tuple[str, ...] = ("paper", "strict")
+#: Where a path's attention comes from in path-restricted evaluation: its own state (the
+#: paper's) or the full model's forward.
+PATH_ATTENTIONS: tuple[str, ...] = ("own", "full")
+#: How a path normalises: plain LayerNorms plus one on the sum (the paper's) or the trained ones.
+PATH_NORMS: tuple[str, ...] = ("paper", "trained")
+#: Learning-rate schedules of the toy training: constant, the paper's convex-hull steps
+#: (x0.91 after epochs 15, 30, 40, 50, 60) and its memorization linear decay to 0.
+SCHEDULES: tuple[str, ...] = ("constant", "steps", "linear")
+#: Multiplication orders of the attention product along a path: the paper's notebook puts the
+#: earliest layer on the left, P = A_{l_1} ... A_{l_d}; the map a path applies to the tokens
+#: puts the latest layer on the left, P = A_{l_d} ... A_{l_1} (the paper's Section 2.2).
+ORDERS: tuple[str, ...] = ("earliest-left", "latest-left")
