@@ -174,26 +174,37 @@ def print_count(ds: xr.Dataset) -> None:
 
 
 def print_sample(ds: xr.Dataset) -> None:
+    """Median distance to the best rank-one fit (the headline) and to 1p^T beside it."""
     from probe.plot_paths import fit_decay
 
-    fits = fit_decay(ds)
+    order = "earliest-left" if "order" in ds.coords else "latest-left"
+    fits = {fit: fit_decay(ds, fit=fit, order=order) for fit in ("svd", "mean")}
     table = Table(
-        title=f"{ds.attrs['model']} · median ||P - 1p^T|| / ||P|| (l1inf) along sampled paths",
+        title=f"{ds.attrs['model']} · median ||P - rank1_SVD(P)|| / ||P|| (l1inf) along sampled "
+        f"paths, P multiplied {order} (mean-row distance beside)",
         title_justify="left",
     )
     table.add_column("depth", justify="right")
     for init in ds.init.values:
-        table.add_column(str(init), justify="right")
+        table.add_column(f"{init} SVD", justify="right")
+        table.add_column(f"{init} mean row", justify="right")
     for d in ds.depth.values:
         table.add_row(
             str(int(d)),
-            *(f"{float(fits['median'].sel(init=i, depth=d)):.3g}" for i in ds.init.values),
+            *(
+                f"{float(fits[fit]['median'].sel(init=i, depth=d)):.3g}"
+                for i in ds.init.values
+                for fit in ("svd", "mean")
+            ),
         )
     out.print(table)
     for init in ds.init.values:
+        svd, mean = fits["svd"], fits["mean"]
         out.print(
-            f"{init}: decay x10^{float(fits['rate'].sel(init=init)):.3g} per layer, "
-            f"fitted order {float(fits['order'].sel(init=init)):.3g}"
+            f"{init}: SVD distance decays x10^{float(svd['rate'].sel(init=init)):.3g} per layer, "
+            f"fitted order {float(svd['order'].sel(init=init)):.3g} "
+            f"(mean-row distance: x10^{float(mean['rate'].sel(init=init)):.3g}, "
+            f"order {float(mean['order'].sel(init=init)):.3g})"
         )
 
 
