@@ -37,7 +37,14 @@ Quick = Annotated[bool, typer.Option("--quick", help="A reduced size that runs i
 Width = Annotated[int | None, typer.Option(min=1, help="Heads per layer.")]
 Depth = Annotated[int | None, typer.Option(min=1, help="Layers.")]
 Hidden = Annotated[int | None, typer.Option(min=1, help="Hidden size (a multiple of --width).")]
-Lr = Annotated[float | None, typer.Option(min=0.0, help="Adam learning rate.")]
+Lr = Annotated[
+    float | None,
+    typer.Option(
+        min=0.0,
+        help="Adam learning rate [default: 1e-3 for sort and convex hull, where the paper's "
+        "1e-5 leaves them untrained after its epochs; the paper's otherwise].",
+    ),
+]
 Batch = Annotated[int | None, typer.Option("--batch-size", min=1, help="Sequences per step.")]
 Train = Annotated[int | None, typer.Option("--train", min=1, help="Training sequences.")]
 Eval = Annotated[int | None, typer.Option("--eval", min=1, help="Evaluation sequences.")]

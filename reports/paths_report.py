@@ -209,12 +209,12 @@ def _sample(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
     for order in orders[1:]:
         other += numbers(
             _table(head, _fit_rows(ds, order), "fits-other"),
-            f"The same with the product multiplied in the other order ({esc(order)}: "
+            f"The same with the product multiplied in the other order ({order}: "
             + (
-                "P = A<sub>l_d</sub> ⋯ A<sub>l_1</sub>, the map the path applies to the tokens)"
+                "P = A_ld ⋯ A_l1, the map the path applies to the tokens)"
                 if order == "latest-left"
-                else "P = A<sub>l_1</sub> ⋯ A<sub>l_d</sub>)"
-            ),
+                else "P = A_l1 ⋯ A_ld)"
+            ),  # plain text: numbers() escapes its summary
         )
     body = (
         '<section id="sample"><h2>Attention products along paths</h2>'
