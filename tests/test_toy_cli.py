@@ -245,3 +245,17 @@ def test_report_build_renders_a_toy_result(quick_runs, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     html = (tmp_path / nc.with_suffix(".html").name).read_text()
     assert html.count("<svg") == 3 and 'content="toy"' in html
+
+
+def test_readme_toy_python_block() -> None:
+    """The README's Python example for `probe toy` runs as written (it asks for --quick)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "toy.run" in b]
+    assert len(blocks) == 1
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)  # noqa: S102
+    assert scope["ds"].attrs["path_attention"] == "own"
+    assert scope["circle"].attrs["setup"] == "strict"
