@@ -35,7 +35,7 @@ from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, re
 from probe.load import ProbedModel, check_seed, load
 from probe.names import INITS, METRICS, SURGERIES
 from probe.results import ENGINE, settings_id, utc_now, versions
-from probe.trace import layer_values
+from probe.trace import check_norm_variant, layer_values
 
 Progress = Callable[[int, int, str], None]
 
@@ -110,6 +110,8 @@ def prepare(
         image_files(images)  # and so does a bad --images
     models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights)
     first = models[0]
+    for name in names:  # a family without the LayerNorm variants says so before any work
+        check_norm_variant(first, PRESETS[name])
     check_input_kind(first, text, images)
     limit = first.adapter.max_tokens(first.config)
     if first.adapter.inputs == "ids" and limit is not None and tokens > limit:

@@ -9,6 +9,12 @@ from __future__ import annotations
 
 #: The paper's four networks, in the order of its figures (Dong et al. 2021, Fig. 2).
 VARIANTS: tuple[str, ...] = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
+#: The fifth and sixth variants (``--no-layernorm``; the paper's Section 3.3 asks what the
+#: norms do): the transformer with every norm inside its layers reduced to its affine map
+#: (normalisation removed, scale and shift kept), and with those norms removed entirely.
+NORM_VARIANTS: tuple[str, ...] = ("LN-affine", "no-LN")
+#: What each norm variant does to a norm: ``kept`` (the paper's four), ``affine``, ``removed``.
+NORM_MODES: tuple[str, ...] = ("kept", "affine", "removed")
 #: Weights a model is probed with; pretrained first everywhere (it loads first, so
 #: weights that cannot be had stop a run before any work).
 INITS: tuple[str, ...] = ("pretrained", "random")
