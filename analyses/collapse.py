@@ -28,7 +28,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import metrics
+from probe import metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
@@ -343,6 +343,9 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
             if m.incomplete
         ),
         "inputs": inputs.kind,
+        # The paper's bounds from the model's own weights beside measured residuals
+        # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
+        "theory": theory.panels(models, inputs, plan.batch_size),
         "text_source": inputs.text_source,
         "text_sha256": inputs.text_sha256,
         "sequences": inputs.sequences,

@@ -34,6 +34,7 @@ from .paths_report import is_paths, render_paths
 from .provenance import ablation_table, provenance_table
 from .tables import norms_table, orders_table, stats_table
 from .text import paragraph
+from .theory import theory_section
 
 _METRIC_NOTES = {
     "effective_rank": "exp of the entropy of the normalised singular values (Roy & Vetterli)",
@@ -194,6 +195,7 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
         _summary(ds, result_file, threshold),
         _collapse(ds, figure),
         _order(ds, figure),
+        theory_section(ds, figure),
         _metrics(ds, figure),
         _details(ds),
     ]

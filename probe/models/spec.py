@@ -633,6 +633,60 @@ def _value_output(layer, heads: Heads, config, n_heads: int, kv_heads: int):
     return w_v, b_v, w_o, b_o
 
 
+#: The query and key projections beside a value projection named so (layout ``linear``).
+_QK_SIBLINGS = {
+    "value": ("query", "key"),
+    "v_proj": ("q_proj", "k_proj"),
+    "v_lin": ("q_lin", "k_lin"),
+    "value_proj": ("query_proj", "key_proj"),
+    "v": ("q", "k"),
+}
+
+
+def query_key(layer, heads: Heads, config, n_heads: int, kv_heads: int):
+    """(w_q (H, hidden, d), w_k (H, hidden, d)) per query head, in the x W convention of
+    ``_value_output`` (scores of head h: X w_q[h] w_k[h]^T X^T before the 1/sqrt(d) scale);
+    a grouped key head repeated for the query heads of its group.  Read with the same
+    layouts as the value weights; a layout without a known query/key place raises ProbeError.
+    """
+    value = _resolve_module(layer, heads.value)
+    weight = value.weight.detach()
+    if heads.layout == "conv1d":  # y = x W + b, columns [q | k | v]
+        hidden = weight.shape[0]
+        d = hidden // n_heads
+        w_q, w_k, kv_heads = weight[:, :hidden], weight[:, hidden : 2 * hidden], n_heads
+    else:
+        out_w = _resolve_module(layer, heads.output).weight.detach()
+        hidden = out_w.shape[0]
+        d = out_w.shape[1] // n_heads
+        if heads.layout == "linear":
+            parent, _, name = heads.value.rpartition(".")
+            if name not in _QK_SIBLINGS:
+                raise ProbeError(f"no query/key projection known beside {heads.value}")
+            q_name, k_name = _QK_SIBLINGS[name]
+            prefix = f"{parent}." if parent else ""
+            rows_q = _resolve_module(layer, prefix + q_name).weight.detach()
+            rows_k = _resolve_module(layer, prefix + k_name).weight.detach()
+        elif heads.layout == "fused":  # rows [q (H d) | k (KV d) | v (KV d)]
+            rows_q = weight[: n_heads * d]
+            rows_k = weight[n_heads * d : (n_heads + kv_heads) * d]
+        elif heads.layout == "neox":  # rows per head h: [q_h | k_h | v_h]
+            per_head = weight.reshape(n_heads, 3, d, -1)
+            rows_q = per_head[:, 0].reshape(n_heads * d, -1)
+            rows_k = per_head[:, 1].reshape(n_heads * d, -1)
+            kv_heads = n_heads
+        else:
+            raise ProbeError(
+                f"query/key weights of the {heads.layout} layout are not read by probe"
+            )
+        w_q, w_k = rows_q.T, rows_k.T  # (hidden, H d), (hidden, KV d)
+    w_q = w_q.reshape(hidden, n_heads, d).permute(1, 0, 2)
+    w_k = w_k.reshape(hidden, kv_heads, d).permute(1, 0, 2)
+    if n_heads // kv_heads > 1:  # transformers' repeat_kv
+        w_k = w_k.repeat_interleave(n_heads // kv_heads, dim=0)
+    return w_q, w_k
+
+
 def _falcon_value(weight, bias, config, n_heads: int, d: int):
     """The value rows of Falcon's fused query_key_value, as FalconAttention._split_heads reads it.
 
