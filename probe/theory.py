@@ -56,7 +56,8 @@ MLP_WEIGHTS: dict[str, tuple[str, str, str]] = {
     "distilbert": ("ffn.lin1", "ffn.lin2", "linear"),
     "gpt2": ("mlp.c_fc", "mlp.c_proj", "conv1d"),
     "opt": ("fc1", "fc2", "linear"),
-    "vit": ("intermediate.dense", "output.dense", "linear"),
+    "vit": ("mlp.fc1", "mlp.fc2", "linear"),
+    "starcoder2": ("mlp.c_fc", "mlp.c_proj", "linear"),
     "gptj": ("mlp.fc_in", "mlp.fc_out", "linear"),
     "gpt-neox": ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "linear"),
 }
@@ -88,8 +89,14 @@ def activation_lipschitz(name: str) -> float:
     return float(x.grad.abs().max())
 
 
+def _mlp(name: str, config) -> tuple[str, str, str] | None:
+    if name == "t5" and not getattr(config, "is_gated_act", False):
+        return ("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo", "linear")
+    return MLP_WEIGHTS.get(name)
+
+
 def _activation(config) -> str:
-    for key in ("hidden_act", "activation_function", "activation"):
+    for key in ("hidden_act", "activation_function", "dense_act_fn", "activation"):
         value = getattr(config, key, None)
         if isinstance(value, str):
             return value
@@ -119,7 +126,7 @@ def layer_constants(probed) -> dict[str, Any]:
     kv = getattr(config, "num_key_value_heads", None) or H
     layers = _resolve_module(model, spec.layers)
     qk, vo, beta, lam = [], [], [], []
-    mlp = MLP_WEIGHTS.get(spec.name)
+    mlp = _mlp(spec.name, config)
     lip = activation_lipschitz(_activation(config)) if mlp else float("nan")
     d = None
     for index in range(L):
@@ -148,12 +155,15 @@ def layer_constants(probed) -> dict[str, Any]:
         lam = [float("nan")] * L
     scale = getattr(config, "query_pre_attn_scalar", None)
     notes = []
-    if getattr(config, "rope_theta", None) is not None or "rope" in str(
+    rotary = getattr(config, "rope_theta", None) is not None or "rope" in str(
         getattr(config, "rope_scaling", "") or getattr(config, "position_embedding_type", "")
-    ):
+    )
+    if rotary or getattr(config, "rotary_dim", None) or getattr(config, "rotary_pct", None):
         notes.append("rotary position embeddings rotate queries and keys: W_QK ignores them")
     if scale is not None or spec.name == "t5":
         notes.append("the attention's scale is not 1/sqrt(d_qk) in this family")
+    if spec.name == "t5" or getattr(config, "relative_attention", False):
+        notes.append("relative position terms add to the attention scores: W_QK leaves them out")
     out.update(
         qk=qk,
         vo=vo,

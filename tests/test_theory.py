@@ -18,6 +18,8 @@ from probe import theory
 from probe.cli.app import app
 from tests.reference import theory_numpy
 from tests.reference.tiny import tiny_model, tiny_spec_model
+from tests.test_families import TINY
+from tests.test_families import _model as family_model
 
 #: Float64 sums of the same few dozen numbers in another order: ~1e-15 relative apart.
 RTOL = 1e-12
@@ -81,20 +83,33 @@ def test_constants_of_a_hand_made_model():
     assert found["heads"] == 1 and found["d_qk"] == 2 and found["missing"] == []
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "mistral"])
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "mistral", "gpt-neox", "phi3"])
 def test_constants_equal_an_independent_reference(family):
+    """Each weight layout the walker reads: linear, conv1d, GQA, neox-interleaved, fused."""
     model = tiny_model(family, seed=3) if family in ("bert", "gpt2") else tiny_spec_model(family)
     found = theory.layer_constants(probe.wrap(model))
-    lip = theory.activation_lipschitz("gelu_new" if family == "gpt2" else "gelu")
+    act = {"gpt2": "gelu_new"}.get(family, getattr(model.config, "hidden_act", "gelu"))
+    lip = theory.activation_lipschitz(act)
     want = theory_numpy.constants(model, "llama" if family == "mistral" else family, lip)
     for key in ("qk", "vo", "beta", "c"):
         np.testing.assert_allclose(found[key], want[key], rtol=RTOL, atol=0, err_msg=key)
-    if family in ("llama", "mistral"):  # gated MLPs: no lambda, one line that says why
+    if family in ("llama", "mistral", "phi3"):  # gated MLPs: no lambda, one line that says why
         assert all(math.isnan(v) for v in found["lambda"])
         assert any("gated MLP" in line for line in found["missing"])
         assert any("rotary" in line for line in found["notes"])
     else:
         np.testing.assert_allclose(found["lambda"], want["lambda"], rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_every_family_gives_constants_or_says_why(name):
+    found = theory.layer_constants(probe.wrap(family_model(name)))
+    if "beta" in found:
+        L = len(found["beta"])
+        assert L > 0 and all(np.isfinite(found["c"])) and len(found["lambda"]) == L
+        assert all(np.isfinite(found["lambda"])) or any("gated" in m for m in found["missing"])
+    else:  # one line naming the constant and the reason
+        assert len(found["missing"]) == 1 and found["missing"][0].startswith("beta: ")
 
 
 def test_the_recursion_is_the_theorem_closed_form_for_equal_constants():

@@ -68,6 +68,22 @@ def constants(model, family: str, lip: float) -> dict:
             a_q, a_k, a_v = w[:, :n], w[:, n : 2 * n], w[:, 2 * n :]
             a_o = _np(layer.attn.c_proj.weight)
             m1, m2 = _np(layer.mlp.c_fc.weight), _np(layer.mlp.c_proj.weight)
+        elif family == "gpt-neox":  # fused, per head h rows [q_h | k_h | v_h]
+            a = layer.attention
+            w = _np(a.query_key_value.weight)
+            n = w.shape[1]
+            per = w.reshape(H, 3, n // H, n)
+            a_q, a_k, a_v = (per[:, i].reshape(n, n).T for i in range(3))
+            a_o = _np(a.dense.weight).T
+            m1, m2 = _np(layer.mlp.dense_h_to_4h.weight).T, _np(layer.mlp.dense_4h_to_h.weight).T
+        elif family == "phi3":  # fused rows [q (H d) | k (KV d) | v (KV d)], gated MLP
+            w = _np(layer.self_attn.qkv_proj.weight)
+            d = config.hidden_size // H
+            a_q = w[: H * d].T
+            a_k = w[H * d : (H + kv) * d].T
+            a_v = w[(H + kv) * d :].T
+            a_o = _np(layer.self_attn.o_proj.weight).T
+            m1 = m2 = None
         else:  # Llama-style
             a = layer.self_attn
             a_q, a_k, a_v, a_o = (_np(m.weight).T for m in (a.q_proj, a.k_proj, a.v_proj, a.o_proj))
