@@ -1,6 +1,11 @@
 """The paper's bounds, from the model's own weights, beside the measured residual.
 
-Dong, Cordonnier & Loukas (2021, arXiv 2103.03404).  Notation as in the paper:
+Dong, Cordonnier & Loukas (2021, arXiv 2103.03404; ICML 2021).  The theorem,
+corollary and section numbers below are the paper's; its equation numbers are not
+cited because the paper's text could not be consulted where this was written (the
+formulas were checked against the statements as the paper gives them: the
+multi-head form of Theorem 2.2 with its (3^L - 1)/2 exponent, Corollary 3.2's
+lambda inside the base).  Notation as in the paper:
 tokens are rows, X is (n, d), res(X) = X - 1 x^T, and the composite norm is
 ||A||_{1,inf} = sqrt(||A||_1 ||A||_inf) (||.||_1 the largest absolute column sum,
 ||.||_inf the largest absolute row sum).  A head maps X to P_h X W_h with
