@@ -37,7 +37,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import checks, memory, metrics
+from probe import checks, memory, metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
@@ -45,7 +45,7 @@ from probe.load import ProbedModel, check_seed, load
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, INITS, METRICS, SURGERIES
 from probe.results import ENGINE, settings_id, utc_now, versions
-from probe.trace import layer_values
+from probe.trace import check_norm_variant, layer_values
 
 Progress = Callable[[int, int, str], None]
 
@@ -174,6 +174,8 @@ def prepare(
         image_files(images)  # and so does a bad --images
     models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights)
     first = models[0]
+    for name in names:  # a family without the LayerNorm variants says so before any work
+        check_norm_variant(first, PRESETS[name])
     check_input_kind(first, text, images)
     limit = first.adapter.max_tokens(first.config)
     if first.adapter.inputs == "ids" and limit is not None and tokens > limit:
@@ -504,6 +506,9 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
             if m.incomplete
         ),
         "inputs": inputs.kind,
+        # The paper's bounds from the model's own weights beside measured residuals
+        # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
+        "theory": theory.panels(models, inputs, plan.batch_size),
         "text_source": inputs.text_source,
         "text_sha256": inputs.text_sha256,
         "sequences": inputs.sequences,

@@ -5,20 +5,44 @@ networks (probe.toy.model) and evaluate them through random subsets of their
 paths: for each length k = 0..L, ``n_paths`` uniform paths of length k, summed,
 ``repeats`` times.  Short paths carrying most of the accuracy is the claim.  The
 full model's accuracy and the input-blind baselines are measured on the same
-evaluation set.  The circle experiment trains a one-layer network to move two
-points one step along two arcs of a circle, then applies it to its own output
-for ``steps`` steps: pure attention collapses the two points into one, a skip
-connection or an MLP keeps them apart; the relative residual of the 2-token
-matrix (probe.metrics) measures it.
+evaluation set.
 
-``run(task, **options)`` returns the Dataset; ``TASKS`` holds the paper's
-defaults and ``QUICK`` the reduced sizes of ``--quick``.
+Path-restricted evaluation follows the paper's rules by default (its
+``--no_sub_path`` runs): each path is a chain of single heads whose attention is
+recomputed from the path's own state (``path_attention="own"``), each head layer
+normalised by a LayerNorm without learned scale and shift, and one more such
+LayerNorm on the summed paths (``path_norm="paper"``).  ``"full"`` and
+``"trained"`` are probe's earlier rules: the full model's attention and the
+trained LayerNorms, nothing on the sum.  ``sub_path=True`` evaluates each path's
+exact term instead (probe.toy.model).
+
+The circle experiment trains a one-layer network to move two points one step
+along two arcs of a circle, then applies it to its own output for ``steps``
+steps; the relative residual of the 2-token matrix (probe.metrics) says whether
+the two points merge.  ``setup="paper"`` uses the paper's three networks
+(``run_circle.py``): every network keeps the attention skip connection and its
+LayerNorm, and the embedding ends in a LayerNorm; "SAN" is that network;
+"SAN+skip" adds a residual across recurrent steps (trained on each batch plus
+the previous batch's inputs, run as s <- s + f(s), and f(s) is what is drawn
+and measured); "SAN+MLP" adds a feed-forward sublayer.  ``setup="strict"``
+keeps probe's stricter definitions: "SAN" without any skip connection,
+"SAN+skip" with the attention skip (the paper's "SAN"), "SAN+MLP" with the
+MLP and no attention skip.  The paper swept hidden sizes 32 and 128; both run.
+
+Every setting that still differs from the paper's scripts is listed in the
+result's ``deviations`` attribute (``deviations(task, ...)``), with the option
+that runs the paper's value where there is one.
+
+``run(task, **options)`` returns the Dataset; ``TASKS`` holds the defaults,
+``PAPER`` the paper's values of the same settings, and ``QUICK`` the reduced
+sizes of ``--quick``.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from importlib import metadata
 
 import numpy as np
@@ -28,6 +52,7 @@ import xarray as xr
 from probe import checks, memory
 from probe.errors import ProbeError
 from probe.metrics import relative_residual
+from probe.names import PATH_ATTENTIONS, PATH_NORMS, SCHEDULES, TOY_SETUPS
 from probe.results import utc_now
 from probe.toy import ToyConfig, ToySAN
 from probe.toy import tasks as data
@@ -35,18 +60,47 @@ from probe.toy.train import baselines, path_accuracy, train
 
 Progress = Callable[[int, int, str], None]
 
-#: The paper's settings (its README's commands; batch size 30, Adam).  lr is probe's
-#: choice where the paper's 1e-5 does not train within the paper's epochs (see README).
+#: The defaults: the paper's settings (its README's commands and scripts) except the
+#: learning rates of sort and convex hull (see PAPER and deviations()).
 TASKS: dict[str, dict] = {
     "sort": dict(width=2, depth=6, hidden=48, train=1000, eval=200, epochs=65, lr=1e-3,
-                 batch_size=30, length=8, symbols=10),
+                 batch_size=30, weight_decay=0.0, schedule="constant", length=8, symbols=10),
     "convex-hull": dict(width=3, depth=6, hidden=84, train=10000, eval=300, epochs=70, lr=1e-3,
-                        batch_size=30, points=10, shift=1.0),
+                        batch_size=30, weight_decay=1e-3, schedule="steps", points=10,
+                        box=10.0, shift=3.3),
     "memorization": dict(width=2, depth=6, hidden=250, train=500, epochs=50, lr=3e-4,
-                         batch_size=8, tokens=128),
-    "circle": dict(width=2, depth=1, hidden=32, points=1000, steps=300, epochs=70, lr=1e-3,
-                   batch_size=30),
+                         batch_size=8, weight_decay=0.0, schedule="linear", tokens=128,
+                         positions=False),
+    "circle": dict(width=2, depth=1, hidden=(32, 128), points=1000, steps=300, epochs=70,
+                   lr=1e-5, batch_size=30, weight_decay=0.0, schedule="constant"),
 }  # fmt: skip
+
+#: The paper's values of every setting in TASKS (run_sort.py, run_convex_hull.py,
+#: run_memorization.py with its Trainer, run_circle.py, and the README's commands; the
+#: circle's hidden sizes are the two its figure sweeps).
+PAPER: dict[str, dict] = {
+    "sort": dict(width=2, depth=6, hidden=48, train=1000, eval=200, epochs=65, lr=1e-5,
+                 batch_size=30, weight_decay=0.0, schedule="constant", length=8, symbols=10),
+    "convex-hull": dict(width=3, depth=6, hidden=84, train=10000, eval=300, epochs=70, lr=1e-5,
+                        batch_size=30, weight_decay=1e-3, schedule="steps", points=10,
+                        box=10.0, shift=3.3),
+    "memorization": dict(width=2, depth=6, hidden=250, train=500, epochs=50, lr=3e-4,
+                         batch_size=8, weight_decay=0.0, schedule="linear", tokens=128,
+                         positions=False),
+    "circle": dict(width=2, depth=1, hidden=(32, 128), points=1000, steps=299, epochs=70,
+                   lr=1e-5, batch_size=30, weight_decay=0.0, schedule="constant"),
+}  # fmt: skip
+
+#: The option that sets each setting, for the deviations' "runs the paper's" hint.
+_FLAGS = {"lr": "--lr", "weight_decay": "--weight-decay", "batch_size": "--batch-size",
+          "train": "--train", "eval": "--eval"}  # fmt: skip
+
+#: Why a default differs from the paper's value, where it does on purpose.
+_WHY = {
+    "lr": "probe's default, because the paper's rate leaves the network far from trained "
+    "after the paper's epochs (the README's table has runs at both rates)",
+    "steps": "a round number of steps; the paper's script draws 300 points, start included",
+}
 
 #: --quick: the same experiment at a size that runs in well under a minute on one core.
 QUICK: dict[str, dict] = {
@@ -57,6 +111,25 @@ QUICK: dict[str, dict] = {
 }
 
 VARIANTS = ("SAN", "SAN+skip", "SAN+MLP")  # the circle's networks, in the paper's names
+
+#: Per setup and circle variant: (attention skip, MLP, residual across recurrent steps).
+CIRCLE_NETWORKS: dict[str, dict[str, tuple[bool, bool, bool]]] = {
+    "paper": {"SAN": (True, False, False), "SAN+skip": (True, False, True),
+              "SAN+MLP": (True, True, False)},
+    "strict": {"SAN": (False, False, False), "SAN+skip": (True, False, False),
+               "SAN+MLP": (False, True, False)},
+}  # fmt: skip
+
+#: What each circle variant is, in words, per setup (for reports and attrs).
+CIRCLE_WORDS: dict[str, str] = {
+    "paper": "the paper's definitions (run_circle.py): every network keeps the attention skip "
+    "connection and LayerNorm, and the embedding ends in a LayerNorm; SAN: that network; "
+    "SAN+skip: plus a residual across recurrent steps, s <- s + f(s), with f(s) drawn; "
+    "SAN+MLP: plus a feed-forward sublayer",
+    "strict": "probe's stricter definitions, not the paper's: SAN has no skip connection at "
+    "all; SAN+skip has the attention skip (the paper's SAN); SAN+MLP has the feed-forward "
+    "sublayer but no attention skip",
+}
 
 
 def settings(task: str, quick: bool = False, **overrides) -> dict:
@@ -69,7 +142,88 @@ def settings(task: str, quick: bool = False, **overrides) -> dict:
     for key, value in overrides.items():
         if value is not None:
             chosen[key] = value
+    if task == "circle":
+        chosen["hidden"] = _hidden_sizes(chosen["hidden"])
     return chosen
+
+
+def deviations(
+    task: str,
+    opts: dict,
+    *,
+    sub_path: bool = False,
+    path_attention: str | None = None,
+    path_norm: str | None = None,
+    setup: str | None = None,
+    text: str | None = None,
+) -> list[str]:
+    """Every way a run with ``opts`` differs from the paper's run of ``task``, one line each."""
+    lines = []
+    for key, paper in PAPER[task].items():
+        if key in opts and opts[key] != paper:
+            why = f"; {_WHY[key]}" if key in _WHY and opts[key] == TASKS[task].get(key) else ""
+            flag = "--sequences" if (task, key) == ("memorization", "train") else None
+            hint = _flag_hint(key, paper, flag)
+            lines.append(f"{key} {_show(opts[key])}: the paper's is {_show(paper)} ({hint}){why}")
+    if task in ("sort", "memorization"):
+        lines.append(
+            "token embedding: the paper maps the embedding sum through one more linear layer "
+            "before its LayerNorm; an embedding followed by a linear map is again an embedding, "
+            "so probe leaves it out (the same functions, another parametrisation)"
+        )
+    if task == "sort":
+        lines.append(
+            "the paper's embedding treats symbol 0 as BERT's padding index, so its embedding "
+            "keeps its initial value; probe trains every symbol's embedding"
+        )
+    if task == "memorization":
+        source = "the built-in sample text" if text is None else f"the text {text}"
+        lines.append(
+            f"data: {source}, cut into windows of {opts.get('tokens')} tokens at seeded random "
+            "offsets (overlapping when the text is short), every token of a window a real token; "
+            "the paper used RTE's training sentence pairs, padded to 128 tokens, padding masked"
+        )
+        lines.append(
+            "path evaluation: the paper scored paths on its first 11 training batches "
+            "(88 sequences); probe scores them on the whole training set"
+        )
+    if task == "circle" and setup == "strict":
+        lines.append(f"--setup strict: {CIRCLE_WORDS['strict']} (`--setup paper` runs theirs)")
+    if task != "circle":
+        if sub_path:
+            lines.append(
+                "--sub-path: each path's term of probe's exact decomposition (normalisation "
+                "frozen at the full model's statistics), not the paper's chains of single heads "
+                "(--no-sub-path runs theirs)"
+            )
+        else:
+            if path_attention == "full":
+                lines.append(
+                    "paths use the full model's attention; the paper recomputes each path's "
+                    "attention from the path's own state (`--path-attention own`)"
+                )
+            if path_norm == "trained":
+                lines.append(
+                    "paths use each layer's trained LayerNorm and nothing on their sum; the "
+                    "paper normalises each head layer and the sum with LayerNorms without "
+                    "scale and shift (`--path-norm paper`)"
+                )
+    return lines
+
+
+def _flag_hint(key: str, paper, flag: str | None = None) -> str:
+    flag = flag or _FLAGS.get(key, f"--{key}")
+    if isinstance(paper, bool):
+        return f"`{flag if paper else '--no-' + flag.removeprefix('--')}` runs it"
+    return f"`{flag} {_show(paper)}` runs it"
+
+
+def _show(value) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, tuple):
+        return ",".join(map(str, value))
+    return str(value)
 
 
 def run(
@@ -81,21 +235,38 @@ def run(
     n_paths: int = 5,
     repeats: int = 5,
     sub_path: bool = False,
+    path_attention: str | None = None,
+    path_norm: str | None = None,
+    setup: str | None = None,
     text: str | None = None,
     progress: Progress | None = None,
     command: str = "",
     **overrides,
 ) -> xr.Dataset:
-    """Train and evaluate one task; see the module docstring."""
+    """Train and evaluate one task; see the module docstring.
+
+    ``path_attention`` (own|full) and ``path_norm`` (paper|trained) choose the rules of
+    path-restricted evaluation (default: the paper's, own and paper); they do not apply
+    with ``sub_path=True`` nor to the circle.  ``setup`` (paper|strict, default paper)
+    applies to the circle only.
+    """
     opts = settings(task, quick, **overrides)
+    path_attention, path_norm, setup = _rules(task, sub_path, path_attention, path_norm, setup)
     dev = _device(device)
     _check(opts, n_paths, repeats, str(dev), task)
     progress = progress or (lambda done, total, label: None)
     started = time.perf_counter()
     if task == "circle":
-        ds = _circle(opts, seed, dev, progress)
+        ds = _circle(opts, setup, seed, dev, progress)
     else:
-        ds = _path_task(task, opts, seed, dev, n_paths, repeats, sub_path, text, progress)
+        ds = _path_task(
+            task, opts, seed, dev, n_paths, repeats, sub_path, path_attention, path_norm, text,
+            progress,
+        )  # fmt: skip
+    gone = deviations(
+        task, opts, sub_path=sub_path, path_attention=path_attention, path_norm=path_norm,
+        setup=setup, text=text,
+    )  # fmt: skip
     ds.attrs.update(
         analysis="toy",
         task=task,
@@ -110,22 +281,66 @@ def run(
         command=command,
         probe_version=_version("probe"),
         torch_version=_version("torch"),
-        **{k: v for k, v in opts.items()},
+        **{k: _show(v) if isinstance(v, tuple) else v for k, v in opts.items()},
+        deviations=json.dumps(gone),
     )
     return ds
 
 
-def _path_task(task, opts, seed, dev, n_paths, repeats, sub_path, text, progress) -> xr.Dataset:
+def _rules(task, sub_path, path_attention, path_norm, setup):
+    """The path rules and circle setup in force, refusing the ones that do not apply."""
+    if setup is not None and setup not in TOY_SETUPS:
+        raise ProbeError(f"unknown --setup {setup!r}; choose paper or strict")
+    if path_attention is not None and path_attention not in PATH_ATTENTIONS:
+        raise ProbeError(f"unknown --path-attention {path_attention!r}; choose own or full")
+    if path_norm is not None and path_norm not in PATH_NORMS:
+        raise ProbeError(f"unknown --path-norm {path_norm!r}; choose paper or trained")
+    if task == "circle":
+        if path_attention is not None or path_norm is not None:
+            raise ProbeError("--path-attention and --path-norm apply to the path tasks, not circle")
+        return None, None, setup or "paper"
+    if setup is not None:
+        raise ProbeError("--setup applies to the circle only")
+    if sub_path:
+        if path_attention is not None or path_norm is not None:
+            raise ProbeError(
+                "--path-attention and --path-norm choose the rules of --no-sub-path chains; "
+                "--sub-path uses the full model's attention and frozen normalisation"
+            )
+        return None, None, None
+    return path_attention or "own", path_norm or "paper", None
+
+
+def _hidden_sizes(value) -> tuple[int, ...]:
+    """The circle's hidden sizes: an int, a sequence of ints or text like "32,128"."""
+    if isinstance(value, int):
+        return (value,)
+    if isinstance(value, str):
+        try:
+            value = [int(v) for v in value.split(",") if v.strip()]
+        except ValueError:
+            raise ProbeError(f"--hidden {value!r}: give sizes like 32 or 32,128") from None
+    sizes = tuple(int(v) for v in value)
+    if not sizes or len(set(sizes)) != len(sizes):
+        raise ProbeError("--hidden: give one or more distinct sizes, like 32,128")
+    return sizes
+
+
+def _path_task(
+    task, opts, seed, dev, n_paths, repeats, sub_path, path_attention, path_norm, text, progress
+) -> xr.Dataset:
     rng_train, rng_eval = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
     extra: dict = {}
+    shuffle, clip = False, None
     if task == "sort":
         x_tr, y_tr = data.sort_data(opts["train"], opts["length"], opts["symbols"], rng_train)
         x_ev, y_ev = data.sort_data(opts["eval"], opts["length"], opts["symbols"], rng_eval)
         cfg = dict(vocab=opts["symbols"], max_len=opts["length"], n_out=opts["symbols"])
         eval_set = "held-out sequences"
     elif task == "convex-hull":
-        x_tr, y_tr = data.hull_data(opts["train"], opts["points"], opts["shift"], rng_train)
-        x_ev, y_ev = data.hull_data(opts["eval"], opts["points"], opts["shift"], rng_eval)
+        args = (opts["points"], opts["box"], opts["shift"])
+        x_tr, y_tr = data.hull_data(opts["train"], *args, rng_train)
+        x_ev, y_ev = data.hull_data(opts["eval"], *args, rng_eval)
         cfg = dict(in_features=2, n_out=2)
         eval_set = "held-out point sets"
     else:  # memorization: the evaluation set is the training set
@@ -133,8 +348,11 @@ def _path_task(task, opts, seed, dev, n_paths, repeats, sub_path, text, progress
         windows, y_tr = data.memorization_data(ids, opts["train"], opts["tokens"], rng_train)
         x_tr, used = data.compact_vocab(windows)
         x_ev, y_ev = x_tr, y_tr
-        cfg = dict(vocab=len(used), max_len=opts["tokens"], n_out=2)
+        cfg = dict(vocab=len(used), max_len=opts["tokens"] if opts["positions"] else 0, n_out=2)
         eval_set = "the training set (memorization)"
+        # HuggingFace's Trainer, which the paper's memorization runs through: shuffled
+        # batches and gradients clipped at norm 1 (its max_grad_norm).
+        shuffle, clip = True, 1.0
         extra = {"text": text or "built-in sample text", "text_tokens": len(ids),
                  "vocab_used": len(used)}  # fmt: skip
     torch.manual_seed(seed)
@@ -148,6 +366,8 @@ def _path_task(task, opts, seed, dev, n_paths, repeats, sub_path, text, progress
     t0 = time.perf_counter()
     losses = train(
         model, x_tr, y_tr, epochs=epochs, batch_size=opts["batch_size"], lr=opts["lr"],
+        weight_decay=opts["weight_decay"], schedule=opts["schedule"], clip=clip,
+        shuffle=shuffle, seed=seed,
         progress=lambda d, _t, label: progress(d, total, label),
     )  # fmt: skip
     train_seconds = time.perf_counter() - t0
@@ -155,10 +375,19 @@ def _path_task(task, opts, seed, dev, n_paths, repeats, sub_path, text, progress
         full = float((model(x_ev).argmax(-1) == y_ev).double().mean())
     acc, names = path_accuracy(
         model, x_ev, y_ev, n_paths=n_paths, repeats=repeats, seed=seed, sub_path=sub_path,
+        attention=path_attention or "full", norm=path_norm or "trained",
         progress=lambda d, _t, label: progress(epochs + d, total, label),
     )  # fmt: skip
     base = baselines(y_tr, y_ev)
     depth = opts["depth"]
+    rules = (
+        {
+            "path_attention": "full (exact decomposition)",
+            "path_norm": "frozen (exact decomposition)",
+        }
+        if sub_path
+        else {"path_attention": path_attention, "path_norm": path_norm}
+    )
     return xr.Dataset(
         {
             "accuracy": (("path_length", "repeat"), acc),
@@ -178,50 +407,71 @@ def _path_task(task, opts, seed, dev, n_paths, repeats, sub_path, text, progress
             "n_paths": n_paths,
             "repeats": repeats,
             "sub_path": sub_path,
+            **rules,
             "eval_set": eval_set,
             "eval_size": int(y_ev.shape[0]),
             "train_seconds": round(train_seconds, 3),
             "parameters": sum(p.numel() for p in model.parameters()),
+            "shuffle": shuffle,
+            "clip_grad_norm": "none" if clip is None else clip,
             **extra,
         },
     )
 
 
-def _circle(opts, seed, dev, progress) -> xr.Dataset:
+def circle_run(model: ToySAN, start: torch.Tensor, steps: int, recurrent_skip: bool) -> np.ndarray:
+    """The drawn points (steps + 1, 2, 2) of ``model`` applied to its own output from ``start``.
+
+    Without the recurrent skip: s <- f(s), and s is drawn.  With it (the paper's
+    "+skip"): s <- s + f(s), and f(s) is drawn, as ``run_circle.py`` does.  Step 0 is
+    the start in both.
+    """
+    drawn = np.zeros((steps + 1, 2, 2))
+    drawn[0] = start.cpu().numpy()
+    state = start[None]  # (1, 2, 2): one sequence of two points
+    with torch.no_grad():
+        for step in range(1, steps + 1):
+            out = model(state)
+            state = state + out if recurrent_skip else out
+            drawn[step] = out[0].cpu().numpy()
+    return drawn
+
+
+def _circle(opts, setup, seed, dev, progress) -> xr.Dataset:
     x, y = (torch.as_tensor(a, device=dev) for a in data.circle_data(opts["points"]))
-    steps, epochs = opts["steps"], opts["epochs"]
-    flags = {"SAN": (False, False), "SAN+skip": (True, False), "SAN+MLP": (False, True)}
-    total = len(VARIANTS) * (epochs + steps)
-    traj = np.zeros((len(VARIANTS), steps + 1, 2, 2))
-    losses = np.zeros((len(VARIANTS), epochs))
-    for v, name in enumerate(VARIANTS):
-        skip, mlp = flags[name]
+    steps, epochs, sizes = opts["steps"], opts["epochs"], opts["hidden"]
+    cells = [(h, v) for h in sizes for v in VARIANTS]
+    total = len(cells) * (epochs + steps)
+    traj = np.zeros((len(sizes), len(VARIANTS), steps + 1, 2, 2))
+    losses = np.zeros((len(sizes), len(VARIANTS), epochs))
+    for n, (hidden, name) in enumerate(cells):
+        i, v = divmod(n, len(VARIANTS))
+        attn_skip, mlp, recurrent = CIRCLE_NETWORKS[setup][name]
         torch.manual_seed(seed)  # same initial weights where the variants share them
-        cfg = ToyConfig(hidden=opts["hidden"], heads=opts["width"], depth=opts["depth"],
-                        n_out=2, in_features=2, skip=skip, mlp=mlp, embed_mlp=False)  # fmt: skip
+        cfg = ToyConfig(hidden=hidden, heads=opts["width"], depth=opts["depth"], n_out=2,
+                        in_features=2, skip=attn_skip, mlp=mlp, embed_mlp=False)  # fmt: skip
         model = ToySAN(cfg).to(dev)
-        offset = v * (epochs + steps)
-        losses[v] = train(
+        offset = n * (epochs + steps)
+        losses[i, v] = train(
             model, x, y, epochs=epochs, batch_size=opts["batch_size"], lr=opts["lr"],
-            loss="squared-error", label=f"{name}: training",
+            weight_decay=opts["weight_decay"], schedule=opts["schedule"],
+            loss="squared-error", previous_input=recurrent, seed=seed,
+            label=f"hidden {hidden}, {name}: training",
             progress=lambda d, _t, label, offset=offset: progress(offset + d, total, label),
         )  # fmt: skip
-        state = x[:1]  # the start points: one on each arc
-        traj[v, 0] = state[0].cpu().numpy()
-        with torch.no_grad():
-            for step in range(1, steps + 1):
-                state = model(state)  # the network applied to its own output
-                traj[v, step] = state[0].cpu().numpy()
-                progress(offset + epochs + step, total, f"{name}: recurrent steps")
-    rel = relative_residual(torch.as_tensor(traj.reshape(-1, 2, 2))).reshape(len(VARIANTS), -1)
+        traj[i, v] = circle_run(model, x[0], steps, recurrent)
+        progress(offset + epochs + steps, total, f"hidden {hidden}, {name}: recurrent steps")
+    flat = torch.as_tensor(traj.reshape(-1, 2, 2))
+    rel = relative_residual(flat).reshape(len(sizes), len(VARIANTS), -1)
     return xr.Dataset(
         {
-            "trajectory": (("variant", "step", "token", "coord"), traj),
-            "relative_residual": (("variant", "step"), rel.numpy()),
-            "train_loss": (("variant", "epoch"), losses),
+            "trajectory": (("hidden", "variant", "step", "token", "coord"), traj),
+            "relative_residual": (("hidden", "variant", "step"), rel.numpy()),
+            "train_loss": (("hidden", "variant", "epoch"), losses),
             "circle": (("point", "coord"), data.circle_points(opts["points"]).astype(float)),
         },
         coords={
+            "hidden": list(sizes),
             "variant": list(VARIANTS),
             "step": np.arange(steps + 1),
             "token": [0, 1],
@@ -229,21 +479,37 @@ def _circle(opts, seed, dev, progress) -> xr.Dataset:
             "epoch": np.arange(1, epochs + 1),
             "point": np.arange(opts["points"]),
         },
-        attrs={"residual": "relative residual, l1inf norm, residual to the token mean"},
+        attrs={
+            "setup": setup,
+            "variants": CIRCLE_WORDS[setup],
+            "residual": "relative residual, l1inf norm, residual to the token mean, of the "
+            "drawn points (f(s) for the paper's SAN+skip)",
+        },
     )
 
 
 def _check(opts: dict, n_paths: int, repeats: int, device: str = "cpu", task: str = "") -> None:
     """Every size in its domain (``probe.checks``, the CLI's own), then memory."""
     for key, value in opts.items():
+        flag = f"--{key.replace('_', '-')}"
+        if isinstance(value, bool | str):
+            continue
         if key == "lr":
             checks.real("--lr", value, 0, MAX_LR, low_open=True)
-        elif key == "shift":
-            checks.real("--shift", value, 0, MAX_SHIFT)
+        elif key in ("shift", "weight_decay", "box"):
+            checks.real(flag, value, 0, MAX_SHIFT, low_open=key == "box")
+        elif key == "hidden":
+            for size in value if isinstance(value, Sequence) else (value,):
+                checks.integer("--hidden", size, 1)
         elif isinstance(value, int | float):
-            checks.integer(f"--{key.replace('_', '-')}", value, 1)
-    if opts["hidden"] % opts["width"]:
-        raise ProbeError(f"--hidden {opts['hidden']} is not a multiple of --width {opts['width']}")
+            checks.integer(flag, value, 1)
+    for size in opts["hidden"] if isinstance(opts["hidden"], Sequence) else (opts["hidden"],):
+        if size % opts["width"]:
+            raise ProbeError(f"--hidden {size} is not a multiple of --width {opts['width']}")
+    if opts.get("schedule", "constant") not in SCHEDULES:
+        raise ProbeError(
+            f"unknown --schedule {opts['schedule']!r}; choose from {', '.join(SCHEDULES)}"
+        )
     checks.integer("--n-paths", n_paths, 1)
     checks.integer("--repeats", repeats, 1)
     memory.require(
@@ -264,6 +530,7 @@ TOY_ACTIVATIONS = 12
 def _bytes(task: str, opts: dict, n_paths: int, repeats: int) -> int:
     """An upper bound of what a toy run holds at once (see ``probe.memory``)."""
     hidden, depth, width = opts["hidden"], opts["depth"], opts["width"]
+    hidden = max(hidden) if isinstance(hidden, Sequence) else hidden  # the circle's sweep
     if task == "circle":
         length, n_train, n_eval = 2, opts["points"], 0
         extra = len(VARIANTS) * (opts["steps"] + 1) * 4 * 8 + opts["points"] * 2 * 8

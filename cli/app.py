@@ -110,10 +110,24 @@ def collapse(
         str | None,
         option(
             "--variants",
-            domain=CommaList(names.VARIANTS, parse_variants, words=("all",), metavar="all|LIST"),
-            help="all, or a comma list of SAN,SAN+MLP,SAN+skip,transformer.",
+            domain=CommaList(
+                names.VARIANTS + names.NORM_VARIANTS,
+                parse_variants,
+                words=("all",),
+                metavar="all|LIST",
+            ),
+            help="all (the paper's four), or a comma list of "
+            "SAN,SAN+MLP,SAN+skip,transformer,LN-affine,no-LN.",
         ),
     ] = None,
+    no_layernorm: Annotated[
+        bool,
+        typer.Option(
+            "--no-layernorm",
+            help="Add the fifth and sixth variants: the transformer with every norm inside its "
+            "layers reduced to its scale and shift (LN-affine) and removed (no-LN).",
+        ),
+    ] = False,
     init: Annotated[Init, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
     text: Annotated[
         Path | None,
@@ -229,6 +243,9 @@ def collapse(
                     f"{option} applies to the relative residual only; ignored for --metric {_value(metric)}"
                 )
     chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
+    if no_layernorm:
+        chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
+        chosen = ",".join([chosen, *names.NORM_VARIANTS])
     run_collapse(
         models,
         variants=chosen,

@@ -254,36 +254,49 @@ def print_count(ds: xr.Dataset) -> None:
 
 
 def print_sample(ds: xr.Dataset) -> None:
-    import numpy as np
-
+    """Median distance to the best rank-one fit (the headline) and to 1p^T beside it."""
     from probe.plot_paths import fit_decay
 
-    fits = fit_decay(ds)
+    order = "earliest-left" if "order" in ds.coords else "latest-left"
+    fits = {fit: fit_decay(ds, fit=fit, order=order) for fit in ("svd", "mean")}
     table = Table(
-        title=f"{ds.attrs['model']} · median ||P - 1p^T|| / ||P|| (l1inf) along sampled paths",
+        title=f"{ds.attrs['model']} · median ||P - rank1_SVD(P)|| / ||P|| (l1inf) along sampled "
+        f"paths, P multiplied {order} (mean-row distance beside)",
         title_justify="left",
     )
     table.add_column("depth", justify="right")
     for init in ds.init.values:
-        table.add_column(str(init), justify="right")
+        table.add_column(f"{init} SVD", justify="right")
+        table.add_column(f"{init} mean row", justify="right")
     for d in ds.depth.values:
         table.add_row(
             str(int(d)),
-            *(f"{float(fits['median'].sel(init=i, depth=d)):.3g}" for i in ds.init.values),
+            *(
+                f"{float(fits[fit]['median'].sel(init=i, depth=d)):.3g}"
+                for i in ds.init.values
+                for fit in ("svd", "mean")
+            ),
         )
     out.print(table)
     for init in ds.init.values:
-        rate, order = float(fits["rate"].sel(init=init)), float(fits["order"].sel(init=init))
+        svd, mean = fits["svd"], fits["mean"]
         out.print(
-            f"{init}: "
-            + (f"decay x10^{rate:.3g} per layer" if np.isfinite(rate) else "no decay fitted")
-            + ", "
-            + (
-                f"fitted order {order:.3g}"
-                if np.isfinite(order)
-                else "no order fitted (it needs 3 depths whose median lies in [10 eps, 0.5])"
-            )
+            f"{init}: SVD distance {_fitted(svd, init, '')} "
+            f"(mean-row distance: {_fitted(mean, init, 'mean-row ')})"
         )
+
+
+def _fitted(fit: xr.Dataset, init: str, what: str) -> str:
+    """The fitted decay and order of one init, or why none was fitted."""
+    import numpy as np
+
+    rate, order = float(fit["rate"].sel(init=init)), float(fit["order"].sel(init=init))
+    decay = f"decays x10^{rate:.3g} per layer" if np.isfinite(rate) else "no decay fitted"
+    return decay + (
+        f", fitted order {order:.3g}"
+        if np.isfinite(order)
+        else f", no {what}order fitted (it needs 3 depths whose median lies in [10 eps, 0.5])"
+    )
 
 
 def print_decompose(ds: xr.Dataset) -> None:

@@ -8,11 +8,14 @@ the folder's index rewritten.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
+
+from probe.names import PATH_ATTENTIONS, PATH_NORMS, SCHEDULES, TOY_SETUPS
 
 from . import domains
 from .console import Reporter, command_line, out
@@ -20,6 +23,9 @@ from .domains import Count, OutFolder, Real, TextFile, option
 
 if TYPE_CHECKING:
     import xarray as xr
+
+#: Convex hull: the largest shift and box side accepted (the points lie in [0, BOX]^2).
+MAX_SHIFT = 1e6
 
 toy_app = typer.Typer(
     help="The paper's trained experiments: accuracy against path length, and the circle.",
@@ -46,7 +52,12 @@ Hidden = Annotated[
 ]
 Lr = Annotated[
     float | None,
-    option("--lr", domain=Real(0, 1, low_open=True), help="Adam learning rate."),
+    option(
+        "--lr",
+        domain=Real(0, 1, low_open=True),
+        help="Adam learning rate [default: 1e-3 for sort and convex hull, where the paper's "
+        "1e-5 leaves them untrained after its epochs; the paper's otherwise].",
+    ),
 ]
 Batch = Annotated[int | None, option("--batch-size", domain=Count(1), help="Sequences per step.")]
 Train = Annotated[int | None, option("--train", domain=Count(1), help="Training sequences.")]
@@ -65,9 +76,43 @@ SubPath = Annotated[
         "--no-sub-path (the paper's runs): each path a pure chain of single heads.",
     ),
 ]
+PathAttention = Annotated[
+    str | None,
+    option(
+        "--path-attention",
+        domain=domains.Choice(PATH_ATTENTIONS),
+        help="own (the paper's): each path recomputes its attention from its own state; "
+        "full: the full model's attention [default: own; --no-sub-path only].",
+    ),
+]
+PathNorm = Annotated[
+    str | None,
+    option(
+        "--path-norm",
+        domain=domains.Choice(PATH_NORMS),
+        help="paper (the paper's): LayerNorm without scale and shift on each head layer and "
+        "on the summed paths; trained: the trained LayerNorms, nothing on the sum "
+        "[default: paper; --no-sub-path only].",
+    ),
+]
+WeightDecay = Annotated[
+    float | None,
+    option(
+        "--weight-decay",
+        domain=Real(0, 1),
+        help="Adam's L2 weight decay [default: the paper's].",
+    ),
+]
+Schedule = Annotated[
+    str | None,
+    option(
+        "--schedule",
+        domain=domains.Choice(SCHEDULES),
+        help="Learning-rate schedule: constant, steps (x0.91 after epochs 15, 30, 40, 50, 60) "
+        "or linear (decay to 0) [default: the paper's for the task].",
+    ),
+]
 DEFAULT_OUT = Path("probe-reports")
-#: Convex hull: the largest random shift of a point set (the points lie in [0, 1]^2).
-MAX_SHIFT = 1e6
 
 
 def _run(task: str, out_dir: Path, **options) -> None:
@@ -93,13 +138,19 @@ def _run(task: str, out_dir: Path, **options) -> None:
 def _print(ds: xr.Dataset) -> None:
     a = ds.attrs
     if a["task"] == "circle":
-        table = Table(title="circle · relative residual of the two points", title_justify="left")
+        table = Table(
+            title=f"circle ({a['setup']} setup) · relative residual of the two points",
+            title_justify="left",
+        )
+        table.add_column("hidden", justify="right")
         table.add_column("variant")
-        for step in (0, len(ds.step) // 2, len(ds.step) - 1):
+        shown = (0, len(ds.step) // 3, 2 * len(ds.step) // 3, len(ds.step) - 1)
+        for step in shown:
             table.add_column(f"step {int(ds.step[step])}", justify="right")
-        for v in ds.variant.values:
-            r = ds.relative_residual.sel(variant=v).values
-            table.add_row(str(v), *(f"{r[s]:.3g}" for s in (0, len(r) // 2, len(r) - 1)))
+        for h in ds.hidden.values:
+            for v in ds.variant.values:
+                r = ds.relative_residual.sel(hidden=h, variant=v).values
+                table.add_row(str(int(h)), str(v), *(f"{r[s]:.3g}" for s in shown))
     else:
         table = Table(
             title=f"{a['task']} · accuracy of {a['n_paths']} random paths per length "
@@ -113,6 +164,13 @@ def _print(ds: xr.Dataset) -> None:
             acc = ds.accuracy.sel(path_length=k)
             table.add_row(str(int(k)), f"{float(acc.mean()):.3f} ± {float(acc.std()):.3f}")
     out.print(table)
+    if a["task"] != "circle":
+        out.print(f"path rules: attention {a['path_attention']}, norm {a['path_norm']}")
+    gone = json.loads(a.get("deviations", "[]"))
+    if gone:
+        out.print(f"differences from the paper's run ({len(gone)}):")
+        for line in gone:
+            out.print(f"  - {line}")
     out.print(f"time: {a['seconds']:.1f} s on {a['device']}")
 
 
@@ -122,32 +180,37 @@ def sort(
     symbols: Annotated[int | None, option("--symbols", domain=Count(2), help="Distinct symbols [10].")] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
     train: Train = None, eval_: Eval = None, epochs: Epochs = None, lr: Lr = None,
+    weight_decay: WeightDecay = None, schedule: Schedule = None,
     batch_size: Batch = None, n_paths: NPaths = 5, repeats: Repeats = 5,
-    sub_path: SubPath = False, seed: Seed = 0, device: Device = "cpu",
-    out_dir: Out = DEFAULT_OUT, quick: Quick = False,
+    sub_path: SubPath = False, path_attention: PathAttention = None, path_norm: PathNorm = None,
+    seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,
 ) -> None:  # fmt: skip
     """Sort 8 tokens from 10 symbols (width 2, depth 6, hidden 48; 1000/200 sequences; 65 epochs)."""
     _run("sort", out_dir, length=length, symbols=symbols, width=width, depth=depth,
-         hidden=hidden, train=train, eval=eval_, epochs=epochs, lr=lr, batch_size=batch_size,
-         n_paths=n_paths, repeats=repeats, sub_path=sub_path, seed=seed, device=device,
-         quick=quick)  # fmt: skip
+         hidden=hidden, train=train, eval=eval_, epochs=epochs, lr=lr,
+         weight_decay=weight_decay, schedule=schedule, batch_size=batch_size,
+         n_paths=n_paths, repeats=repeats, sub_path=sub_path, path_attention=path_attention,
+         path_norm=path_norm, seed=seed, device=device, quick=quick)  # fmt: skip
 
 
 @toy_app.command("convex-hull")
 def convex_hull(
     points: Annotated[int | None, option("--points", domain=Count(3), help="Points per set [10].")] = None,
-    shift: Annotated[float | None, option("--shift", domain=Real(0, MAX_SHIFT), help="Max random shift per set [1].")] = None,
+    box: Annotated[float | None, option("--box", domain=Real(0, MAX_SHIFT, low_open=True), help="Points uniform in [0, BOX]^2 [10].")] = None,
+    shift: Annotated[float | None, option("--shift", domain=Real(0, MAX_SHIFT), help="Std of each set's Gaussian shift [3.3].")] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
     train: Train = None, eval_: Eval = None, epochs: Epochs = None, lr: Lr = None,
+    weight_decay: WeightDecay = None, schedule: Schedule = None,
     batch_size: Batch = None, n_paths: NPaths = 5, repeats: Repeats = 5,
-    sub_path: SubPath = False, seed: Seed = 0, device: Device = "cpu",
-    out_dir: Out = DEFAULT_OUT, quick: Quick = False,
+    sub_path: SubPath = False, path_attention: PathAttention = None, path_norm: PathNorm = None,
+    seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,
 ) -> None:  # fmt: skip
     """Which of 10 points are on their convex hull (width 3, depth 6, hidden 84; 10000/300; 70 epochs)."""
-    _run("convex-hull", out_dir, points=points, shift=shift, width=width, depth=depth,
-         hidden=hidden, train=train, eval=eval_, epochs=epochs, lr=lr, batch_size=batch_size,
-         n_paths=n_paths, repeats=repeats, sub_path=sub_path, seed=seed, device=device,
-         quick=quick)  # fmt: skip
+    _run("convex-hull", out_dir, points=points, box=box, shift=shift, width=width, depth=depth,
+         hidden=hidden, train=train, eval=eval_, epochs=epochs, lr=lr,
+         weight_decay=weight_decay, schedule=schedule, batch_size=batch_size,
+         n_paths=n_paths, repeats=repeats, sub_path=sub_path, path_attention=path_attention,
+         path_norm=path_norm, seed=seed, device=device, quick=quick)  # fmt: skip
 
 
 @toy_app.command("memorization")
@@ -158,27 +221,57 @@ def memorization(
     ] = None,
     sequences: Annotated[int | None, option("--sequences", domain=Count(1), help="Sequences to memorise [500].")] = None,
     tokens: Annotated[int | None, option("--tokens", domain=Count(2), help="Tokens per sequence [128].")] = None,
+    positions: Annotated[
+        bool | None,
+        typer.Option(
+            "--positions/--no-positions",
+            help="Learned position embeddings [default: none, as the paper's model].",
+        ),
+    ] = None,
     width: Width = None, depth: Depth = None, hidden: Hidden = None,
-    epochs: Epochs = None, lr: Lr = None, batch_size: Batch = None,
+    epochs: Epochs = None, lr: Lr = None, weight_decay: WeightDecay = None,
+    schedule: Schedule = None, batch_size: Batch = None,
     n_paths: NPaths = 5, repeats: Repeats = 5, sub_path: SubPath = False,
+    path_attention: PathAttention = None, path_norm: PathNorm = None,
     seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,
 ) -> None:  # fmt: skip
     """Memorise random labels of BERT tokens (width 2, depth 6, hidden 250; 500 x 128; 50 epochs)."""
     _run("memorization", out_dir, text=str(text) if text else None, train=sequences,
-         tokens=tokens, width=width, depth=depth, hidden=hidden, epochs=epochs, lr=lr,
+         tokens=tokens, positions=positions, width=width, depth=depth, hidden=hidden,
+         epochs=epochs, lr=lr, weight_decay=weight_decay, schedule=schedule,
          batch_size=batch_size, n_paths=n_paths, repeats=repeats, sub_path=sub_path,
-         seed=seed, device=device, quick=quick)  # fmt: skip
+         path_attention=path_attention, path_norm=path_norm, seed=seed, device=device,
+         quick=quick)  # fmt: skip
 
 
 @toy_app.command("circle")
 def circle(
     points: Annotated[int | None, option("--points", domain=Count(4), help="Points on the circle [1000].")] = None,
     steps: Annotated[int | None, option("--steps", domain=Count(1), help="Recurrent steps [300].")] = None,
-    width: Width = None, depth: Depth = None, hidden: Hidden = None,
-    epochs: Epochs = None, lr: Lr = None, batch_size: Batch = None,
+    setup: Annotated[
+        str | None,
+        option(
+            "--setup",
+            domain=domains.Choice(TOY_SETUPS),
+            help="paper: the paper's three networks (attention skip and LayerNorm in each; "
+            "+skip across recurrent steps; +MLP with the attention skip); strict: probe's "
+            "stricter skip-free definitions [default: paper].",
+        ),
+    ] = None,
+    width: Width = None, depth: Depth = None,
+    hidden: Annotated[
+        str | None,
+        option(
+            "--hidden",
+            domain=domains.Text(),
+            help="Hidden sizes, comma-separated (multiples of --width) [32,128].",
+        ),
+    ] = None,
+    epochs: Epochs = None, lr: Lr = None, weight_decay: WeightDecay = None,
+    schedule: Schedule = None, batch_size: Batch = None,
     seed: Seed = 0, device: Device = "cpu", out_dir: Out = DEFAULT_OUT, quick: Quick = False,
 ) -> None:  # fmt: skip
-    """Two arcs of a circle, then recurrence: SAN, SAN+skip, SAN+MLP (depth 1, width 2, hidden 32)."""
-    _run("circle", out_dir, points=points, steps=steps, width=width, depth=depth, hidden=hidden,
-         epochs=epochs, lr=lr, batch_size=batch_size, seed=seed, device=device,
-         quick=quick)  # fmt: skip
+    """Two arcs of a circle, then recurrence: SAN, SAN+skip, SAN+MLP (depth 1, width 2, hidden 32 and 128)."""
+    _run("circle", out_dir, points=points, steps=steps, setup=setup, width=width, depth=depth,
+         hidden=hidden, epochs=epochs, lr=lr, weight_decay=weight_decay, schedule=schedule,
+         batch_size=batch_size, seed=seed, device=device, quick=quick)  # fmt: skip

@@ -19,14 +19,25 @@ for the families the paper did not probe (GPT-2) it is probe's definition.
 
 The paper's four networks are the named presets (Dong et al. 2021, Fig. 2):
 
-=============  =========  =====
-variant        attn skip  MLP
-=============  =========  =====
-SAN            no         no
-SAN+MLP        no         yes
-SAN+skip       yes        no
-transformer    yes        yes
-=============  =========  =====
+=============  =========  =====  ==========================
+variant        attn skip  MLP    norms inside the layers
+=============  =========  =====  ==========================
+SAN            no         no     kept
+SAN+MLP        no         yes    kept
+SAN+skip       yes        no     kept
+transformer    yes        yes    kept
+LN-affine      yes        yes    affine: N(x) -> gamma x + beta
+no-LN          yes        yes    removed: N(x) -> x
+=============  =========  =====  ==========================
+
+The last two (``--no-layernorm``) measure what the paper's Section 3.3 says about
+LayerNorm.  "Normalisation removed, affine kept" replaces a LayerNorm
+(x - mean) / sigma * gamma + beta by gamma * x + beta, an RMSNorm x / rms * w by
+w * x (Gemma's (1 + w) * x): the division by 1.  "Removed" makes every norm the
+identity.  They apply to each norm module inside a transformer layer (not the
+embedding's LayerNorm, not a final norm after the last layer, not the query/key
+norms of Qwen3-style attention, which belong to the attention), and only to the
+full transformer; ``probe/models/spec.py`` performs them as walker steps.
 """
 
 from __future__ import annotations
@@ -46,18 +57,33 @@ class Ablation:
     #: ``"probe"``: the uniform definitions above; ``"paper"``: per family, the surgery
     #: the paper's code applied (each adapter's table says where the two differ).
     surgery: str = "probe"
+    #: The norms inside each layer: ``kept``, ``affine`` (normalisation removed, scale and
+    #: shift kept) or ``removed`` (see the module docstring); only with skip and MLP kept.
+    norm: str = "kept"
 
     def __post_init__(self) -> None:
         if self.surgery not in names.SURGERIES:
             raise ProbeError(
                 f"unknown surgery {self.surgery!r}; choose {' or '.join(names.SURGERIES)}"
             )
+        if self.norm not in names.NORM_MODES:
+            raise ProbeError(
+                f"unknown norm mode {self.norm!r}; choose {', '.join(names.NORM_MODES)}"
+            )
+        if self.norm != "kept" and not (self.attn_skip and self.mlp):
+            raise ProbeError(
+                "the LayerNorm variants (LN-affine, no-LN) are of the full transformer"
+            )
 
     @property
     def name(self) -> str:
         """The paper's name for this combination (``SAN``, ``SAN+MLP``, ...)."""
         for name, preset in PRESETS.items():
-            if (preset.attn_skip, preset.mlp) == (self.attn_skip, self.mlp):
+            if (preset.attn_skip, preset.mlp, preset.norm) == (
+                self.attn_skip,
+                self.mlp,
+                self.norm,
+            ):
                 return name
         raise AssertionError("every combination of two flags has a preset")
 
@@ -67,35 +93,43 @@ class Ablation:
 
     @property
     def is_identity(self) -> bool:
-        return self.attn_skip and self.mlp
+        return self.attn_skip and self.mlp and self.norm == "kept"
 
 
 SAN = Ablation(attn_skip=False, mlp=False)
 SAN_MLP = Ablation(attn_skip=False, mlp=True)
 SAN_SKIP = Ablation(attn_skip=True, mlp=False)
 TRANSFORMER = Ablation()
+LN_AFFINE = Ablation(norm="affine")
+NO_LN = Ablation(norm="removed")
 
-#: The paper's variants, named and ordered as in probe.names.VARIANTS.
+#: The paper's variants, named and ordered as in probe.names.VARIANTS, then the norm ones.
 PRESETS: dict[str, Ablation] = dict(
-    zip(names.VARIANTS, (SAN, SAN_MLP, SAN_SKIP, TRANSFORMER), strict=True)
+    zip(
+        names.VARIANTS + names.NORM_VARIANTS,
+        (SAN, SAN_MLP, SAN_SKIP, TRANSFORMER, LN_AFFINE, NO_LN),
+        strict=True,
+    )
 )
 VARIANTS: tuple[str, ...] = names.VARIANTS
+#: Every variant a run may name: the paper's four, then ``--no-layernorm``'s two.
+ALL_VARIANTS: tuple[str, ...] = names.VARIANTS + names.NORM_VARIANTS
 
 
 def parse_variants(spec: str) -> list[str]:
-    """``"all"`` or a comma list of variant names -> names in canonical order."""
+    """``"all"`` (the paper's four) or a comma list of variant names -> names in canonical order."""
     if spec.strip().lower() == "all":
         return list(VARIANTS)
     wanted = [part.strip() for part in spec.split(",") if part.strip()]
-    lookup = {name.lower(): name for name in VARIANTS}
+    lookup = {name.lower(): name for name in ALL_VARIANTS}
     unknown = [name for name in wanted if name.lower() not in lookup]
     if unknown or not wanted:
         raise ProbeError(
             f"unknown variant {', '.join(unknown) or repr(spec)}; "
-            f"choose 'all' or a comma list of {', '.join(VARIANTS)}"
+            f"choose 'all' or a comma list of {', '.join(ALL_VARIANTS)}"
         )
     chosen = {lookup[name.lower()] for name in wanted}
-    return [name for name in VARIANTS if name in chosen]
+    return [name for name in ALL_VARIANTS if name in chosen]
 
 
 def variant_from_flags(no_skip: bool, no_mlp: bool) -> str:

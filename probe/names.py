@@ -9,6 +9,12 @@ from __future__ import annotations
 
 #: The paper's four networks, in the order of its figures (Dong et al. 2021, Fig. 2).
 VARIANTS: tuple[str, ...] = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
+#: The fifth and sixth variants (``--no-layernorm``; the paper's Section 3.3 asks what the
+#: norms do): the transformer with every norm inside its layers reduced to its affine map
+#: (normalisation removed, scale and shift kept), and with those norms removed entirely.
+NORM_VARIANTS: tuple[str, ...] = ("LN-affine", "no-LN")
+#: What each norm variant does to a norm: ``kept`` (the paper's four), ``affine``, ``removed``.
+NORM_MODES: tuple[str, ...] = ("kept", "affine", "removed")
 #: Weights a model is probed with; pretrained first everywhere (it loads first, so
 #: weights that cannot be had stop a run before any work).
 INITS: tuple[str, ...] = ("pretrained", "random")
@@ -34,3 +40,17 @@ SURGERIES: tuple[str, ...] = ("probe", "paper")
 EFFECTIVE_RANK_METHODS: tuple[str, ...] = ("auto", "exact", "estimate")
 #: Models ``probe fastformer train --baseline`` trains beside the Fastformer.
 BASELINES: tuple[str, ...] = ("gpt2",)
+#: Setups of the circle experiment: the paper's definitions, or probe's stricter skip-free ones.
+TOY_SETUPS: tuple[str, ...] = ("paper", "strict")
+#: Where a path's attention comes from in path-restricted evaluation: its own state (the
+#: paper's) or the full model's forward.
+PATH_ATTENTIONS: tuple[str, ...] = ("own", "full")
+#: How a path normalises: plain LayerNorms plus one on the sum (the paper's) or the trained ones.
+PATH_NORMS: tuple[str, ...] = ("paper", "trained")
+#: Learning-rate schedules of the toy training: constant, the paper's convex-hull steps
+#: (x0.91 after epochs 15, 30, 40, 50, 60) and its memorization linear decay to 0.
+SCHEDULES: tuple[str, ...] = ("constant", "steps", "linear")
+#: Multiplication orders of the attention product along a path: the paper's notebook puts the
+#: earliest layer on the left, P = A_{l_1} ... A_{l_d}; the map a path applies to the tokens
+#: puts the latest layer on the left, P = A_{l_d} ... A_{l_1} (the paper's Section 2.2).
+ORDERS: tuple[str, ...] = ("earliest-left", "latest-left")

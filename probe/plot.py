@@ -65,6 +65,8 @@ COLOURS = {
     "SAN+MLP": to_hex(_palette[4]),
     "SAN+skip": to_hex(_palette[0]),
     "transformer": to_hex(_palette[2]),
+    "LN-affine": to_hex(_palette[1]),
+    "no-LN": to_hex(_palette[5]),
 }
 # SAN and SAN+MLP often lie on top of each other: a dashed line keeps both visible.
 LINESTYLES = {"SAN+MLP": "--"}

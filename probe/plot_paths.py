@@ -4,7 +4,9 @@
   architecture (``probe paths --count``);
 * :func:`sample_ratios` — distance from rank one of attention products along
   sampled paths against depth, a box per depth and init, with the fitted decay
-  and a doubly exponential reference (``probe paths --sample``);
+  and a doubly exponential reference (``probe paths --sample``); by default the
+  paper's quantity: the distance to the best rank-one (SVD) fit of the product
+  multiplied with the earliest layer on the left;
 * :func:`decompose_shares`, :func:`decompose_error` — how the residual stream
   splits over path lengths, and what keeping only short paths costs
   (``probe paths --decompose``).
@@ -88,7 +90,21 @@ def count_shares(ds: xr.Dataset) -> Figure:
 # --- sampling ---------------------------------------------------------------------
 
 
-def fit_decay(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> xr.Dataset:
+def _ratio(ds: xr.Dataset, fit: str, norm: str, order: str) -> xr.DataArray:
+    """The ratio of one fit, norm and multiplication order (results written before the
+    order coordinate existed hold the latest-left product only)."""
+    ratio = ds["ratio"].sel(fit=fit, norm=norm)
+    if "order" in ratio.dims:
+        # drop: fit_decay's own "order" (the fitted order of the decay) is another quantity.
+        return ratio.sel(order=order, drop=True)
+    if order != "latest-left":
+        raise ValueError(f"this result holds the latest-left product only, not {order!r}")
+    return ratio
+
+
+def fit_decay(
+    ds: xr.Dataset, fit: str = "svd", norm: str = "l1inf", order: str = "earliest-left"
+) -> xr.Dataset:
     """Per init: the median ratio per depth and two fits of it.
 
     ``rate``: slope of log10(median) against depth (exponential decay: a
@@ -97,7 +113,7 @@ def fit_decay(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> xr.Data
     [10 eps, 0.5]; an order of 3 is the cubic contraction whose iterates fall
     doubly exponentially (the paper's bound), 1 is exponential decay.
     """
-    ratio = ds["ratio"].sel(fit=fit, norm=norm)
+    ratio = _ratio(ds, fit, norm, order)
     floor = 10 * eps(ds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
@@ -123,7 +139,9 @@ def fit_decay(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> xr.Data
     )
 
 
-def sample_ratios(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> Figure:
+def sample_ratios(
+    ds: xr.Dataset, fit: str = "svd", norm: str = "l1inf", order: str = "earliest-left"
+) -> Figure:
     """Box plot of the ratio against depth (log y), one colour per init.
 
     Beside the boxes: the fitted exponential decay of the median (solid) and the
@@ -131,7 +149,8 @@ def sample_ratios(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> Fig
     (dotted), the shape of the paper's bound.
     """
     inits = ordered(ds.init.values, INITS)
-    fits = fit_decay(ds, fit, norm)
+    fits = fit_decay(ds, fit, norm, order)
+    ratio = _ratio(ds, fit, norm, order)
     depth = ds.depth.values
     floor = eps(ds)
     width = 0.8 / len(inits)
@@ -140,7 +159,7 @@ def sample_ratios(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> Fig
         ax = fig.subplots()
         for i, init in enumerate(inits):
             c = init_colour(init)
-            values = ds["ratio"].sel(init=init, fit=fit, norm=norm).values  # (depth, sample)
+            values = ratio.sel(init=init).values  # (depth, sample)
             data = [np.clip(v[np.isfinite(v)], floor, None) for v in values]
             offset = (i - (len(inits) - 1) / 2) * width
             ax.boxplot(
@@ -181,10 +200,18 @@ def sample_ratios(ds: xr.Dataset, fit: str = "mean", norm: str = "l1inf") -> Fig
         ax.set_yscale("log")
         ax.set_xticks(depth)
         ax.set_xlabel("depth d (heads along the path)")
-        ax.set_ylabel(rf"$\|P - \mathbf{{1}}p^T\|$ / $\|P\|$ ({norm}, fit {fit})")
+        fitted = r"\mathrm{rank1}_{SVD}(P)" if fit == "svd" else r"\mathbf{1}p^T"
+        ax.set_ylabel(rf"$\|P - {fitted}\|$ / $\|P\|$ ({norm})")
         ax.set_ylim(floor / 3, 3)
         ax.axhline(floor, color=_REFERENCE, linewidth=0.8, linestyle=":")
-        ax.set_title(f"{_plain(str(ds.attrs.get('model', '')))}: attention products along paths")
+        product = (
+            r"$P = A_{l_1} \cdots A_{l_d}$"
+            if order == "earliest-left"
+            else r"$P = A_{l_d} \cdots A_{l_1}$"
+        )
+        ax.set_title(
+            f"{_plain(str(ds.attrs.get('model', '')))}: attention products along paths, {product}"
+        )
         fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return fig
 

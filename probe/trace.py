@@ -16,6 +16,7 @@ from typing import Any
 import torch
 
 from .ablate import TRANSFORMER, Ablation
+from .errors import ProbeError
 from .load import ProbedModel
 
 Reduce = Callable[[torch.Tensor, torch.Tensor], Any]
@@ -34,6 +35,7 @@ def layer_values(
     attention_mask: torch.Tensor | None = None,
 ) -> list[Any]:
     """``[reduce(X_l, mask) for l in 0..L]`` for one batch, under ``ablation``."""
+    check_norm_variant(probed, ablation)
     device = probed.device
     input_ids = input_ids.to(device)
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
@@ -49,6 +51,15 @@ def layer_values(
     if len(values) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(values)} layers, expected {probed.n_layers + 1}")
     return values
+
+
+def check_norm_variant(probed: ProbedModel, ablation: Ablation) -> None:
+    """The LayerNorm variants run as walker steps: a family outside the walker refuses them."""
+    if ablation.norm != "kept" and not hasattr(probed.adapter, "norm_steps"):
+        raise ProbeError(
+            f"the LayerNorm variants (LN-affine, no-LN) need a family spec; the "
+            f"{probed.adapter.family} family has its own adapter: leave out --no-layernorm"
+        )
 
 
 def hidden_states(

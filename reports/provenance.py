@@ -17,7 +17,7 @@ from probe.plot import ordered
 from .page import esc
 
 # attrs that hold JSON and are shown folded.
-_JSON_ATTRS = ("config", "ablation_table")
+_JSON_ATTRS = ("config", "ablation_table", "deviations")
 
 
 def _folded(key: str, value: object) -> str:

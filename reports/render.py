@@ -33,6 +33,7 @@ from .page import esc, href, page
 from .provenance import ablation_table, provenance_table
 from .tables import norms_table, orders_table, stats_table
 from .text import paragraph
+from .theory import theory_section
 
 _METRIC_NOTES = {
     "effective_rank": "exp of the entropy of the normalised singular values (Roy & Vetterli)",
@@ -211,6 +212,7 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
         _summary(ds, result_file, threshold),
         _collapse(ds, figure),
         _order(ds, figure),
+        theory_section(ds, figure),
         _metrics(ds, figure),
         _details(ds),
     ]

@@ -12,6 +12,8 @@ from matplotlib.figure import Figure
 
 from probe.plot import colour
 
+_STYLES = ("-", "--", ":", "-.")  # one per hidden size of the circle
+
 _BASELINES = {
     "full_accuracy": ("full model", "#222222", "-"),
     "baseline_position": ("per-position majority", "#7f7f7f", "--"),
@@ -45,8 +47,10 @@ def training_loss(ds: xr.Dataset) -> Figure:
     ax = fig.add_subplot()
     loss = ds.train_loss
     if "variant" in loss.dims:
-        for v in loss.variant.values:
-            ax.plot(loss.epoch, loss.sel(variant=v), label=str(v), color=colour(str(v)))
+        for i, h in enumerate(loss.hidden.values):
+            for v in loss.variant.values:
+                ax.plot(loss.epoch, loss.sel(hidden=h, variant=v), color=colour(str(v)),
+                        linestyle=_STYLES[i % len(_STYLES)], label=f"{v}, hidden {int(h)}")  # fmt: skip
         ax.legend(fontsize="small")
     else:
         ax.plot(loss.epoch, loss, marker=".", color=colour("transformer"))
@@ -58,27 +62,29 @@ def training_loss(ds: xr.Dataset) -> Figure:
 
 
 def trajectories(ds: xr.Dataset) -> Figure:
-    """One panel per variant: the circle, and the two points' paths under recurrence."""
-    variants = list(ds.variant.values)
-    fig = Figure(figsize=(3.3 * len(variants), 3.5))
-    axes = fig.subplots(1, len(variants), sharex=True, sharey=True, squeeze=False)[0]
+    """One row per hidden size, one panel per variant: the circle and the two points' paths."""
+    variants, sizes = list(ds.variant.values), list(ds.hidden.values)
+    fig = Figure(figsize=(3.3 * len(variants), 3.5 * len(sizes)), layout="constrained")
+    grid = fig.subplots(len(sizes), len(variants), sharex=True, sharey=True, squeeze=False)
     circle = ds.circle.values
     lim = 1.8 * float(np.abs(circle).max())
-    for ax, v in zip(axes, variants, strict=True):
-        ax.plot(circle[:, 0], circle[:, 1], color="#dddddd", linewidth=3, zorder=0)
-        for token, col in zip(ds.token.values, ("#0072b2", "#d55e00"), strict=True):
-            xy = ds.trajectory.sel(variant=v, token=token).values  # (step, coord)
-            ax.plot(xy[:, 0], xy[:, 1], color=col, linewidth=0.8, marker=".", markersize=2,
-                    label=f"point {token}")  # fmt: skip
-            ax.plot(*xy[0], marker="o", color=col, markersize=6, markeredgecolor="black")
-            ax.plot(*xy[-1], marker="X", color=col, markersize=7, markeredgecolor="black")
-        ax.set_title(str(v))
-        ax.set_aspect("equal")
-        ax.set_xlim(-lim, lim)
-        ax.set_ylim(-lim, lim)
+    for row, h in zip(grid, sizes, strict=True):
+        for ax, v in zip(row, variants, strict=True):
+            ax.plot(circle[:, 0], circle[:, 1], color="#dddddd", linewidth=3, zorder=0)
+            for token, col in zip(ds.token.values, ("#0072b2", "#d55e00"), strict=True):
+                xy = ds.trajectory.sel(hidden=h, variant=v, token=token).values  # (step, coord)
+                ax.plot(xy[:, 0], xy[:, 1], color=col, linewidth=0.8, marker=".",
+                        markersize=2, label=f"point {token}")  # fmt: skip
+                ax.plot(*xy[0], marker="o", color=col, markersize=6, markeredgecolor="black")
+                ax.plot(*xy[-1], marker="X", color=col, markersize=7, markeredgecolor="black")
+            ax.set_title(f"{v}, hidden {int(h)}")
+            ax.set_aspect("equal")
+            ax.set_xlim(-lim, lim)
+            ax.set_ylim(-lim, lim)
+        row[0].set_ylabel("y")
+    for ax in grid[-1]:
         ax.set_xlabel("x")
-    axes[0].set_ylabel("y")
-    axes[0].legend(fontsize="small", loc="lower left")
+    grid[0][0].legend(fontsize="small", loc="lower left")
     return fig
 
 
@@ -87,9 +93,11 @@ def circle_residual(ds: xr.Dataset) -> Figure:
     ax = fig.add_subplot()
     # The networks run in float32: below its epsilon the two points differ by rounding only.
     floor = float(np.finfo(np.float32).eps)
-    for v in ds.variant.values:
-        r = ds.relative_residual.sel(variant=v).values
-        ax.plot(ds.step, np.clip(r, floor, None), label=str(v), color=colour(str(v)))
+    for i, h in enumerate(ds.hidden.values):
+        for v in ds.variant.values:
+            r = ds.relative_residual.sel(hidden=h, variant=v).values
+            ax.plot(ds.step, np.clip(r, floor, None), label=f"{v}, hidden {int(h)}",
+                    color=colour(str(v)), linestyle=_STYLES[i % len(_STYLES)])  # fmt: skip
     ax.set_yscale("log")
     ax.set_xlabel("recurrent step")
     ax.set_ylabel("relative residual of the 2 points")

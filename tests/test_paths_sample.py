@@ -17,10 +17,11 @@ from typer.testing import CliRunner
 
 import probe
 from probe.analyses import paths
-from probe.analyses.path_sample import attention_slices, chain, draw
+from probe.analyses.path_sample import attention_slices, chain, chains, draw
 from probe.cli.app import app
 from probe.models import ADAPTERS, SpecAdapter
 from probe.paths import SKIP, parse_path, path_length
+from probe.plot_paths import fit_decay
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths
 from tests.paths_tiny import PATH_VARIANTS, ids, model_inputs, path_model, tiny_paths_model
@@ -125,13 +126,17 @@ def test_products_are_row_stochastic_and_match_an_independent_product(name):
         products.sum(-1), torch.ones(3, T, dtype=torch.float64), rtol=0, atol=1e-14
     )
     assert float(products.min()) >= 0
-    for product, (path, seq) in zip(products.numpy(), chosen, strict=True):
-        expected = np.eye(T)
-        for layer, head in enumerate(path):
-            if head is not SKIP:
-                expected = A[layer, seq, head].numpy() @ expected  # latest layer on the left
+    earliest, latest = chains(probed, data, mask, chosen)
+    assert torch.equal(latest, products)
+    for n, (path, seq) in enumerate(chosen):
+        along = [A[layer, seq, head].numpy() for layer, head in enumerate(path) if head is not SKIP]
+        expected_latest, expected_earliest = np.eye(T), np.eye(T)
+        for a in along:
+            expected_latest = a @ expected_latest  # latest layer on the left
+            expected_earliest = expected_earliest @ a  # the paper's notebook: earliest on the left
         # Same products in another order of evaluation (numpy): entries <= 1, a few ulps apart.
-        np.testing.assert_allclose(product, expected, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(products[n].numpy(), expected_latest, rtol=0, atol=1e-15)
+        np.testing.assert_allclose(earliest[n].numpy(), expected_earliest, rtol=0, atol=1e-15)
     causal = bool((A.triu(1) == 0).all())  # HF's own attention says whether it is causal
     adapter = ADAPTERS[_family(name)]
     if isinstance(adapter, SpecAdapter):  # the spec's flag agrees with the attention itself
@@ -147,7 +152,7 @@ def test_sample_dataset_on_every_family(name):
     model = path_model(name)
     ds = paths.sample(model, samples=3, sequences=2, tokens=6, init="pretrained", seed=1)
     L = ds.sizes["depth"]
-    assert ds["ratio"].dims == ("init", "depth", "sample", "fit", "norm")
+    assert ds["ratio"].dims == ("init", "order", "depth", "sample", "fit", "norm")
     assert bool(np.isfinite(ds["ratio"]).all()) and float(ds["ratio"].min()) >= 0
     assert ds.attrs["family"] == _family(name) and ds.attrs["n_layers"] == L
     if model.config.model_type == "vit":  # seeded noise images, the model's own token count
@@ -166,7 +171,8 @@ def test_uniform_attention_gives_exactly_rank_one():
     products = chain(probe.wrap(model), batch, torch.ones_like(batch), [((0, 1, 0), 0)])
     assert torch.equal(products[0], torch.full((8, 8), 1 / 8, dtype=torch.float64))
     ds = paths.sample(model, samples=4, sequences=2, tokens=8, init="pretrained")
-    assert float(ds["ratio"].sel(fit="mean").max()) == 0.0
+    assert list(ds.order.values) == ["earliest-left", "latest-left"]
+    assert float(ds["ratio"].sel(fit="mean").max()) == 0.0  # both orders
 
 
 def test_draw_is_seeded_and_uniform_over_depth():
@@ -181,17 +187,34 @@ def test_dataset_coordinates_reproduce_each_sample():
     ds = paths.sample(model, samples=5, sequences=3, tokens=6, init="pretrained", seed=3)
     again = paths.sample(model, samples=5, sequences=3, tokens=6, init="pretrained", seed=3)
     np.testing.assert_array_equal(ds["ratio"].values, again["ratio"].values)
-    assert ds["ratio"].dims == ("init", "depth", "sample", "fit", "norm")
+    assert ds["ratio"].dims == ("init", "order", "depth", "sample", "fit", "norm")
     # Rebuild one sample from its coordinates and an independent numpy metric.
     one = ds.isel(depth=1, sample=2)
     path, seq = parse_path(str(one["path"].values)), int(one["sequence"].values)
     inputs = probe.inputs.make_inputs(None, 80, sequences=3, tokens=6, seed=3)
     probed = probe.wrap(model)
-    [product] = chain(probed, inputs.input_ids, inputs.attention_mask, [(path, seq)])
-    for fit in ("mean", "svd"):
-        want = metrics_numpy.relative_residual(product[None].numpy(), norm="l1inf", fit=fit)[0]
-        got = float(one["ratio"].sel(init="pretrained", fit=fit, norm="l1inf"))
-        assert got == pytest.approx(want, rel=1e-10)  # SVD vs numpy SVD: rounding only
+    for order in ("earliest-left", "latest-left"):
+        [product] = chain(probed, inputs.input_ids, inputs.attention_mask, [(path, seq)], order)
+        for fit in ("mean", "svd"):
+            want = metrics_numpy.relative_residual(product[None].numpy(), norm="l1inf", fit=fit)[0]
+            got = float(one["ratio"].sel(init="pretrained", order=order, fit=fit, norm="l1inf"))
+            assert got == pytest.approx(want, rel=1e-10)  # SVD vs numpy SVD: rounding only
+
+
+def test_the_headline_is_the_papers_quantity():
+    """fit_decay, the box plot and the table default to the distance to the best rank-one
+    fit of the product with the earliest layer on the left (the paper's notebook)."""
+    model = tiny_paths_model("bert")
+    ds = paths.sample(model, samples=7, sequences=3, tokens=6, init="pretrained", seed=1)
+    median = ds["ratio"].sel(fit="svd", order="earliest-left", norm="l1inf").median("sample")
+    np.testing.assert_array_equal(fit_decay(ds)["median"].values, median.values)
+    other = ds["ratio"].sel(fit="mean", order="earliest-left", norm="l1inf").median("sample")
+    assert not np.array_equal(median.values, other.values)
+    html = render_paths(ds, result_file="x.nc")
+    assert "Headline: the distance to the best rank-one fit (SVD)" in html
+    # The table: the SVD row first, the mean-row row beside it, per init.
+    assert html.index("best rank-one fit (SVD)</td>") < html.index("mean row, 1p<sup>T</sup></td>")
+    assert "latest-left" in html  # the other order, labelled, in its own table
 
 
 def test_cli_sample_writes_result_report_and_index(tiny_folders, tmp_path):
@@ -215,6 +238,8 @@ def test_cli_sample_writes_result_report_and_index(tiny_folders, tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert "fitted order" in result.output
+    assert "median ||P - rank1_SVD(P)|| / ||P|| (l1inf)" in result.output
+    assert "random SVD" in result.output and "random mean row" in result.output
     [html] = sorted(tmp_path.glob("paths-sample-*.html"))
     assert html.with_suffix(".nc").is_file()
     assert html.name in (tmp_path / "index.html").read_text()

@@ -1,6 +1,9 @@
-"""`probe toy ...` end to end in --quick mode: files, reports, learning, seeds, errors."""
+"""`probe toy ...` end to end in --quick mode: files, reports, learning, seeds, errors,
+the paper's path rules and circle setup, the listed deviations."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -10,9 +13,10 @@ from typer.testing import CliRunner
 from cli.app import app
 from probe.analyses import toy
 from probe.paths import parse_path, path_length
-from probe.reports import index_entries
+from probe.reports import index_entries, toy_name
 from probe.results import open_result
 from probe.toy.train import baselines
+from tests.reference import metrics_numpy
 
 runner = CliRunner()
 TASKS = ("sort", "convex-hull", "memorization", "circle")
@@ -40,6 +44,7 @@ def quick_runs(tmp_path_factory):
 def test_quick_training_lowers_the_loss(quick_runs, task) -> None:
     loss = quick_runs[task][0].train_loss
     if "variant" in loss.dims:
+        # The circle trains at the paper's rate, 1e-5: ten quick epochs move the loss a little.
         assert (loss.isel(epoch=-1) < loss.isel(epoch=0)).all()
     else:
         # Convex hull in --quick mode first learns the label prior (loss ~0.74 -> ~0.67,
@@ -63,15 +68,76 @@ def test_path_results(quick_runs, task) -> None:
     assert 0 <= float(ds.full_accuracy) <= 1 and 0 <= float(ds.baseline_majority) <= 1
     assert '<meta name="probe:analysis" content="toy">' in html
     assert html.count("<svg") == 2 and "accuracy against path length" in html
+    # The paper's rules by default, said in the result, the summary and the meta tag.
+    assert (ds.attrs["path_attention"], ds.attrs["path_norm"]) == ("own", "paper")
+    assert "recomputed from the path&#x27;s own state (the paper&#x27;s rule)" in html
+    assert 'content="no-sub-path (attention own, norm paper)"' in html
 
 
 def test_circle_results(quick_runs) -> None:
     ds, html = quick_runs["circle"]
     assert list(ds.variant.values) == ["SAN", "SAN+skip", "SAN+MLP"]
-    assert ds.trajectory.dims == ("variant", "step", "token", "coord")
-    # Start: two antipodal points, so the residual to their mean is the whole matrix.
-    np.testing.assert_allclose(ds.relative_residual.sel(step=0), 1.0, rtol=1e-6)
+    assert list(ds.hidden.values) == [32, 128]  # the paper's sweep
+    assert ds.attrs["setup"] == "paper"
+    assert ds.trajectory.dims == ("hidden", "variant", "step", "token", "coord")
+    # Step 0 is the start for every network: point 0 and point 99 of 200 (the paper's
+    # pairing), whose residual an independent numpy computation gives.
+    start = ds.trajectory.isel(step=0).values
+    assert (start == start[0, 0]).all()
+    np.testing.assert_allclose(start[0, 0, 1], [0.3 * np.cos(2 * np.pi * 99 / 200),
+                                                0.3 * np.sin(2 * np.pi * 99 / 200)], atol=1e-7)  # fmt: skip
+    want = metrics_numpy.relative_residual(start[0, 0][None], norm="l1inf", fit="mean")[0]
+    np.testing.assert_allclose(ds.relative_residual.sel(step=0), want, rtol=1e-12)
     assert html.count("<svg") == 3 and "trajectories of the two points" in html
+    assert "every network keeps the attention skip connection" in html
+
+
+def test_circle_setups_share_one_network() -> None:
+    """The paper's SAN keeps the attention skip, which is probe's strict SAN+skip: with one
+    seed the two are the same network, trained the same way, to the last bit."""
+    kw = dict(quick=True, epochs=2, steps=10, hidden="32", seed=4)
+    paper, strict = toy.run("circle", setup="paper", **kw), toy.run("circle", setup="strict", **kw)
+    assert strict.attrs["setup"] == "strict" and "not the paper" in strict.attrs["variants"]
+    same = paper.trajectory.sel(variant="SAN"), strict.trajectory.sel(variant="SAN+skip")
+    assert np.array_equal(*same)
+    assert not np.array_equal(paper.trajectory.sel(variant="SAN"),
+                              strict.trajectory.sel(variant="SAN"))  # fmt: skip
+    assert any("--setup strict" in line for line in json.loads(strict.attrs["deviations"]))
+
+
+def test_path_rules_are_recorded_and_change_the_numbers() -> None:
+    kw = dict(quick=True, epochs=3, repeats=2, seed=2)
+    paper = toy.run("sort", **kw)
+    probe_rules = toy.run("sort", path_attention="full", path_norm="trained", **kw)
+    assert (probe_rules.attrs["path_attention"], probe_rules.attrs["path_norm"]) == (
+        "full",
+        "trained",
+    )
+    # Same network, same paths: only the rules differ.
+    assert np.array_equal(paper.train_loss, probe_rules.train_loss)
+    assert np.array_equal(paper.paths, probe_rules.paths)
+    assert not np.array_equal(paper.accuracy, probe_rules.accuracy)
+    gone = json.loads(probe_rules.attrs["deviations"])
+    assert any("--path-attention own" in line for line in gone)
+    assert any("--path-norm paper" in line for line in gone)
+    assert not any("path" in line for line in json.loads(paper.attrs["deviations"]))
+
+
+def test_deviations_name_the_flag_that_runs_the_papers_setting() -> None:
+    gone = toy.deviations("sort", toy.settings("sort"), path_attention="own", path_norm="paper")
+    assert gone[0].startswith("lr 0.001: the paper's is 1e-05 (`--lr 1e-05` runs it)")
+    theirs = toy.settings("sort", lr=1e-5)
+    assert not any(line.startswith("lr") for line in toy.deviations("sort", theirs))
+    hull = toy.deviations("convex-hull", toy.settings("convex-hull", box=1.0, shift=0.0,
+                                                      weight_decay=0.0, schedule="constant"))  # fmt: skip
+    for flag in ("--box 10", "--shift 3.3", "--weight-decay 0.001", "--schedule steps"):
+        assert any(flag in line for line in hull), flag
+    memo = toy.deviations("memorization", toy.settings("memorization", positions=True))
+    assert any("`--no-positions` runs it" in line for line in memo)
+    assert any("RTE" in line for line in memo)
+    # The circle at its defaults runs the paper's settings but one: the number of steps.
+    circle = toy.deviations("circle", toy.settings("circle"), setup="paper")
+    assert circle == [line for line in circle if line.startswith("steps 300")] and circle
 
 
 def test_index_lists_the_reports(quick_runs) -> None:
@@ -95,6 +161,10 @@ def test_seeds_give_identical_results() -> None:
     for name in ("accuracy", "train_loss", "full_accuracy", "paths"):
         assert np.array_equal(a[name].values, b[name].values), name
     assert not np.array_equal(a.train_loss.values, c.train_loss.values)
+    # The file name hashes the settings, not the timings: a rerun replaces its own file.
+    slower = b.copy()
+    slower.attrs.update(seconds=b.attrs["seconds"] + 7, train_seconds=99.0, threads=16)
+    assert toy_name(a) == toy_name(b) == toy_name(slower) and toy_name(a) != toy_name(c)
 
 
 def test_sub_path_mode_runs_the_exact_decomposition() -> None:
@@ -119,6 +189,13 @@ def test_baselines_are_measured() -> None:
         (["circle", "--points", "7"], "even number of points"),
         (["memorization", "--text", "/nonexistent/t.txt"], "no such file"),
         (["sort", "--epochs", "0"], "--epochs"),
+        (["sort", "--path-attention", "mean"], "--path-attention"),
+        (["convex-hull", "--path-norm", "frozen"], "--path-norm"),
+        (["sort", "--sub-path", "--path-norm", "paper"], "--sub-path uses the full model"),
+        (["sort", "--schedule", "cosine"], "--schedule"),
+        (["circle", "--setup", "loose"], "--setup"),
+        (["circle", "--hidden", "32,abc"], "--hidden"),
+        (["circle", "--hidden", "33"], "not a multiple of --width"),
     ],
 )
 def test_bad_input_is_one_line(args, message, tmp_path) -> None:
@@ -168,3 +245,17 @@ def test_report_build_renders_a_toy_result(quick_runs, tmp_path) -> None:
     assert result.exit_code == 0, result.output
     html = (tmp_path / nc.with_suffix(".html").name).read_text()
     assert html.count("<svg") == 3 and 'content="toy"' in html
+
+
+def test_readme_toy_python_block() -> None:
+    """The README's Python example for `probe toy` runs as written (it asks for --quick)."""
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "toy.run" in b]
+    assert len(blocks) == 1
+    scope: dict = {}
+    exec(compile(blocks[0], "README.md", "exec"), scope)  # noqa: S102
+    assert scope["ds"].attrs["path_attention"] == "own"
+    assert scope["circle"].attrs["setup"] == "strict"

@@ -24,7 +24,7 @@ def test_sort_targets_are_the_sorted_inputs() -> None:
 
 
 def test_hull_labels_match_scipy() -> None:
-    xy, labels = tasks.hull_data(300, 10, 1.0, np.random.default_rng(1))
+    xy, labels = tasks.hull_data(300, 10, 10.0, 3.3, np.random.default_rng(1))
     assert xy.shape == (300, 10, 2) and labels.shape == (300, 10)
     for points, label in zip(xy, labels, strict=True):
         expected = np.zeros(10, dtype=np.int64)
@@ -32,12 +32,21 @@ def test_hull_labels_match_scipy() -> None:
         np.testing.assert_array_equal(label, expected)
 
 
-def test_hull_points_are_shifted_per_sequence() -> None:
-    xy, _ = tasks.hull_data(400, 10, 1.0, np.random.default_rng(2))
-    lows = xy.min(axis=1)  # (n, 2): a shift moves the whole set
-    assert lows.min() < -0.5 and lows.max() > 0.5
+def test_hull_points_are_the_papers_distribution() -> None:
+    """run_convex_hull.py: 10 points uniform in [0, 10]^2, the set shifted by N(0, 3.3^2)."""
+    n = 4000
+    xy, _ = tasks.hull_data(n, 10, 10.0, 3.3, np.random.default_rng(2))
     spans = xy.max(axis=1) - xy.min(axis=1)
-    assert (spans <= 1).all()  # a unit square per sequence, only shifted
+    assert (spans <= 10 + 1e-5).all() and spans.max() > 9  # a 10 x 10 square per set
+    # Each set's offset is where its square starts; with 10 uniform points, each set's mean
+    # is 5 + shift + noise of std 10 / sqrt(12 * 10) = 0.91 per coordinate.
+    centre = xy.mean(axis=1) - 5.0  # (n, 2) = shift + noise
+    spread = np.sqrt(3.3**2 + 10**2 / 120)
+    # 8000 draws: the sample std is within 3 standard errors (1.6%) of the true one.
+    assert abs(centre.std() / spread - 1) < 0.05
+    assert abs(centre.mean()) < 0.2  # centred: 3 standard errors of the mean are 0.12
+    unit, _ = tasks.hull_data(50, 10, 1.0, 0.0, np.random.default_rng(3))
+    assert unit.min() >= 0 and unit.max() <= 1  # box 1, no shift: the unit square
 
 
 @settings(max_examples=60, deadline=None)
@@ -93,13 +102,16 @@ def test_circle_targets_are_one_step_on() -> None:
     step = np.angle(np.exp(1j * (angle(y) - angle(x))))
     # float32 points: angles good to ~1e-6 rad.
     np.testing.assert_allclose(step, 2 * np.pi / 1000, atol=1e-5)
-    # The two tokens sit half a turn apart, one on each arc.
-    np.testing.assert_allclose(x[:, 0], -x[:, 1], atol=1e-6)
+    # As run_circle.py pairs them: point i with point i + 499 (len(dataset) = n/2 - 1), one
+    # on each arc, just short of half a turn apart.
+    gap = np.angle(np.exp(1j * (angle(x[:, 1]) - angle(x[:, 0]))))
+    np.testing.assert_allclose(gap, 2 * np.pi * 499 / 1000, atol=1e-5)
+    np.testing.assert_allclose(x[0, 0], [0.3, 0.0], atol=1e-7)
     with pytest.raises(ProbeError):
         tasks.circle_data(7)
 
 
 def test_same_seed_same_data() -> None:
-    a = tasks.hull_data(5, 10, 1.0, np.random.default_rng(9))
-    b = tasks.hull_data(5, 10, 1.0, np.random.default_rng(9))
+    a = tasks.hull_data(5, 10, 10.0, 3.3, np.random.default_rng(9))
+    b = tasks.hull_data(5, 10, 10.0, 3.3, np.random.default_rng(9))
     assert all(np.array_equal(p, q) for p, q in zip(a, b, strict=True))

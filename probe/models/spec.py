@@ -51,7 +51,7 @@ from ..errors import ProbeError
 from .base import Adapter, LayerWeights, _first
 
 #: When a step applies: always (reads), or only under one of the two removals.
-WHEN = ("", "no_skip", "no_mlp")
+WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed")
 ACTS = ("read", "zero", "set", "skip")
 STYLES = ("pre", "post", "parallel", "sandwich")
 #: How a norm scales a token: LayerNorm centres it, the RMS norms do not; Gemma's
@@ -102,13 +102,18 @@ class Step:
             not self.when
             or (self.when == "no_skip" and not ablation.attn_skip)
             or (self.when == "no_mlp" and not ablation.mlp)
+            or (self.when == f"norm_{ablation.norm}")
         )
 
     def refs(self) -> tuple[str, ...]:
         """Earlier reads this edit's value needs."""
-        if self.act == "read" or self.value in ("", "zeros", "input"):
+        if self.act == "read" or self.value in ("", "zeros", "input") or self.is_affine:
             return ()
         return tuple(self.value.split("+"))
+
+    @property
+    def is_affine(self) -> bool:
+        return self.value.startswith("affine:")
 
     def describe(self) -> str:
         where = f"{self.site}.{self.part}" if self.act != "skip" else self.site
@@ -250,7 +255,29 @@ class SpecAdapter(Adapter):
             f"{what[step.when] if step.act != 'read' else 'read'}: {step.describe()}"
             for step in self.spec.steps_of(config)
         ]
+        lines.append(
+            "LN-affine / no-LN: each norm inside the layer returns gamma x + beta / x "
+            f"({self.spec.norm_kind})"
+        )
         return "\n".join(lines)
+
+    def norm_steps(self, model) -> tuple[Step, ...]:
+        """The LN-affine and no-LN variants (``probe.ablate``) as steps on every norm module
+        of a layer, in forward order.
+
+        The norms are the layer's submodules of a norm class (LayerNorm, RMSNorm, T5's
+        LayerNorm), except the query/key norms inside an attention (Qwen3, OLMo2), which
+        are part of the attention's scores.  Their order is the order the layer registers
+        them, which is their forward order in every family here (input norm before
+        post-attention norm); a family where it is not would fail in nnsight's trace (an
+        out-of-order access), never silently, and is tested against module surgery.
+        """
+        layer = _resolve_module(model, self.spec.layers)[0]
+        sites = norm_sites(layer)
+        affine = f"affine:{self.spec.norm_kind}"
+        return tuple(skip(site, "input", when="norm_removed") for site in sites) + tuple(
+            skip(site, affine, when="norm_affine") for site in sites
+        )
 
     # --- inside a trace -----------------------------------------------------------
     def layers(self, root):
@@ -278,6 +305,14 @@ class SpecAdapter(Adapter):
         """
         config = root._module.config
         steps = [s for s in self.spec.steps_of(config) if s.applies(ablation)]
+        if ablation.norm != "kept":
+            # The norm variants keep skip and MLP, so the spec's own edits do not apply; its
+            # reads would interleave with the norms' order, so a norm run takes none.
+            if wanted:
+                raise ProbeError(
+                    "the LayerNorm variants (LN-affine, no-LN) are measured by probe collapse only"
+                )
+            steps = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
         needed = set(wanted) | {ref for s in steps for ref in s.refs()}
         layers = self.layers(root)
         yield {"x": _first(layers[0].input)}
@@ -432,6 +467,8 @@ def _run_steps(layer, steps: list[Step], needed: set[str]) -> dict[str, Any]:
 
 
 def _value(step: Step, target, reads: dict[str, Any]):
+    if step.is_affine:
+        return affine_norm(target._module, step.value.split(":", 1)[1], _first(target.input))
     if step.value == "zeros":
         return torch.zeros_like(_first(target.input))
     if step.value == "input":
@@ -503,6 +540,37 @@ def _resolve_module(module: torch.nn.Module, path: str, missing_ok: bool = False
     return obj
 
 
+# --- norms ------------------------------------------------------------------------
+
+#: Submodules named so inside an attention normalise queries or keys: part of the scores.
+_QK_NORMS = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
+
+
+def is_norm(module: torch.nn.Module) -> bool:
+    """A LayerNorm or RMS norm, by type (HF names every one of them ``...Norm``)."""
+    return isinstance(module, torch.nn.LayerNorm | torch.nn.RMSNorm) or type(
+        module
+    ).__name__.endswith(("LayerNorm", "RMSNorm", "LayerNorm2d"))
+
+
+def norm_sites(layer: torch.nn.Module) -> list[str]:
+    """Paths of the norm modules inside one layer, in registration order (see ``norm_steps``)."""
+    return [
+        name
+        for name, module in layer.named_modules()
+        if name and is_norm(module) and name.rsplit(".", 1)[-1] not in _QK_NORMS
+    ]
+
+
+def affine_norm(module: torch.nn.Module, kind: str, x: torch.Tensor) -> torch.Tensor:
+    """A norm with its normalisation removed: gamma * x + beta (LayerNorm), w * x (RMSNorm),
+    (1 + w) * x (Gemma's RMSNorm); x itself for a norm without weights."""
+    gamma, beta, _, got = norm_params(module, kind)
+    if got == "none":
+        return x
+    return x * gamma.to(x.dtype) + beta.to(x.dtype)
+
+
 # --- weights ----------------------------------------------------------------------
 
 
@@ -563,6 +631,60 @@ def _value_output(layer, heads: Heads, config, n_heads: int, kv_heads: int):
     out_b = getattr(output, "bias", None)
     b_o = out_b.detach() if isinstance(out_b, torch.Tensor) else out_w.new_zeros(hidden)
     return w_v, b_v, w_o, b_o
+
+
+#: The query and key projections beside a value projection named so (layout ``linear``).
+_QK_SIBLINGS = {
+    "value": ("query", "key"),
+    "v_proj": ("q_proj", "k_proj"),
+    "v_lin": ("q_lin", "k_lin"),
+    "value_proj": ("query_proj", "key_proj"),
+    "v": ("q", "k"),
+}
+
+
+def query_key(layer, heads: Heads, config, n_heads: int, kv_heads: int):
+    """(w_q (H, hidden, d), w_k (H, hidden, d)) per query head, in the x W convention of
+    ``_value_output`` (scores of head h: X w_q[h] w_k[h]^T X^T before the 1/sqrt(d) scale);
+    a grouped key head repeated for the query heads of its group.  Read with the same
+    layouts as the value weights; a layout without a known query/key place raises ProbeError.
+    """
+    value = _resolve_module(layer, heads.value)
+    weight = value.weight.detach()
+    if heads.layout == "conv1d":  # y = x W + b, columns [q | k | v]
+        hidden = weight.shape[0]
+        d = hidden // n_heads
+        w_q, w_k, kv_heads = weight[:, :hidden], weight[:, hidden : 2 * hidden], n_heads
+    else:
+        out_w = _resolve_module(layer, heads.output).weight.detach()
+        hidden = out_w.shape[0]
+        d = out_w.shape[1] // n_heads
+        if heads.layout == "linear":
+            parent, _, name = heads.value.rpartition(".")
+            if name not in _QK_SIBLINGS:
+                raise ProbeError(f"no query/key projection known beside {heads.value}")
+            q_name, k_name = _QK_SIBLINGS[name]
+            prefix = f"{parent}." if parent else ""
+            rows_q = _resolve_module(layer, prefix + q_name).weight.detach()
+            rows_k = _resolve_module(layer, prefix + k_name).weight.detach()
+        elif heads.layout == "fused":  # rows [q (H d) | k (KV d) | v (KV d)]
+            rows_q = weight[: n_heads * d]
+            rows_k = weight[n_heads * d : (n_heads + kv_heads) * d]
+        elif heads.layout == "neox":  # rows per head h: [q_h | k_h | v_h]
+            per_head = weight.reshape(n_heads, 3, d, -1)
+            rows_q = per_head[:, 0].reshape(n_heads * d, -1)
+            rows_k = per_head[:, 1].reshape(n_heads * d, -1)
+            kv_heads = n_heads
+        else:
+            raise ProbeError(
+                f"query/key weights of the {heads.layout} layout are not read by probe"
+            )
+        w_q, w_k = rows_q.T, rows_k.T  # (hidden, H d), (hidden, KV d)
+    w_q = w_q.reshape(hidden, n_heads, d).permute(1, 0, 2)
+    w_k = w_k.reshape(hidden, kv_heads, d).permute(1, 0, 2)
+    if n_heads // kv_heads > 1:  # transformers' repeat_kv
+        w_k = w_k.repeat_interleave(n_heads // kv_heads, dim=0)
+    return w_q, w_k
 
 
 def _falcon_value(weight, bias, config, n_heads: int, d: int):

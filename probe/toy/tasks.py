@@ -4,15 +4,17 @@ Every generator takes a ``numpy.random.Generator`` so one seed fixes the data.
 
 - sort: sequences of ``length`` tokens drawn from ``symbols`` symbols, repeats
   allowed; the target at position i is the i-th smallest token.
-- convex hull: ``points`` points uniform in the unit square, shifted by one
-  uniform offset in [-shift, shift]^2 per sequence; a point's label is 1 when
-  it is a vertex of the set's convex hull (Andrew's monotone chain, below).
+- convex hull: ``points`` points uniform in the square [0, box]^2, shifted by
+  one Gaussian offset of standard deviation ``shift`` per set (the paper's
+  ``run_convex_hull.py``: box 10, shift 3.3); a point's label is 1 when it is a
+  vertex of the set's convex hull (Andrew's monotone chain, below).
 - memorization: natural text tokenized with the BERT vocabulary, cut into
   windows of ``tokens`` tokens, each token given a random binary label; the
   model must memorise the labels of its training set.
 - circle: ``n`` points evenly spaced on a circle of radius 0.3; a sequence is
-  two points half a turn apart (one on each arc) and its target the pair one
-  step further along the circle.
+  two points, i and i + n/2 - 1 (one on each arc: the paper's ``run_circle.py``
+  pairs a point with the one ``len(dataset) = n/2 - 1`` places on, just short
+  of half a turn), and its target the pair one step further along the circle.
 """
 
 from __future__ import annotations
@@ -56,9 +58,11 @@ def hull_vertices(points: np.ndarray) -> np.ndarray:
     return mask
 
 
-def hull_data(n: int, points: int, shift: float, rng: np.random.Generator):
-    """(coordinates (n, points, 2) float32, on-hull labels (n, points) int64)."""
-    xy = rng.random((n, points, 2)) + rng.uniform(-shift, shift, size=(n, 1, 2))
+def hull_data(n: int, points: int, box: float, shift: float, rng: np.random.Generator):
+    """(coordinates (n, points, 2) float32, on-hull labels (n, points) int64).
+
+    Each set: ``points`` points uniform in [0, box]^2 plus one offset ~ N(0, shift^2 I)."""
+    xy = box * rng.random((n, points, 2)) + rng.normal(0.0, shift, size=(n, 1, 2))
     labels = np.stack([hull_vertices(p) for p in xy]).astype(np.int64)
     return xy.astype(np.float32), labels
 
@@ -120,12 +124,12 @@ def circle_points(n: int, radius: float = 0.3) -> np.ndarray:
 
 
 def circle_data(n: int, radius: float = 0.3):
-    """(inputs (n/2 - 1, 2, 2), targets (n/2 - 1, 2, 2)): point i and i + n/2 -> one step on."""
+    """(inputs (n/2 - 1, 2, 2), targets (n/2 - 1, 2, 2)): points i and i + n/2 - 1 -> one step on."""
     if n < 4 or n % 2:
         raise ProbeError(f"the circle needs an even number of points >= 4, got {n}")
     pts = circle_points(n, radius)
-    half = n // 2
-    i = np.arange(half - 1)
-    x = np.stack([pts[i], pts[i + half]], axis=1)
-    y = np.stack([pts[i + 1], pts[i + 1 + half]], axis=1)
+    items = n // 2 - 1
+    i = np.arange(items)
+    x = np.stack([pts[i], pts[i + items]], axis=1)
+    y = np.stack([pts[i + 1], pts[i + 1 + items]], axis=1)
     return x, y

@@ -1,0 +1,253 @@
+"""The paper's bounds, from the model's own weights, beside the measured residual.
+
+Dong, Cordonnier & Loukas (2021, arXiv 2103.03404; ICML 2021).  The theorem,
+corollary and section numbers below are the paper's; its equation numbers are not
+cited because the paper's text could not be consulted where this was written (the
+formulas were checked against the statements as the paper gives them: the
+multi-head form of Theorem 2.2 with its (3^L - 1)/2 exponent, Corollary 3.2's
+lambda inside the base).  Notation as in the paper:
+tokens are rows, X is (n, d), res(X) = X - 1 x^T, and the composite norm is
+||A||_{1,inf} = sqrt(||A||_1 ||A||_inf) (||.||_1 the largest absolute column sum,
+||.||_inf the largest absolute row sum).  A head maps X to P_h X W_h with
+W_h = W_V,h W_O,h (its value columns times its rows of the output projection) and
+scores X W_QK,h X^T / sqrt(d_qk), W_QK,h = W_Q,h W_K,h^T.
+
+* **Theorem 2.2** (SAN, Section 2.2; its multi-head form, Section 2.3): if every
+  layer has ||W_QK||_1 ||W_h||_{1,inf} <= beta, then
+  ||res(SAN(X))||_{1,inf} <= (4 gamma beta H / sqrt(d_qk))^((3^L - 1)/2) ||res(X)||^(3^L).
+  It is proved layer by layer, ||res(X_l)|| <= c_l ||res(X_{l-1})||^3 with
+  c_l = 4 gamma beta_l H / sqrt(d_qk); probe takes each layer's own
+  beta_l = max_h ||W_QK,h||_1 ||W_h||_{1,inf} and runs that recursion from the
+  measured ||res(X_0)||, which gives the theorem's closed form when every beta_l
+  is equal.  gamma is the paper's term depending on the attention entries (not on
+  the weights); probe draws the bound with gamma = 1 and says so.
+* **Corollary 3.1** (skip connections, Section 3.1): with skip connections the
+  residual need not fall at all (there are parameterisations with
+  ||res(X_L)|| >= ||res(X_0)|| for any depth and any small beta): no upper bound
+  to draw; the panel says so and shows the measured SAN+skip residual.
+* **Corollary 3.2** (MLPs, Section 3.2): an MLP with Lipschitz constant lambda
+  after each attention layer turns the constant into 4 gamma beta H lambda / sqrt(d_qk).
+  probe bounds lambda for a token-wise MLP x -> s(x A_1 + b_1) A_2 + b_2 by
+  lip(s) ||A_1||_{1,inf} ||A_2||_{1,inf} (both norms are sub-multiplicative for a
+  right factor, and an entrywise Lipschitz s keeps them), lip(s) the largest
+  slope of the activation measured on a grid.  A gated MLP (SwiGLU, GeGLU)
+  grows quadratically: no global Lipschitz constant, and the panel says so.
+
+What the theorems leave out, stated beside every panel: the norms (Section 3.3:
+LayerNorm is a per-token rescaling the proofs do not carry; a post-LN SAN's
+measured residual can exceed the bound), biases, rotary position embeddings
+(queries and keys rotated by position: W_QK as read here ignores the rotation),
+and a scale other than 1/sqrt(d_qk).  The bound is **vacuous** at a layer where
+it is not below the input's own residual ||res(X_0)|| (it certifies no decrease).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import cache
+from typing import Any
+
+import numpy as np
+import torch
+
+from .errors import ProbeError
+
+#: The MLP of each family whose weights probe reads for lambda: (first, second, layout).
+MLP_WEIGHTS: dict[str, tuple[str, str, str]] = {
+    "bert": ("intermediate.dense", "output.dense", "linear"),
+    "roberta": ("intermediate.dense", "output.dense", "linear"),
+    "electra": ("intermediate.dense", "output.dense", "linear"),
+    "deberta-v2": ("intermediate.dense", "output.dense", "linear"),
+    "distilbert": ("ffn.lin1", "ffn.lin2", "linear"),
+    "gpt2": ("mlp.c_fc", "mlp.c_proj", "conv1d"),
+    "opt": ("fc1", "fc2", "linear"),
+    "vit": ("mlp.fc1", "mlp.fc2", "linear"),
+    "starcoder2": ("mlp.c_fc", "mlp.c_proj", "linear"),
+    "gptj": ("mlp.fc_in", "mlp.fc_out", "linear"),
+    "gpt-neox": ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "linear"),
+}
+GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
+
+
+def norm_1(a: torch.Tensor) -> float:
+    """||A||_1: the largest absolute column sum."""
+    return float(a.abs().sum(0).max())
+
+
+def norm_inf(a: torch.Tensor) -> float:
+    """||A||_inf: the largest absolute row sum."""
+    return float(a.abs().sum(1).max())
+
+
+def norm_1inf(a: torch.Tensor) -> float:
+    """The paper's composite ||A||_{1,inf} = sqrt(||A||_1 ||A||_inf)."""
+    return math.sqrt(norm_1(a) * norm_inf(a))
+
+
+@cache
+def activation_lipschitz(name: str) -> float:
+    """The largest |s'(x)| of a transformers activation, on a fine grid of [-20, 20]."""
+    from transformers.activations import ACT2FN
+
+    x = torch.linspace(-20, 20, 400_001, dtype=torch.float64, requires_grad=True)
+    ACT2FN[name](x).sum().backward()
+    return float(x.grad.abs().max())
+
+
+def _mlp(name: str, config) -> tuple[str, str, str] | None:
+    if name == "t5" and not getattr(config, "is_gated_act", False):
+        return ("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo", "linear")
+    return MLP_WEIGHTS.get(name)
+
+
+def _activation(config) -> str:
+    for key in ("hidden_act", "activation_function", "dense_act_fn", "activation"):
+        value = getattr(config, key, None)
+        if isinstance(value, str):
+            return value
+    return "gelu"
+
+
+def layer_constants(probed) -> dict[str, Any]:
+    """Per layer the constants of Theorem 2.2 and Corollary 3.2 from the model's weights.
+
+    ``qk`` = max_h ||W_QK,h||_1, ``vo`` = max_h ||W_h||_{1,inf}, ``beta`` = max_h of their
+    product, ``c`` = 4 beta H / sqrt(d_qk) (gamma = 1), ``lambda`` (NaN where the family
+    gives none); ``missing``: one line per constant the family cannot give.
+    """
+    from .models.spec import SpecAdapter, _resolve_module, _value_output, query_key
+
+    adapter, model, config = probed.adapter, probed.model, probed.config
+    L = probed.n_layers
+    out: dict[str, Any] = {"missing": []}
+    if not isinstance(adapter, SpecAdapter) or adapter.spec.heads is None:
+        out["missing"].append(
+            f"beta: the {adapter.family} family's attention is not read by probe's weight "
+            "walker (no query/key/value layout), so Theorem 2.2 has no constants here"
+        )
+        return out
+    spec = adapter.spec
+    H = adapter.n_heads(config)
+    kv = getattr(config, "num_key_value_heads", None) or H
+    layers = _resolve_module(model, spec.layers)
+    qk, vo, beta, lam = [], [], [], []
+    mlp = _mlp(spec.name, config)
+    lip = activation_lipschitz(_activation(config)) if mlp else float("nan")
+    d = None
+    for index in range(L):
+        layer = layers[index]
+        with torch.no_grad():
+            try:
+                w_q, w_k = query_key(layer, spec.heads, config, H, kv)
+            except ProbeError as error:
+                out["missing"] = [f"beta: {error}"]
+                return out
+            w_v, _, w_o, _ = _value_output(layer, spec.heads, config, H, kv)
+            d = w_q.shape[-1]
+            heads_qk = [norm_1(w_q[h].double() @ w_k[h].double().T) for h in range(H)]
+            heads_vo = [norm_1inf(w_v[h].double() @ w_o[h].double()) for h in range(H)]
+            qk.append(max(heads_qk))
+            vo.append(max(heads_vo))
+            beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
+            if mlp:
+                first = _resolve_module(layer, mlp[0]).weight.detach().double()
+                second = _resolve_module(layer, mlp[1]).weight.detach().double()
+                if mlp[2] == "linear":  # nn.Linear y = x W^T: the right factor is W^T
+                    first, second = first.T, second.T
+                lam.append(lip * norm_1inf(first) * norm_1inf(second))
+    if not mlp:
+        out["missing"].append(f"lambda (Corollary 3.2): the {spec.name} family has {GATED}")
+        lam = [float("nan")] * L
+    scale = getattr(config, "query_pre_attn_scalar", None)
+    notes = []
+    rotary = getattr(config, "rope_theta", None) is not None or "rope" in str(
+        getattr(config, "rope_scaling", "") or getattr(config, "position_embedding_type", "")
+    )
+    if rotary or getattr(config, "rotary_dim", None) or getattr(config, "rotary_pct", None):
+        notes.append("rotary position embeddings rotate queries and keys: W_QK ignores them")
+    if scale is not None or spec.name == "t5":
+        notes.append("the attention's scale is not 1/sqrt(d_qk) in this family")
+    if spec.name == "t5" or getattr(config, "relative_attention", False):
+        notes.append("relative position terms add to the attention scores: W_QK leaves them out")
+    out.update(
+        qk=qk,
+        vo=vo,
+        beta=beta,
+        heads=H,
+        d_qk=int(d),
+        c=[4.0 * b * H / math.sqrt(d) for b in beta],
+        **{"lambda": lam},
+        lipschitz_activation=lip,
+        notes=notes,
+    )
+    return out
+
+
+def residual_norm(x: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
+    """||res(X)||_{1,inf} per sequence (the token-mean fit, real tokens only), float64."""
+    out = []
+    for seq in range(x.shape[0]):
+        real = x[seq][mask[seq].bool()].to(torch.float64)
+        res = real - real.mean(0, keepdim=True)
+        out.append(norm_1inf(res))
+    return np.asarray(out)
+
+
+def recursion(r0: np.ndarray, c: list[float], lam: list[float] | None = None) -> np.ndarray:
+    """(layer 0..L, sequence): R_0 = r0, R_l = c_l (lambda_l) R_{l-1}^3, in log space (a
+    bound past float64's range is inf, never NaN)."""
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        log_r = [np.log(r0)]
+        for index, c_l in enumerate(c):
+            factor = c_l * (lam[index] if lam is not None else 1.0)
+            log_r.append(np.log(factor) + 3.0 * log_r[-1])
+        return np.exp(np.stack(log_r))
+
+
+def panel(probed, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
+    """The theory panel's numbers for one model: constants, measured residuals of SAN,
+    SAN+MLP and SAN+skip on these sequences, the two bounds and where they are vacuous."""
+    from .ablate import SAN, SAN_MLP, SAN_SKIP
+    from .trace import layer_values
+
+    found = layer_constants(probed)
+    result: dict[str, Any] = {"init": probed.init, **found}
+    if "beta" not in found:
+        return result
+    measured = {}
+    for name, ablation in (("SAN", SAN), ("SAN+MLP", SAN_MLP), ("SAN+skip", SAN_SKIP)):
+        values = layer_values(probed, input_ids, ablation, residual_norm, mask)
+        measured[name] = np.stack(values)  # (layer, sequence)
+    r0 = measured["SAN"][0]
+    bounds = {"Theorem 2.2 (SAN)": recursion(r0, found["c"])}
+    if not np.isnan(found["lambda"]).any():
+        bounds["Corollary 3.2 (SAN+MLP)"] = recursion(r0, found["c"], found["lambda"])
+    against = {"Theorem 2.2 (SAN)": "SAN", "Corollary 3.2 (SAN+MLP)": "SAN+MLP"}
+    result["measured"] = {k: np.median(v, axis=1).tolist() for k, v in measured.items()}
+    result["bounds"] = {}
+    for name, bound in bounds.items():
+        ratio = measured[against[name]] / bound
+        # Layer 0 is the input itself (bound = measured): vacuity is a question from layer 1.
+        vacuous = [None] + [bool(b >= np.median(r0)) for b in np.median(bound, axis=1)[1:]]
+        result["bounds"][name] = {
+            "variant": against[name],
+            "bound": np.median(bound, axis=1).tolist(),
+            "ratio": np.median(ratio, axis=1).tolist(),
+            "vacuous": vacuous,
+        }
+    return result
+
+
+def panels(models, inputs, batch_size: int, sequences: int = 8) -> str:
+    """The theory panel of every init of a collapse run, as JSON (a result attribute), from
+    the first ``sequences`` sequences of its first batch."""
+    import json
+
+    _, ids, mask = next(iter(inputs.batches(min(batch_size, sequences))))
+    found = []
+    for probed in models:
+        try:
+            found.append(panel(probed, ids, mask))
+        except ProbeError as error:
+            found.append({"init": probed.init, "missing": [str(error)]})
+    return json.dumps(found)

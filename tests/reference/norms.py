@@ -1,0 +1,90 @@
+"""Independent reference for the LayerNorm variants (LN-affine, no-LN), by module surgery.
+
+Imports neither ``probe`` nor ``nnsight``.  ``norm_variant_hidden_states`` deep-copies
+the model, replaces each named norm module inside every layer with a plain module
+(``x * gamma + beta`` for "affine", the identity for "removed"), runs the copy's
+ordinary forward and records X_0 .. X_L with torch hooks.  The norm modules of each
+family are listed here by hand, from the transformers source of each layer.
+
+"Normalisation removed, affine kept": LayerNorm (x - mean)/sigma * w + b becomes
+w * x + b; RMSNorm x / rms * w becomes w * x; Gemma's x / rms * (1 + w) becomes
+(1 + w) * x.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+from torch import nn
+
+#: family -> (path of the layer list, the norm modules of one layer, how its scale is read)
+NORMS = {
+    "bert": ("encoder.layer", ("attention.output.LayerNorm", "output.LayerNorm"), "w"),
+    "gpt2": ("h", ("ln_1", "ln_2"), "w"),
+    "llama": ("layers", ("input_layernorm", "post_attention_layernorm"), "w"),
+    "gemma": ("layers", ("input_layernorm", "post_attention_layernorm"), "1+w"),
+    "gemma2": (
+        "layers",
+        (
+            "input_layernorm",
+            "post_attention_layernorm",
+            "pre_feedforward_layernorm",
+            "post_feedforward_layernorm",
+        ),
+        "1+w",
+    ),
+    "opt": ("decoder.layers", ("self_attn_layer_norm", "final_layer_norm"), "w"),
+}
+
+
+class _Affine(nn.Module):
+    def __init__(self, norm: nn.Module, scale: str) -> None:
+        super().__init__()
+        w = norm.weight.detach()
+        self.gamma = (1.0 + w.to(torch.float64)) if scale == "1+w" else w
+        b = getattr(norm, "bias", None)
+        self.beta = b.detach() if isinstance(b, torch.Tensor) else None
+
+    def forward(self, x):
+        y = x * self.gamma.to(x.dtype)
+        return y if self.beta is None else y + self.beta.to(x.dtype)
+
+
+def _get(root: nn.Module, path: str) -> nn.Module:
+    for part in path.split("."):
+        root = root[int(part)] if part.isdigit() else getattr(root, part)
+    return root
+
+
+def _set(root: nn.Module, path: str, module: nn.Module) -> None:
+    parent, _, name = path.rpartition(".")
+    setattr(_get(root, parent) if parent else root, name, module)
+
+
+def norm_variant_hidden_states(
+    model: nn.Module, family: str, inputs: dict, mode: str
+) -> list[torch.Tensor]:
+    """X_0 .. X_L with every layer's norms made ``affine`` or ``removed``; model untouched."""
+    layers_path, names, scale = NORMS[family]
+    work = copy.deepcopy(model).eval()
+    layers = _get(work, layers_path)
+    for layer in layers:
+        for name in names:
+            norm = _get(layer, name)
+            _set(layer, name, _Affine(norm, scale) if mode == "affine" else nn.Identity())
+    states: list[torch.Tensor] = []
+
+    def record_input(module, args, kwargs):
+        if not states:
+            states.append(args[0] if args else kwargs["hidden_states"])
+
+    def record_output(module, args, output):
+        states.append(output[0] if isinstance(output, tuple) else output)
+
+    layers[0].register_forward_pre_hook(record_input, with_kwargs=True)
+    for layer in layers:
+        layer.register_forward_hook(record_output)
+    with torch.no_grad():
+        work(**inputs)
+    return [s.detach() for s in states]

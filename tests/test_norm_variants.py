@@ -1,0 +1,94 @@
+"""The LayerNorm variants (``--no-layernorm``: LN-affine, no-LN) against module surgery.
+
+``tests/reference/norms.py`` replaces each norm module of every layer by hand (its
+own list of norms per family) on a copy of the model; the walker's steps must give
+the same residual stream to the bit in float64, on BERT (post-LN LayerNorm), GPT-2
+(pre-LN LayerNorm), Llama (RMSNorm), Gemma and Gemma2 (RMSNorm with 1 + w; Gemma2's
+four norms) and post-LN OPT.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import probe
+from probe.ablate import LN_AFFINE, NO_LN, PRESETS, TRANSFORMER, Ablation, parse_variants
+from probe.cli.app import app
+from probe.errors import ProbeError
+from probe.models import ADAPTERS
+from tests.reference.attention import register as register_reference_attention
+from tests.reference.norms import norm_variant_hidden_states
+from tests.reference.tiny import tiny_model
+from tests.test_families import _family, _inputs, _model
+
+CASES = ["bert", "gpt2", "llama", "gemma", "gemma2", "opt-post-ln"]
+
+
+@pytest.mark.parametrize("mode", ["affine", "removed"])
+@pytest.mark.parametrize("name", CASES)
+def test_norm_variants_equal_module_surgery_exactly(name, mode):
+    model = _model(name)
+    family = _family(model)
+    spec = ADAPTERS[family].spec
+    inputs = _inputs(model, padded=True)
+    probed = probe.wrap(model)
+    ablation = Ablation(norm=mode)
+    got = probe.hidden_states(probed, inputs["input_ids"], ablation, inputs["attention_mask"])
+    reference = _model(name)
+    if spec.float32_softmax:  # probe keeps float64 in the softmax; so does the reference
+        reference.config._attn_implementation = register_reference_attention()
+    call = {**inputs, **{k: v for k, v in spec.forward_kwargs.items() if k == "use_cache"}}
+    want = norm_variant_hidden_states(reference, family, call, mode)
+    clean = probe.hidden_states(probed, inputs["input_ids"], TRANSFORMER, inputs["attention_mask"])
+    real = inputs["attention_mask"].bool()
+    assert len(got) == len(want) == len(clean)
+    for layer, (g, w) in enumerate(zip(got, want, strict=True)):
+        # float64 on the CPU, the same operations on both sides: identical bits.
+        assert torch.equal(g[real], w[real]), f"{name} {mode} layer {layer}"
+    # The variant changes the stream after the first layer (the norms matter) ...
+    assert not torch.equal(got[-1][real], clean[-1][real])
+    # ... and leaves the model as it was: a clean run after it is a fresh model's.
+    again = probe.hidden_states(probed, inputs["input_ids"], TRANSFORMER, inputs["attention_mask"])
+    assert all(torch.equal(a, b) for a, b in zip(again, clean, strict=True))
+
+
+def test_the_two_norm_variants_differ_and_are_named():
+    assert PRESETS["LN-affine"] == LN_AFFINE and PRESETS["no-LN"] == NO_LN
+    assert LN_AFFINE.name == "LN-affine" and NO_LN.name == "no-LN"
+    assert parse_variants("all") == ["SAN", "SAN+MLP", "SAN+skip", "transformer"]
+    assert parse_variants("no-ln,SAN") == ["SAN", "no-LN"]
+    with pytest.raises(ProbeError, match="full transformer"):
+        Ablation(attn_skip=False, norm="removed")
+
+
+@pytest.mark.parametrize("family", ["albert", "xlnet"])
+def test_families_outside_the_walker_refuse_in_one_line(family):
+    probed = probe.wrap(tiny_model(family))
+    ids = torch.randint(3, 50, (1, 5))
+    with pytest.raises(ProbeError, match="LayerNorm variants .* need a family spec"):
+        probe.hidden_states(probed, ids, NO_LN)
+
+
+def test_collapse_no_layernorm_on_the_cli(tmp_path):
+    folder = tmp_path / "gpt2"
+    tiny_model("gpt2").save_pretrained(folder)
+    out = tmp_path / "out"
+    args = ["collapse", str(folder), "--no-layernorm", "--variants", "transformer"]
+    args += ["--init", "pretrained", "--sequences", "2", "--tokens", "6", "--out", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    ds = probe.open_result(next(out.glob("*.nc"))) if hasattr(probe, "open_result") else None
+    if ds is None:
+        import xarray as xr
+
+        ds = xr.open_dataset(next(out.glob("*.nc")))
+    assert list(ds.variant.values) == ["transformer", "LN-affine", "no-LN"]
+    r = ds.relative_residual.sel(fit="mean", norm="l1inf").isel(layer=-1)
+    assert len({round(float(r.sel(variant=v).mean()), 12) for v in ds.variant.values}) == 3
+    # A family outside the walker: one line, exit 2, nothing written.
+    folder = tmp_path / "albert"
+    tiny_model("albert").save_pretrained(folder)
+    result = CliRunner().invoke(app, ["collapse", str(folder), "--no-layernorm", "--out", str(out)])
+    assert result.exit_code == 2 and "need a family spec" in result.output

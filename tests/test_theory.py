@@ -1,0 +1,164 @@
+"""The theory panel (probe/theory.py, reports/theory.py): the paper's constants from a
+model's weights, checked against hand computation and an independent numpy reference,
+and the panel in every collapse report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+import xarray as xr
+from typer.testing import CliRunner
+
+import probe
+from probe import theory
+from probe.cli.app import app
+from tests.reference import theory_numpy
+from tests.reference.tiny import tiny_model, tiny_spec_model
+from tests.test_families import TINY
+from tests.test_families import _model as family_model
+
+#: Float64 sums of the same few dozen numbers in another order: ~1e-15 relative apart.
+RTOL = 1e-12
+
+
+def test_norms_by_hand():
+    a = torch.tensor([[1.0, -2.0, 0.0], [3.0, 0.5, -1.0]], dtype=torch.float64)
+    assert theory.norm_1(a) == 4.0  # columns: 1+3, 2+0.5, 0+1
+    assert theory.norm_inf(a) == 4.5  # rows: 1+2+0, 3+0.5+1
+    assert theory.norm_1inf(a) == math.sqrt(18.0)
+
+
+def test_activation_slopes_by_hand():
+    # GELU' (x) = Phi(x) + x phi(x) is largest at x = sqrt(2): Phi(sqrt 2) + sqrt(2) phi(sqrt 2).
+    phi = math.exp(-1.0) / math.sqrt(2 * math.pi)
+    gelu = 0.5 * (1 + math.erf(1.0)) + math.sqrt(2) * phi
+    # The grid step 1e-4 around a flat maximum: the grid's max is within 1e-8 of it.
+    assert abs(theory.activation_lipschitz("gelu") - gelu) < 1e-8
+    assert theory.activation_lipschitz("relu") == 1.0
+
+
+def _hand_bert():
+    """One layer, one head, hidden 2: weights chosen so every constant is a small hand sum."""
+    from transformers import BertConfig, BertModel
+
+    config = BertConfig(
+        vocab_size=20,
+        hidden_size=2,
+        num_hidden_layers=1,
+        num_attention_heads=1,
+        intermediate_size=2,
+        max_position_embeddings=16,
+        hidden_act="gelu",
+    )
+    model = BertModel(config).double().eval()
+    layer = model.encoder.layer[0]
+    eye = torch.eye(2, dtype=torch.float64)
+    with torch.no_grad():
+        layer.attention.self.query.weight.copy_(torch.tensor([[1.0, 2.0], [0.0, 1.0]]))
+        layer.attention.self.key.weight.copy_(eye)
+        layer.attention.self.value.weight.copy_(torch.tensor([[1.0, -1.0], [0.0, 2.0]]))
+        layer.attention.output.dense.weight.copy_(eye)
+        layer.intermediate.dense.weight.copy_(torch.tensor([[2.0, 0.0], [1.0, 1.0]]))
+        layer.output.dense.weight.copy_(eye)
+    return model
+
+
+def test_constants_of_a_hand_made_model():
+    found = theory.layer_constants(probe.wrap(_hand_bert()))
+    # Row convention: A_q = W_q^T = [[1, 0], [2, 1]], A_k = I, W_QK = A_q A_k^T: columns
+    # sum to 3 and 1, so ||W_QK||_1 = 3.
+    assert found["qk"] == [3.0]
+    # W_VO = W_v^T W_o^T = [[1, 0], [-1, 2]]: columns 2, 2; rows 1, 3 -> sqrt(2 * 3).
+    assert found["vo"] == [pytest.approx(math.sqrt(6), rel=1e-15)]
+    assert found["beta"] == [pytest.approx(3 * math.sqrt(6), rel=1e-15)]
+    # c = 4 beta H / sqrt(d) with H = 1, d = 2: 12 sqrt(3).
+    assert found["c"] == [pytest.approx(12 * math.sqrt(3), rel=1e-15)]
+    # A_1 = W_i^T = [[2, 1], [0, 1]]: columns 2, 2; rows 3, 1 -> sqrt(6); A_2 = I -> 1.
+    lip = theory.activation_lipschitz("gelu")
+    assert found["lambda"] == [pytest.approx(lip * math.sqrt(6), rel=1e-15)]
+    assert found["heads"] == 1 and found["d_qk"] == 2 and found["missing"] == []
+
+
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "mistral", "gpt-neox", "phi3"])
+def test_constants_equal_an_independent_reference(family):
+    """Each weight layout the walker reads: linear, conv1d, GQA, neox-interleaved, fused."""
+    model = tiny_model(family, seed=3) if family in ("bert", "gpt2") else tiny_spec_model(family)
+    found = theory.layer_constants(probe.wrap(model))
+    act = {"gpt2": "gelu_new"}.get(family, getattr(model.config, "hidden_act", "gelu"))
+    lip = theory.activation_lipschitz(act)
+    want = theory_numpy.constants(model, "llama" if family == "mistral" else family, lip)
+    for key in ("qk", "vo", "beta", "c"):
+        np.testing.assert_allclose(found[key], want[key], rtol=RTOL, atol=0, err_msg=key)
+    if family in ("llama", "mistral", "phi3"):  # gated MLPs: no lambda, one line that says why
+        assert all(math.isnan(v) for v in found["lambda"])
+        assert any("gated MLP" in line for line in found["missing"])
+        assert any("rotary" in line for line in found["notes"])
+    else:
+        np.testing.assert_allclose(found["lambda"], want["lambda"], rtol=RTOL, atol=0)
+
+
+@pytest.mark.parametrize("name", TINY)
+def test_every_family_gives_constants_or_says_why(name):
+    found = theory.layer_constants(probe.wrap(family_model(name)))
+    if "beta" in found:
+        L = len(found["beta"])
+        assert L > 0 and all(np.isfinite(found["c"])) and len(found["lambda"]) == L
+        assert all(np.isfinite(found["lambda"])) or any("gated" in m for m in found["missing"])
+    else:  # one line naming the constant and the reason
+        assert len(found["missing"]) == 1 and found["missing"][0].startswith("beta: ")
+
+
+def test_the_recursion_is_the_theorem_closed_form_for_equal_constants():
+    r0 = np.array([0.3, 2.0])
+    c = [0.7, 0.7, 0.7]
+    got = theory.recursion(r0, c)
+    for L in range(4):  # Theorem 2.2: c^((3^L - 1)/2) r0^(3^L)
+        np.testing.assert_allclose(got[L], c[0] ** ((3**L - 1) / 2) * r0 ** (3**L), rtol=1e-12)
+    assert np.isinf(theory.recursion(np.array([1e10]), [1e10] * 5)[-1]).all()
+
+
+def test_panel_measures_the_residual_of_each_variant():
+    model = tiny_model("bert", seed=2)
+    probed = probe.wrap(model)
+    ids = torch.randint(3, 50, (3, 6), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    found = theory.panel(probed, ids, mask)
+    states = probe.hidden_states(probed, ids, probe.SAN)
+    want = [
+        np.median([theory_numpy.residual_1inf(x[s].double().numpy()) for s in range(3)])
+        for x in states
+    ]
+    np.testing.assert_allclose(found["measured"]["SAN"], want, rtol=1e-12)
+    bound = found["bounds"]["Theorem 2.2 (SAN)"]
+    assert bound["bound"][0] == pytest.approx(want[0]) and bound["vacuous"][0] is None
+    assert all(
+        v == (b >= want[0]) for v, b in zip(bound["vacuous"][1:], bound["bound"][1:], strict=True)
+    )
+
+
+def test_every_collapse_report_has_the_panel(tmp_path):
+    out = tmp_path / "out"
+    for family in ("bert", "albert"):
+        tiny_model(family).save_pretrained(tmp_path / family)
+        args = ["collapse", str(tmp_path / family), "--sequences", "2", "--tokens", "6"]
+        result = CliRunner().invoke(app, [*args, "--init", "pretrained", "--out", str(out)])
+        assert result.exit_code == 0, result.output
+    bert = next(out.glob("collapse-bert-*.html")).read_text()
+    assert 'id="theory"' in bert and "Theorem 2.2 (SAN): bound" in bert and "measured/bound" in bert
+    ds = xr.open_dataset(next(out.glob("collapse-bert-*.nc")))
+    panels = json.loads(ds.attrs["theory"])
+    assert [p["init"] for p in panels] == ["pretrained"] and len(panels[0]["beta"]) == 2
+    albert = next(out.glob("collapse-albert-*.html")).read_text()
+    assert 'id="theory"' in albert and "Theorem 2.2 has no constants here" in albert
+
+
+def test_a_result_without_the_panel_still_renders():
+    from probe.reports.figures import Figures
+    from probe.reports.theory import theory_section
+
+    html = theory_section(xr.Dataset(attrs={}), Figures())
+    assert "run <code>probe collapse</code> again" in html
