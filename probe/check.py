@@ -64,7 +64,15 @@ def identities(probed, data: torch.Tensor | None = None, mask: torch.Tensor | No
 
 
 def verify(probed) -> None:
-    """Refuse (one line) a model on which a spec identity fails; see the module docstring."""
+    """Refuse (one line) a model on which a spec identity fails; see the module docstring.
+
+    A pass is remembered (``verified_key``): the identities depend on the code that runs,
+    not on the weights, so the same architecture, spec, dtype, attention and library
+    versions need not be checked again (``PROBE_CACHE_DIR``, default ``~/.cache/probe``;
+    an unwritable folder only means the check runs every time)."""
+    marker = _marker(probed)
+    if marker is not None and marker.exists():
+        return
     eps = torch.finfo(probed.dtype).eps if probed.dtype.is_floating_point else 0.0
     for identity in identities(probed):
         if not identity.holds(ULPS * eps):
@@ -76,6 +84,63 @@ def verify(probed) -> None:
                 f"{identity.detail}({what}); its operation names may have changed with "
                 f"transformers; `probe check {probed.name}` shows every identity"
             )
+    _remember(marker)
+
+
+def verified_key(probed) -> str:
+    """What a passed self-test depends on: the model's classes and config, the spec, the
+    dtype, attention and device kind, and the versions of the code that runs."""
+    import hashlib
+    import inspect
+    import json
+    from importlib import metadata
+    from pathlib import Path
+
+    sources = Path(__file__).parent
+    code = hashlib.sha256()
+    for name in ("check.py", "models/spec.py", "models/families.py", "models/attention.py"):
+        code.update((sources / name).read_bytes())
+    # The model's own modelling code (an edited or patched install keeps its version number).
+    code.update(Path(inspect.getfile(type(probed.model))).read_bytes())
+    versions = {}
+    for package in ("torch", "transformers", "nnsight", "probe"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "?"
+    parts = {
+        "model": f"{type(probed.model).__module__}.{type(probed.model).__qualname__}",
+        "config": probed.config.to_json_string(use_diff=False),
+        "spec": repr(probed.adapter.spec),
+        "dtype": str(probed.dtype),
+        "attention": str(probed.attn_implementation),
+        "device": probed.device.type,
+        "versions": versions,
+        "code": code.hexdigest(),
+    }
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _marker(probed):
+    """The file whose presence says this key passed, or None where none can be kept."""
+    import os
+    from pathlib import Path
+
+    root = os.environ.get("PROBE_CACHE_DIR") or Path.home() / ".cache" / "probe"
+    try:
+        return Path(root) / "verified" / verified_key(probed)
+    except (OSError, RuntimeError, TypeError):  # no home, no source file: check every time
+        return None
+
+
+def _remember(marker) -> None:
+    if marker is None:
+        return
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+    except OSError:  # a read-only home: the check simply runs again next time
+        pass
 
 
 def _inputs(probed, data, mask):

@@ -11,6 +11,9 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The self-test's memory of passed checks (probe.check.verify): one fresh folder per test
+# session, so no run depends on what an earlier one (or the user's ~/.cache) remembered.
+os.environ["PROBE_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="probe-cache-")
 
 import pytest  # noqa: E402
 import torch  # noqa: E402

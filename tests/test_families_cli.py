@@ -178,3 +178,31 @@ def test_collapse_over_several_families_opens_with_the_table(folders, tmp_path):
     assert text.index('id="families"') < text.index("<figure")  # the first element
     for name in ("llama", "bert", "gpt-neox"):
         assert f"<td>{name}</td>" in text
+
+
+def test_a_passed_self_test_is_remembered_and_a_changed_spec_is_checked_again(
+    folders, monkeypatch, tmp_path
+):
+    from probe import check
+
+    monkeypatch.setenv("PROBE_CACHE_DIR", str(tmp_path / "cache"))
+    probed = probe.load(folders["llama"])
+    key = check.verified_key(probed)
+    assert (tmp_path / "cache" / "verified" / key).exists()
+    # A second load of the same architecture does not run the identities again ...
+    calls = []
+    real = check.identities
+    monkeypatch.setattr(check, "identities", lambda p: calls.append(p) or real(p))
+    probe.load(folders["llama"])
+    assert calls == []
+    # ... but another dtype is another key, checked once.
+    probe.load(folders["llama"], dtype="float64")
+    assert len(calls) == 1
+    # A spec that changed (an edit now lands on the attention's input) is checked again and
+    # refused, whatever passed before.
+    adapter = ADAPTERS["llama"]
+    steps = (zero(":hidden_states_0"), *adapter.spec.steps[1:])
+    monkeypatch.setattr(adapter, "spec", dataclasses.replace(adapter.spec, steps=steps))
+    with pytest.raises(probe.ProbeError, match="the llama spec does not fit this model"):
+        probe.load(folders["llama"])
+    assert len(calls) == 2
