@@ -66,8 +66,14 @@ class Plan:
     @property
     def steps(self) -> int:
         """Forward passes the run makes (variants x inits x batches), for progress bars."""
-        batches = -(-self.inputs.sequences // self.batch_size)
-        return len(self.variants) * len(self.models) * batches
+        return self.steps_of((0, 1))
+
+    def steps_of(self, part: tuple[int, int]) -> int:
+        """Forward passes of one part ``(rank, world_size)`` of a data-parallel run."""
+        from probe.distributed import shard
+
+        start, stop = shard(-(-self.inputs.sequences // self.batch_size), *part)
+        return len(self.variants) * len(self.models) * (stop - start)
 
 
 def prepare(
@@ -156,38 +162,56 @@ def prepare(
 
 
 def execute(
-    plan: Plan, progress: Progress | None = None, stream_to: str | Path | None = None
+    plan: Plan,
+    progress: Progress | None = None,
+    stream_to: str | Path | None = None,
+    part: tuple[int, int] = (0, 1),
 ) -> xr.Dataset:
     """Run a prepared plan: every variant and init, batch by batch; the Dataset.
 
     ``stream_to``: a netCDF path; each batch's results are appended to it as they come
     (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
     returned Dataset reads from that file lazily.
+
+    ``part=(rank, world_size)``: run only this rank's share of the batches
+    (:func:`probe.distributed.shard`, a contiguous run of whole batches), with the global
+    sequence numbers; the shards of all ranks, concatenated along ``sequence`` in rank
+    order, are the single-process result bit for bit (every batch is the same forward pass).
+    ``attrs["world_size"]`` records the number of parts.
     """
+    from probe.distributed import shard
+
     models, names, inputs = plan.models, plan.variants, plan.inputs
     L = models[0].n_layers
-    blocks = _blocks(plan, progress)
+    rank, world_size = part
+    batches = inputs.batches(plan.batch_size)
+    mine = batches[slice(*shard(len(batches), rank, world_size))]
+    first = mine[0][0] if mine else min(inputs.sequences, len(batches) * plan.batch_size)
+    count = sum(ids.shape[0] for _, ids, _ in mine)
+    blocks = _blocks(plan, mine, progress)
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        skeleton = _dataset(_empty(len(names), len(models), L, 0), plan)
-        with SequenceWriter(stream_to, skeleton) as writer:
+        skeleton = _dataset(_empty(len(names), len(models), L, 0), plan, world_size)
+        with SequenceWriter(stream_to, skeleton, first=first) as writer:
             for _, block in blocks:
                 writer.append(block)
         return xr.open_dataset(stream_to, engine=ENGINE)
-    data = _empty(len(names), len(models), L, inputs.sequences)
+    data = _empty(len(names), len(models), L, count)
     for start, block in blocks:
         for name, values in block.items():
-            data[name][:, :, :, start : start + values.shape[3]] = values
-    return _dataset(data, plan)
+            data[name][:, :, :, start - first : start - first + values.shape[3]] = values
+    ds = _dataset(data, plan, world_size)
+    return ds.assign_coords(sequence=first + np.arange(count))
 
 
-def _blocks(plan: Plan, progress: Progress | None):
+def _blocks(plan: Plan, batches, progress: Progress | None):
     """(first sequence, results) batch by batch: every variant and init of a batch at once."""
     models, names = plan.models, plan.variants
     L = models[0].n_layers
+    steps = len(names) * len(models) * len(batches)
     done = 0
-    for start, ids, mask in plan.inputs.batches(plan.batch_size):
+    for start, ids, mask in batches:
         block = _empty(len(names), len(models), L, ids.shape[0])
         reducers = [_Reducer(L + 1) for _ in models]  # X_0 is shared by a model's variants
         for i, variant in enumerate(names):
@@ -199,7 +223,7 @@ def _blocks(plan: Plan, progress: Progress | None):
                         block[name][i, j, layer] = value.numpy()
                 done += 1
                 if progress is not None:
-                    progress(done, plan.steps, f"{probed.name} · {probed.init} · {variant}")
+                    progress(done, steps, f"{probed.name} · {probed.init} · {variant}")
         yield start, block
 
 
@@ -320,7 +344,7 @@ def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedMo
     ]
 
 
-def _dataset(data, plan: Plan) -> xr.Dataset:
+def _dataset(data, plan: Plan, world_size: int = 1) -> xr.Dataset:
     models, variants, inputs = plan.models, plan.variants, plan.inputs
     first = models[0]
     dims = ("variant", "init", "layer", "sequence")
@@ -383,6 +407,8 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         "settings": json.dumps(plan.settings, sort_keys=True),
         "settings_id": settings_id(plan.settings),
+        # Processes the run was split over (torchrun); the numbers do not depend on it.
+        "world_size": int(world_size),
     }
     return ds
 
