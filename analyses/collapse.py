@@ -93,6 +93,9 @@ def prepare(
     allow_missing_weights: bool = False,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
 ) -> Plan:
     """Check every setting, load the models and make the inputs; no forward pass yet.
 
@@ -116,7 +119,8 @@ def prepare(
         read_text(text)  # a bad --text fails before any model is loaded
     if images is not None:
         image_files(images)  # and so does a bad --images
-    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights)
+    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights, spread)
     first = models[0]
     check_input_kind(first, text, images)
     limit = first.adapter.max_tokens(first.config)
@@ -323,7 +327,7 @@ class _Reducer:
         return values
 
 
-def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedModel]:
+def _load_all(model, inits, seed, device, dtype, allow_missing, spread=None) -> list[ProbedModel]:
     if isinstance(model, ProbedModel):
         if inits != [model.init]:
             raise ProbeError(
@@ -339,6 +343,7 @@ def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedMo
             device=device,
             dtype=dtype,
             allow_missing_weights=allow_missing,
+            **(spread or {}),
         )
         for name in inits
     ]
@@ -389,6 +394,8 @@ def _dataset(data, plan: Plan, world_size: int = 1) -> xr.Dataset:
         "seed": first.seed,
         "dtype": str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
+        # accelerate's placement where --device-map spread the model ({} when it did not).
+        "device_map": json.dumps({k: str(v) for k, v in (first.device_map or {}).items()}),
         **versions(),
         "command": plan.command,
         "created": utc_now(),

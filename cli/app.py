@@ -55,6 +55,7 @@ Metric = _choices("Metric", names.METRICS)
 Norm = _choices("Norm", names.NORMS)
 Fit = _choices("Fit", names.FITS)
 Surgery = _choices("Surgery", names.SURGERIES)
+DeviceMap = _choices("DeviceMap", ("auto", "balanced", "sequential"))
 
 OutDir = Annotated[
     Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
@@ -156,6 +157,24 @@ def collapse(
     device: Annotated[
         str, option("--device", domain=Device(), help="Where the model runs.")
     ] = "cpu",
+    device_map: Annotated[
+        DeviceMap | None,
+        typer.Option(
+            help="Spread a model larger than one device over the GPUs, CPU and disk "
+            "(accelerate): auto, balanced or sequential."
+        ),
+    ] = None,
+    max_memory: Annotated[
+        str | None,
+        typer.Option(
+            help="With --device-map: memory per device, e.g. 0=20GiB,cpu=60GiB (the rest "
+            "goes to --offload-folder on disk)."
+        ),
+    ] = None,
+    offload_folder: Annotated[
+        Path | None,
+        typer.Option(help="With --device-map: folder for weights offloaded to disk."),
+    ] = None,
     dtype: Annotated[
         Dtype,
         typer.Option(help="Precision of the model run (float64 shows the collapse past 1e-7)."),
@@ -201,6 +220,17 @@ def collapse(
                     f"{option} applies to the relative residual only; ignored for --metric {_value(metric)}"
                 )
     chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        fail("--max-memory and --offload-folder go with --device-map")
+    if device_map is not None and device != "cpu":
+        fail("use either --device or --device-map, not both")
+    spread = {}
+    if device_map is not None:
+        spread = {
+            "device_map": _value(device_map),
+            "max_memory": _memory(max_memory) if max_memory else None,
+            "offload_folder": offload_folder,
+        }
     run_collapse(
         models,
         variants=chosen,
@@ -219,6 +249,7 @@ def collapse(
         surgery=_value(surgery),
         allow_missing_weights=allow_missing_weights,
         out_dir=out_dir,
+        **spread,
     )
 
 
@@ -226,6 +257,17 @@ def _same_model(name: str) -> str:
     """What a model name points to: a local folder by its real path, else the name."""
     path = Path(name).expanduser()
     return str(path.resolve()) if path.is_dir() else name
+
+
+def _memory(text: str) -> dict:
+    """``0=20GiB,cpu=60GiB`` -> {0: "20GiB", "cpu": "60GiB"} (accelerate reads the sizes)."""
+    memory: dict = {}
+    for item in text.split(","):
+        device, _, size = item.strip().partition("=")
+        if not device or not size:
+            fail(f"--max-memory takes DEVICE=SIZE pairs like 0=20GiB,cpu=60GiB, got {item!r}")
+        memory[int(device) if device.isdigit() else device] = int(size) if size.isdigit() else size
+    return memory
 
 
 def _print_spec(name: str) -> None:

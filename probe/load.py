@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import socket
 import warnings
 from dataclasses import dataclass, field
@@ -117,7 +118,18 @@ class ProbedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the first parameter's device, or for a model spread by a
+        ``device_map`` the device its embeddings run on (accelerate's hooks move every
+        module's inputs to its own device from there)."""
+        spread = getattr(self.model, "hf_device_map", None)
+        if spread:
+            return input_device(spread)
         return next(self.model.parameters()).device
+
+    @property
+    def device_map(self) -> dict | None:
+        """accelerate's placement of the modules (``{module: device}``), or None if not spread."""
+        return getattr(self.model, "hf_device_map", None)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -153,8 +165,16 @@ def load(
     dtype: str | torch.dtype | None = None,
     allow_missing_weights: bool = False,
     verify: bool = True,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | os.PathLike | None = None,
 ) -> ProbedModel:
     """Load ``name_or_path`` for probing (see the module docstring).
+
+    ``device_map`` (``auto``, ``balanced``, ``sequential`` or an explicit map): spread a model
+    larger than one device over the GPUs, the CPU and the disk with accelerate (see
+    :func:`dispatch`); ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device and
+    ``offload_folder`` holds what goes to the disk (a temporary folder by default).
 
     ``verify``: run the family spec's self-test (:mod:`probe.check`) and refuse a model on
     which it fails; ``probe check`` turns it off to show every identity instead.
@@ -172,6 +192,9 @@ def load(
         raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
     check_seed(seed)
     torch_dtype = _dtype(dtype)
+    if device_map is not None and device not in (None, "cpu"):
+        raise ProbeError("use either --device or --device-map, not both")
+    check_device_map(device_map)
     torch_device = _device(device)
     name = str(name_or_path)
     location, where = _locate(name)
@@ -189,7 +212,10 @@ def load(
         model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
     check_finite(model, f"the {init} weights of {name}")
-    model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    if device_map is None:
+        model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    else:  # spread, never moved as a whole: ``.to()`` would undo the placement
+        model = dispatch(model.to(dtype=torch_dtype).eval(), device_map, max_memory, offload_folder)
     _choose_attention(model, adapter)
     return (_verified if verify else _as_is)(
         ProbedModel(
@@ -246,6 +272,104 @@ def wrap(
             source="module passed by the caller",
         )
     )
+
+
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+
+
+def check_device_map(device_map) -> None:
+    if device_map is None or isinstance(device_map, dict):
+        return
+    if device_map not in DEVICE_MAPS:
+        raise ProbeError(f"unknown device map {device_map!r}; choose {', '.join(DEVICE_MAPS)}")
+
+
+def input_device(device_map: dict) -> torch.device:
+    """The device a spread model's inputs go to: where its first module (the embeddings)
+    runs; a module offloaded to the disk runs on accelerate's main device (the first GPU
+    of the map, else the CPU)."""
+    places = list(device_map.values())
+    main = next((d for d in places if d not in ("cpu", "disk")), "cpu")
+    first = main if places[0] == "disk" else places[0]
+    return torch.device(f"cuda:{first}" if isinstance(first, int) else first)
+
+
+def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder=None):
+    """``model`` spread over devices by accelerate (the HF engine for this).
+
+    ``auto``/``balanced`` fill the GPUs evenly, ``sequential`` fills them in order; what does
+    not fit under ``max_memory`` goes to the CPU and then to ``offload_folder`` on disk.
+    accelerate's hooks bring each offloaded module's weights in for its own forward and
+    move activations between devices; the numbers are those of the unsplit model (the same
+    operations on the same tensors).  No module is split inside (``_no_split_modules``).
+    """
+    import tempfile
+    import weakref
+
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    if isinstance(device_map, dict):
+        placed = dict(device_map)
+    else:
+        no_split = list(getattr(model, "_no_split_modules", None) or [])
+        dtype = next(model.parameters()).dtype
+        memory = dict(max_memory) if max_memory else None
+        try:
+            if device_map != "sequential":
+                memory = get_balanced_memory(
+                    model,
+                    max_memory=memory,
+                    no_split_module_classes=no_split,
+                    dtype=dtype,
+                    low_zero=False,
+                )
+            placed = infer_auto_device_map(
+                model, max_memory=memory, no_split_module_classes=no_split, dtype=dtype
+            )
+        except (ValueError, TypeError, KeyError) as err:  # a size accelerate cannot read
+            raise ProbeError(
+                f"cannot plan --device-map {device_map} with --max-memory {max_memory}: "
+                f"{_one_line(err)}"
+            ) from None
+    folder = offload_folder
+    if "disk" in placed.values() and folder is None:
+        folder = tempfile.mkdtemp(prefix="probe-offload-")
+        weakref.finalize(model, shutil.rmtree, folder, True)
+    if placed.get("") == "disk":
+        raise ProbeError(
+            "--max-memory leaves no room for any module in memory (all would go to the disk); "
+            "allow more memory"
+        )
+    try:
+        # Without accelerate's note that offloaded weights sit on the meta device.
+        hush = logging.getLogger("accelerate.big_modeling")
+        level, hush.level = hush.level, logging.ERROR
+        try:
+            model = dispatch_model(model, device_map=placed, offload_dir=folder)
+        finally:
+            hush.setLevel(level)
+    except (ValueError, RuntimeError, OSError) as err:
+        raise ProbeError(f"cannot spread the model with --device-map: {_one_line(err)}") from None
+    model.hf_device_map = placed
+    return model
+
+
+@contextlib.contextmanager
+def onloaded(model: torch.nn.Module):
+    """The model's offloaded weights (meta tensors under accelerate's hooks) brought in for
+    the block, for code that reads weights outside a forward (the path decomposition's
+    frozen layers, LM head, final norm).  A no-op for a model that is not offloaded."""
+    if not getattr(model, "hf_device_map", None):
+        yield model
+        return
+    from accelerate.utils import align_module_device, has_offloaded_params
+
+    with contextlib.ExitStack() as stack:
+        for module in model.modules():
+            if has_offloaded_params(module):
+                stack.enter_context(align_module_device(module))
+        yield model
 
 
 def _as_is(probed: ProbedModel) -> ProbedModel:
