@@ -96,6 +96,7 @@ def prepare(
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
     offload_folder: str | Path | None = None,
+    remote: bool | str = False,
 ) -> Plan:
     """Check every setting, load the models and make the inputs; no forward pass yet.
 
@@ -120,6 +121,8 @@ def prepare(
     if images is not None:
         image_files(images)  # and so does a bad --images
     spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+    if remote:  # NDIF (True) or nnsight's local simulation of it ("local"); see probe.load
+        spread["remote"] = remote
     models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights, spread)
     first = models[0]
     check_input_kind(first, text, images)

@@ -175,6 +175,14 @@ def collapse(
         Path | None,
         typer.Option(help="With --device-map: folder for weights offloaded to disk."),
     ] = None,
+    remote: Annotated[
+        bool,
+        typer.Option(
+            "--remote",
+            help="Run on NDIF through nnsight's remote backend (pretrained models it hosts, "
+            "bfloat16; needs NDIF_API_KEY and the network).",
+        ),
+    ] = False,
     dtype: Annotated[
         Dtype,
         typer.Option(help="Precision of the model run (float64 shows the collapse past 1e-7)."),
@@ -224,7 +232,13 @@ def collapse(
         fail("--max-memory and --offload-folder go with --device-map")
     if device_map is not None and device != "cpu":
         fail("use either --device or --device-map, not both")
-    spread = {}
+    spread: dict = {}
+    if remote:
+        if _value(init) != "pretrained":
+            fail("--remote runs pretrained weights only; add --init pretrained")
+        if device_map is not None or device != "cpu":
+            fail("--remote runs on the service's devices; drop --device and --device-map")
+        spread["remote"] = True
     if device_map is not None:
         spread = {
             "device_map": _value(device_map),

@@ -87,6 +87,11 @@ class ProbedModel:
     tokenizer: Any = None
     source: str = ""
     _envoy: Any = field(default=None, repr=False)
+    #: ``True`` (NDIF) or ``"local"`` (nnsight's local simulation of it): traces run there.
+    remote: bool | str = False
+    #: The nnsight wrapper of the whole hosted model (a ``TransformersModel``) when remote:
+    #: traces start from it, and the walker from its base model (``root.base_model``).
+    _hosted: Any = field(default=None, repr=False)
     #: An image family's processor: the checkpoint's own, else ViT's default for its size.
     _image_processor: Any = field(default=None, repr=False)
 
@@ -121,6 +126,8 @@ class ProbedModel:
         """Where inputs go: the first parameter's device, or for a model spread by a
         ``device_map`` the device its embeddings run on (accelerate's hooks move every
         module's inputs to its own device from there)."""
+        if self.remote is True:  # inputs are serialized from the host; the weights are on NDIF
+            return torch.device("cpu")
         spread = getattr(self.model, "hf_device_map", None)
         if spread:
             return input_device(spread)
@@ -141,11 +148,27 @@ class ProbedModel:
         ``probe.models.attention``)."""
         return str(getattr(self.config, "_attn_implementation", "eager"))
 
+    @property
+    def tracer_root(self):
+        """The envoy whose ``.trace`` runs the model: the hosted model's wrapper when remote."""
+        return self.envoy if self._hosted is None else self._hosted
+
+    @property
+    def trace_options(self) -> dict:
+        """Keyword arguments of every trace: ``remote=`` for a remote model."""
+        return {"remote": self.remote} if self.remote else {}
+
     @cached_property
     def envoy(self):
         """The nnsight wrapper, built once: it installs controllers that are inert outside a trace."""
         from nnsight import NNsight
 
+        if self._hosted is not None:  # the base model inside the hosted LM, as NDIF serves it
+            envoy = getattr(self._hosted, self._hosted._module.base_model_prefix)
+            install = getattr(self.adapter, "install", None)
+            if install is not None:
+                install(envoy)
+            return envoy
         with warnings.catch_warnings():
             # BERT's submodules called `output` are served as `.E_output`; the
             # adapter knows, the user need not be told on every load.
@@ -168,6 +191,7 @@ def load(
     device_map: str | dict | None = None,
     max_memory: dict | None = None,
     offload_folder: str | os.PathLike | None = None,
+    remote: bool | str = False,
 ) -> ProbedModel:
     """Load ``name_or_path`` for probing (see the module docstring).
 
@@ -175,6 +199,10 @@ def load(
     larger than one device over the GPUs, the CPU and the disk with accelerate (see
     :func:`dispatch`); ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device and
     ``offload_folder`` holds what goes to the disk (a temporary folder by default).
+
+    ``remote=True`` runs every trace on NDIF through nnsight's remote backend (see
+    :func:`_remote`): nothing but the config and tokenizer is loaded here.  ``"local"`` is
+    nnsight's local simulation of the same request (serialized as for the server, run here).
 
     ``verify``: run the family spec's self-test (:mod:`probe.check`) and refuse a model on
     which it fails; ``probe check`` turns it off to show every identity instead.
@@ -205,6 +233,8 @@ def load(
     config._attn_implementation = "eager"
     _check_size(name, config, adapter, torch_device, torch_dtype)
 
+    if remote:
+        return _remote(name, location, where, config, adapter, init, remote, dtype, device_map)
     if init == "random":
         model = _random_model(config, seed, torch_device, torch_dtype, adapter)
         weights = f"random init (seed {seed}) from the config of {where}"
@@ -272,6 +302,99 @@ def wrap(
             source="module passed by the caller",
         )
     )
+
+
+def _remote(name, location, where, config, adapter, init, remote, dtype, device_map) -> ProbedModel:
+    """A model hosted by NDIF (``remote=True``) or its local simulation (``"local"``).
+
+    NDIF serves pretrained checkpoints as nnsight ``TransformersModel`` wrappers of the
+    whole language model (head included), in bfloat16.  probe wraps the same class around
+    the same checkpoint: for ``True`` on the meta device (the weights stay on the server),
+    for ``"local"`` with its weights here.  The family walker then starts from the base
+    model inside it (``root.<base_model_prefix>``, GPT-2's ``transformer``), and every
+    metric is reduced inside the trace, so only per-layer, per-sequence numbers travel back.
+    """
+    if remote not in (True, "local"):
+        raise ProbeError(f"remote is True (NDIF) or 'local' (its simulation), got {remote!r}")
+    if init != "pretrained":
+        raise ProbeError("the remote service runs pretrained weights only; use --init pretrained")
+    if device_map is not None:
+        raise ProbeError("--remote runs on the service's devices; drop --device-map")
+    architectures = getattr(config, "architectures", None) or []
+    task = next(
+        (
+            task
+            for arch in architectures
+            for suffix, task in (
+                ("ForCausalLM", "text-generation"),
+                ("LMHeadModel", "text-generation"),
+                ("ForMaskedLM", "fill-mask"),
+            )
+            if arch.endswith(suffix)
+        ),
+        None,
+    )
+    if task is None:
+        raise ProbeError(
+            f"{name} is not a causal or masked language model checkpoint "
+            f"(architectures {architectures or 'unknown'}); --remote runs the models NDIF hosts"
+        )
+    if remote is True:
+        from nnsight import CONFIG
+
+        if not _hub_reachable() or not _host_reachable(CONFIG.API.HOST):
+            raise ProbeError(
+                f"--remote needs the network: {CONFIG.API.HOST} (NDIF) or the HuggingFace hub "
+                "cannot be reached; run locally, or connect"
+            )
+        if not CONFIG.API.APIKEY:
+            raise ProbeError(
+                "--remote needs an NDIF API key: set NDIF_API_KEY (get one at "
+                "https://login.ndif.us), or nnsight's CONFIG.set_default_api_key"
+            )
+    from nnsight.modeling.transformers import TransformersModel
+
+    # NDIF serves bfloat16 only; the local simulation runs the dtype asked for.
+    torch_dtype = torch.bfloat16 if remote is True else _dtype(dtype)
+    try:
+        with _quiet():
+            hosted = TransformersModel(
+                str(location),
+                task=task,
+                dispatch=remote == "local",
+                dtype=torch_dtype,
+                attn_implementation="eager",
+            )
+    except Exception as err:
+        raise ProbeError(f"cannot load {name} for --remote: {_one_line(err)}") from None
+    lm = hosted._module
+    base = lm.base_model
+    if base is lm:
+        raise ProbeError(f"{name}: its language model has no separate base model to probe")
+    lm.eval()
+    return ProbedModel(
+        name=name,
+        model=base,
+        adapter=adapter,
+        init=init,
+        seed=0,
+        weights=f"pretrained weights from {where}, "
+        + ("hosted by NDIF" if remote is True else "through nnsight's local simulation of NDIF"),
+        tokenizer=hosted.tokenizer,
+        source=where,
+        remote=remote,
+        _hosted=hosted,
+    )
+
+
+def _host_reachable(url: str, timeout: float = 3.0) -> bool:
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    name, _, port = host.partition(":")
+    try:
+        with socket.create_connection((name, int(port or 443)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 DEVICE_MAPS = ("auto", "balanced", "sequential")
