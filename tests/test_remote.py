@@ -82,7 +82,7 @@ def test_remote_takes_pretrained_language_models_only(tiny_folders):
     [
         (["--init", "pretrained"], "--remote needs the network"),  # the tests run offline
         ([], "--remote runs pretrained weights only; add --init pretrained"),
-        (["--init", "pretrained", "--device", "cuda"], "drop --device and --device-map"),
+        (["--init", "pretrained", "--device-map", "auto"], "drop --device and --device-map"),
     ],
 )
 def test_cli_remote_without_network_says_so_in_one_line(tmp_path, extra, message):
