@@ -170,6 +170,7 @@ def shard_folder(out_dir: Path, here: World) -> Path:
     """
     folder = None
     if here.main:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
         folder = tempfile.mkdtemp(prefix=".probe-shards-", dir=out_dir)
     folder = Path(broadcast(folder, here))
     mine = folder / f"rank-{here.rank:05d}"
