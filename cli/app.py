@@ -25,6 +25,7 @@ from .domains import (
     ModelName,
     OutFolder,
     Seed,
+    Text,
     TextFile,
     argument,
     option,
@@ -166,14 +167,20 @@ def collapse(
     ] = None,
     max_memory: Annotated[
         str | None,
-        typer.Option(
+        option(
+            "--max-memory",
+            domain=Text(),
             help="With --device-map: memory per device, e.g. 0=20GiB,cpu=60GiB (the rest "
-            "goes to --offload-folder on disk)."
+            "goes to --offload-folder on disk).",
         ),
     ] = None,
     offload_folder: Annotated[
         Path | None,
-        typer.Option(help="With --device-map: folder for weights offloaded to disk."),
+        option(
+            "--offload-folder",
+            domain=OutFolder(),
+            help="With --device-map: folder for weights offloaded to disk.",
+        ),
     ] = None,
     remote: Annotated[
         bool,
