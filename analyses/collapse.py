@@ -120,8 +120,14 @@ class Plan:
     @property
     def steps(self) -> int:
         """Forward passes the run makes (variants x inits x batches), for progress bars."""
-        batches = -(-self.inputs.sequences // self.batch_size)
-        return len(self.variants) * len(self.models) * batches
+        return self.steps_of((0, 1))
+
+    def steps_of(self, part: tuple[int, int]) -> int:
+        """Forward passes of one part ``(rank, world_size)`` of a data-parallel run."""
+        from probe.distributed import shard
+
+        start, stop = shard(-(-self.inputs.sequences // self.batch_size), *part)
+        return len(self.variants) * len(self.models) * (stop - start)
 
 
 def prepare(
@@ -143,6 +149,10 @@ def prepare(
     effective_rank: str = "auto",
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
+    remote: bool | str = False,
 ) -> Plan:
     """Check every setting, load the models and make the inputs; no forward pass yet.
 
@@ -172,7 +182,10 @@ def prepare(
         read_text(text)  # a bad --text fails before any model is loaded
     if images is not None:
         image_files(images)  # and so does a bad --images
-    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights)
+    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
+    if remote:  # NDIF (True) or nnsight's local simulation of it ("local"); see probe.load
+        spread["remote"] = remote
+    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights, spread)
     first = models[0]
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
@@ -227,32 +240,49 @@ def prepare(
 
 
 def execute(
-    plan: Plan, progress: Progress | None = None, stream_to: str | Path | None = None
+    plan: Plan,
+    progress: Progress | None = None,
+    stream_to: str | Path | None = None,
+    part: tuple[int, int] = (0, 1),
 ) -> xr.Dataset:
     """Run a prepared plan: every variant and init, batch by batch; the Dataset.
 
     ``stream_to``: a netCDF path; each batch's results are appended to it as they come
     (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
     returned Dataset reads from that file lazily.
+
+    ``part=(rank, world_size)``: run only this rank's share of the batches
+    (:func:`probe.distributed.shard`, a contiguous run of whole batches), with the global
+    sequence numbers; the shards of all ranks, concatenated along ``sequence`` in rank
+    order, are the single-process result bit for bit (every batch is the same forward pass).
+    ``attrs["world_size"]`` records the number of parts.
     """
-    blocks = _blocks(plan, progress)
+    from probe.distributed import shard
+
+    rank, world_size = part
+    batches = plan.inputs.batches(plan.batch_size)
+    mine = batches[slice(*shard(len(batches), rank, world_size))]
+    first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
+    count = sum(ids.shape[0] for _, ids, _ in mine)
+    blocks = _blocks(plan, mine, progress, part)
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        skeleton = _dataset(_empty(plan, 0), plan)
-        with SequenceWriter(stream_to, skeleton) as writer:
+        skeleton = _dataset(_empty(plan, 0), plan, world_size)
+        with SequenceWriter(stream_to, skeleton, first=first) as writer:
             for _, block in blocks:
                 writer.append(block)
         return xr.open_dataset(stream_to, engine=ENGINE)
-    data = _empty(plan, plan.inputs.sequences)
+    data = _empty(plan, count)
     for start, block in blocks:
         for name, values in block.items():
-            data[name][:, :, :, start : start + values.shape[3]] = values
-    return _dataset(data, plan)
+            data[name][:, :, :, start - first : start - first + values.shape[3]] = values
+    ds = _dataset(data, plan, world_size)
+    return ds.assign_coords(sequence=first + np.arange(count))
 
 
-def _blocks(plan: Plan, progress: Progress | None):
-    """(first sequence, results) batch by batch: every variant and init of a batch at once.
+def _blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int] = (0, 1)):
+    """(first sequence, results) of ``batches``: every variant and init of a batch at once.
 
     On a CPU each layer is measured as it comes out of the trace.  On CUDA the layer loop
     only keeps each layer's hidden states; once a batch's forwards are queued its layers are
@@ -263,8 +293,8 @@ def _blocks(plan: Plan, progress: Progress | None):
     done = [0]
     pending = None  # (start, future) of the batch being measured on CUDA
     try:
-        for start, ids, mask in plan.inputs.batches(plan.batch_size):
-            runs = _run_batch(plan, ids, mask, progress, done)
+        for start, ids, mask in batches:
+            runs = _run_batch(plan, ids, mask, progress, done, plan.steps_of(part))
             if worker is None:
                 yield start, _block(plan, ids.shape[0], runs)
                 continue
@@ -282,7 +312,9 @@ def _blocks(plan: Plan, progress: Progress | None):
             worker.shutdown(wait=True)
 
 
-def _run_batch(plan: Plan, ids, mask, progress: Progress | None, done: list[int]) -> list:
+def _run_batch(
+    plan: Plan, ids, mask, progress: Progress | None, done: list[int], steps: int
+) -> list:
     """Every variant and init of one batch: [(variant, init, per-layer values)]."""
     L = plan.models[0].n_layers
     cuda = plan.models[0].device.type == "cuda"
@@ -295,7 +327,7 @@ def _run_batch(plan: Plan, ids, mask, progress: Progress | None, done: list[int]
             runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask)))
             done[0] += 1
             if progress is not None:
-                progress(done[0], plan.steps, f"{probed.name} · {probed.init} · {variant}")
+                progress(done[0], steps, f"{probed.name} · {probed.init} · {variant}")
     return runs
 
 
@@ -445,7 +477,7 @@ def _empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
     return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
 
 
-def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedModel]:
+def _load_all(model, inits, seed, device, dtype, allow_missing, spread=None) -> list[ProbedModel]:
     if isinstance(model, ProbedModel):
         if inits != [model.init]:
             raise ProbeError(
@@ -461,12 +493,13 @@ def _load_all(model, inits, seed, device, dtype, allow_missing) -> list[ProbedMo
             device=device,
             dtype=dtype,
             allow_missing_weights=allow_missing,
+            **(spread or {}),
         )
         for name in inits
     ]
 
 
-def _dataset(data, plan: Plan) -> xr.Dataset:
+def _dataset(data, plan: Plan, world_size: int = 1) -> xr.Dataset:
     models, variants, inputs = plan.models, plan.variants, plan.inputs
     first = models[0]
     dims = ("variant", "init", "layer", "sequence")
@@ -516,6 +549,8 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "seed": first.seed,
         "dtype": str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
+        # accelerate's placement where --device-map spread the model ({} when it did not).
+        "device_map": json.dumps({k: str(v) for k, v in (first.device_map or {}).items()}),
         **versions(),
         "command": plan.command,
         "created": utc_now(),
@@ -536,6 +571,8 @@ def _dataset(data, plan: Plan) -> xr.Dataset:
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         "settings": json.dumps(plan.settings, sort_keys=True),
         "settings_id": settings_id(plan.settings),
+        # Processes the run was split over (torchrun); the numbers do not depend on it.
+        "world_size": int(world_size),
     }
     return ds
 

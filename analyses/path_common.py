@@ -15,7 +15,7 @@ import torch
 from probe import checks, memory
 from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
-from probe.load import ProbedModel, load, wrap
+from probe.load import ProbedModel, _dtype, load, wrap
 
 from .collapse import parse_inits
 
@@ -43,6 +43,16 @@ def load_models(model, init, seed, device, dtype) -> list[ProbedModel]:
             raise ProbeError(
                 f"this model is loaded with init {model.init!r}; pass init={model.init!r}"
             )
+        if model.device_map and (
+            device is not None or (dtype is not None and _dtype(dtype) != model.dtype)
+        ):
+            raise ProbeError(
+                "this model is spread with a device_map and is not moved or converted; "
+                f"pass device=None and dtype={str(model.dtype).removeprefix('torch.')!r}, "
+                "or load it with the dtype you want"
+            )
+        if model.device_map:
+            return [model]
         if dtype is not None or device is not None:
             return [
                 wrap(

@@ -69,7 +69,7 @@ import xarray as xr
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
 from probe.errors import ProbeError
-from probe.load import ProbedModel
+from probe.load import ProbedModel, onloaded
 from probe.results import command_line, utc_now, versions
 
 from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
@@ -107,7 +107,8 @@ def decompose(
     results = len(models) * (L + 1) * (L + 1) * sequences * 2 * len(NORMS) * 8
     check_run(first, sequences, tokens, batch, terms + results)
     inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
-    has_lm = first.adapter.lm_head(first.model) is not None
+    with onloaded(first.model):  # weights a device_map offloaded are read in for the block
+        has_lm = first.adapter.lm_head(first.model) is not None
     S, K, N = inputs.sequences, L + 1, len(NORMS)
     per_layer = {
         name: np.full((len(models), K, K, S, N), np.nan) for name in ("share", "truncation_error")
@@ -127,7 +128,9 @@ def decompose(
     chunks = inputs.batches(batch_size)
     total, done = len(models) * len(chunks), 0
     for i, probed in enumerate(models):
-        weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]
+        with onloaded(probed.model):
+            weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]
+            head = probed.adapter.lm_head(probed.model) if has_lm else None
         for start, ids, mask in chunks:
             part = slice(start, start + ids.shape[0])
             run = frozen_run(probed, weights, ids, mask)
@@ -145,7 +148,6 @@ def decompose(
             y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
             output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
             if has_lm:
-                head = probed.adapter.lm_head(probed.model)
                 cap = logit_softcap(probed.config)
                 output["loss"][i, :, part] = lm_loss(y_partial, head, ids, cap).cpu().numpy()
                 real = run["xs"][-1] if run["output"] is None else run["output"]
@@ -192,8 +194,9 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
         for w, r in zip(weights, reads[1:], strict=True)
     ]
     final, output = None, None
-    norm = probed.adapter.final_norm(probed.model)
-    projection = getattr(probed.adapter, "output_projection", lambda model: None)(probed.model)
+    with onloaded(probed.model):
+        norm = probed.adapter.final_norm(probed.model)
+        projection = getattr(probed.adapter, "output_projection", lambda model: None)(probed.model)
     if projection is not None:
         projection = projection.to(torch.float64)
     if norm is not None:
@@ -307,7 +310,8 @@ _NORM_WORDS = {
 def frozen_note(probed: ProbedModel) -> str:
     """What the decomposition of this model freezes, in words (the Dataset's ``frozen`` attr)."""
     adapter, config = probed.adapter, probed.config
-    weights = [adapter.layer_weights(probed.model, n) for n in range(probed.n_layers)]
+    with onloaded(probed.model):
+        weights = [adapter.layer_weights(probed.model, n) for n in range(probed.n_layers)]
     spec = getattr(adapter, "spec", None)
     kind = spec.norm_kind if spec is not None else "layernorm"
     name, scale, shift = _NORM_WORDS[kind]

@@ -12,10 +12,12 @@ from pathlib import Path
 import xarray as xr
 from rich.table import Table
 
+from probe import distributed
 from probe.analyses import collapse
+from probe.errors import ProbeError
 from probe.results import ENGINE, temp_beside
 
-from .console import Reporter, checked, command_line, err, out, warn
+from .console import Reporter, checked, command_line, err, fail, out, settings, warn
 from .output import (
     check_out_dir,
     no_empty_folder,
@@ -30,6 +32,12 @@ def run_collapse(
     models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options
 ) -> None:
     check_out_dir(out_dir)
+    here = distributed.world()
+    if here.parallel:  # started by torchrun: this process probes its share
+        options["device"] = distributed.device_for(options.get("device"), here)
+        with distributed.process_group(here, options.get("device")):
+            _run_sharded(models, here, metric, norm, fit, out_dir, options)
+        return
     with no_empty_folder(out_dir):
         _run(models, metric=metric, norm=norm, fit=fit, out_dir=out_dir, **options)
 
@@ -74,6 +82,100 @@ def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, 
             ds.close()
         for stream in streams:  # left only by a failure
             stream.unlink(missing_ok=True)
+
+
+def _run_sharded(models, here, metric, norm, fit, out_dir: Path, options: dict) -> None:
+    """One rank of a torchrun job (see :mod:`probe.distributed`).
+
+    Every rank loads, checks and probes its share of every model's batches into a shard;
+    the ranks then agree on whether all of them succeeded.  Only then does rank 0 merge the
+    shards (``open_mfdataset``), write each result with its report, the comparison and the
+    index, exactly as a single process would; the other ranks print nothing.  Any failure
+    on any rank fails every rank, with that rank's one line from rank 0, and nothing is
+    published.
+    """
+    if not here.main:
+        settings["quiet"] = True
+    command = command_line()
+    part = (here.rank, here.size)
+    folder = distributed.shard_folder(out_dir, here)
+    try:
+        status: tuple[str, str] = ("ok", "")
+        try:
+            reporter = Reporter()
+            plans = []
+            for model in models:
+                with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
+                    plans.append(
+                        collapse.prepare(
+                            model, warn=warn if here.main else _silent, command=command, **options
+                        )
+                    )
+            reporter.loaded()
+            if here.main:
+                checked()
+            with reporter.bar(sum(plan.steps_of(part) for plan in plans)):
+                for index, plan in enumerate(plans):
+                    path = distributed.shard_path(folder, here.rank, index)
+                    collapse.execute(
+                        plan, progress=reporter.update, stream_to=path, part=part
+                    ).close()
+        except ProbeError as exc:
+            status = ("error", str(exc))
+        except Exception as exc:  # a bug or a device error: still one line, from rank 0
+            status = ("error", f"{type(exc).__name__}: {exc}")
+        statuses = distributed.gather(status, here)
+        failed = [(rank, text) for rank, (state, text) in enumerate(statuses) if state != "ok"]
+        if failed:
+            rank, text = failed[0]
+            if here.main:
+                fail(f"rank {rank} of {here.size} failed, no result was written: {text}")
+            raise SystemExit(2)
+        outcome = ("ok", "")
+        if here.main:
+            try:
+                _publish(plans, folder, here.size, metric, norm, fit, out_dir)
+            except ProbeError as exc:
+                outcome = ("error", str(exc))
+        outcome = distributed.broadcast(outcome, here)
+        if outcome[0] != "ok":
+            if here.main:
+                fail(outcome[1])
+            raise SystemExit(2)
+    finally:
+        if here.main:
+            distributed.remove(folder)
+
+
+def _publish(plans, folder: Path, size: int, metric, norm, fit, out_dir: Path) -> None:
+    """Rank 0: each model's shards merged into its result and report; comparison, index."""
+    results: list[tuple[xr.Dataset, Path]] = []
+    try:
+        for index, _ in enumerate(plans):
+            shards = [distributed.shard_path(folder, rank, index) for rank in range(size)]
+            ds = distributed.merge(shards, size)
+            try:
+                nc, html = write_result(ds, out_dir)
+            finally:
+                ds.close()
+            ds = xr.open_dataset(nc, engine=ENGINE)
+            results.append((ds, nc))
+            print_table(ds, metric, norm, fit)
+            out.print(f"result: {nc}")
+            out.print(f"report: {html}")
+        if len(results) > 1:
+            datasets = [ds for ds, _ in results]
+            comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
+            print_family_table(datasets)
+            out.print(f"comparison: {comparison}")
+        out.print(f"index: {write_index(out_dir)}")
+    finally:
+        for ds, _ in results:
+            ds.close()
+
+
+def _silent(message: str) -> None:
+    """Warnings of ranks other than 0: rank 0 says the same once."""
 
 
 def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> xr.DataArray:

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import shutil
 import socket
 import warnings
 from dataclasses import dataclass, field
@@ -87,6 +88,11 @@ class ProbedModel:
     tokenizer: Any = None
     source: str = ""
     _envoy: Any = field(default=None, repr=False)
+    #: ``True`` (NDIF) or ``"local"`` (nnsight's local simulation of it): traces run there.
+    remote: bool | str = False
+    #: The nnsight wrapper of the whole hosted model (a ``TransformersModel``) when remote:
+    #: traces start from it, and the walker from its base model (``root.base_model``).
+    _hosted: Any = field(default=None, repr=False)
     #: An image family's processor: the checkpoint's own, else ViT's default for its size.
     _image_processor: Any = field(default=None, repr=False)
 
@@ -118,7 +124,20 @@ class ProbedModel:
 
     @property
     def device(self) -> torch.device:
+        """Where inputs go: the first parameter's device, or for a model spread by a
+        ``device_map`` the device its embeddings run on (accelerate's hooks move every
+        module's inputs to its own device from there)."""
+        if self.remote is True:  # inputs are serialized from the host; the weights are on NDIF
+            return torch.device("cpu")
+        spread = getattr(self.model, "hf_device_map", None)
+        if spread:
+            return input_device(spread)
         return next(self.model.parameters()).device
+
+    @property
+    def device_map(self) -> dict | None:
+        """accelerate's placement of the modules (``{module: device}``), or None if not spread."""
+        return getattr(self.model, "hf_device_map", None)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -130,11 +149,27 @@ class ProbedModel:
         ``probe.models.attention``)."""
         return str(getattr(self.config, "_attn_implementation", "eager"))
 
+    @property
+    def tracer_root(self):
+        """The envoy whose ``.trace`` runs the model: the hosted model's wrapper when remote."""
+        return self.envoy if self._hosted is None else self._hosted
+
+    @property
+    def trace_options(self) -> dict:
+        """Keyword arguments of every trace: ``remote=`` for a remote model."""
+        return {"remote": self.remote} if self.remote else {}
+
     @cached_property
     def envoy(self):
         """The nnsight wrapper, built once: it installs controllers that are inert outside a trace."""
         from nnsight import NNsight
 
+        if self._hosted is not None:  # the base model inside the hosted LM, as NDIF serves it
+            envoy = getattr(self._hosted, self._hosted._module.base_model_prefix)
+            install = getattr(self.adapter, "install", None)
+            if install is not None:
+                install(envoy)
+            return envoy
         with warnings.catch_warnings():
             # BERT's submodules called `output` are served as `.E_output`; the
             # adapter knows, the user need not be told on every load.
@@ -154,8 +189,21 @@ def load(
     dtype: str | torch.dtype | None = None,
     allow_missing_weights: bool = False,
     verify: bool = True,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | os.PathLike | None = None,
+    remote: bool | str = False,
 ) -> ProbedModel:
     """Load ``name_or_path`` for probing (see the module docstring).
+
+    ``device_map`` (``auto``, ``balanced``, ``sequential`` or an explicit map): spread a model
+    larger than one device over the GPUs, the CPU and the disk with accelerate (see
+    :func:`dispatch`); ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device and
+    ``offload_folder`` holds what goes to the disk (a temporary folder by default).
+
+    ``remote=True`` runs every trace on NDIF through nnsight's remote backend (see
+    :func:`_remote`): nothing but the config and tokenizer is loaded here.  ``"local"`` is
+    nnsight's local simulation of the same request (serialized as for the server, run here).
 
     ``verify``: run the family spec's self-test (:mod:`probe.check`) and refuse a model on
     which it fails; ``probe check`` turns it off to show every identity instead.
@@ -173,6 +221,9 @@ def load(
         raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
     check_seed(seed)
     torch_dtype = _dtype(dtype)
+    if device_map is not None and device not in (None, "cpu"):
+        raise ProbeError("use either --device or --device-map, not both")
+    check_device_map(device_map)
     torch_device = _device(device)
     name = str(name_or_path)
     location, where = _locate(name)
@@ -183,6 +234,8 @@ def load(
     config._attn_implementation = "eager"
     _check_size(name, config, adapter, torch_device, torch_dtype)
 
+    if remote:
+        return _remote(name, location, where, config, adapter, init, remote, dtype, device_map)
     if init == "random":
         model = _random_model(config, seed, torch_device, torch_dtype, adapter)
         weights = f"random init (seed {seed}) from the config of {where}"
@@ -190,7 +243,10 @@ def load(
         model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
     check_finite(model, f"the {init} weights of {name}")
-    model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    if device_map is None:
+        model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    else:  # spread, never moved as a whole: ``.to()`` would undo the placement
+        model = dispatch(model.to(dtype=torch_dtype).eval(), device_map, max_memory, offload_folder)
     _choose_attention(model, adapter)
     return (_verified if verify else _as_is)(
         ProbedModel(
@@ -247,6 +303,197 @@ def wrap(
             source="module passed by the caller",
         )
     )
+
+
+def _remote(name, location, where, config, adapter, init, remote, dtype, device_map) -> ProbedModel:
+    """A model hosted by NDIF (``remote=True``) or its local simulation (``"local"``).
+
+    NDIF serves pretrained checkpoints as nnsight ``TransformersModel`` wrappers of the
+    whole language model (head included), in bfloat16.  probe wraps the same class around
+    the same checkpoint: for ``True`` on the meta device (the weights stay on the server),
+    for ``"local"`` with its weights here.  The family walker then starts from the base
+    model inside it (``root.<base_model_prefix>``, GPT-2's ``transformer``), and every
+    metric is reduced inside the trace, so only per-layer, per-sequence numbers travel back.
+    """
+    if remote not in (True, "local"):
+        raise ProbeError(f"remote is True (NDIF) or 'local' (its simulation), got {remote!r}")
+    if init != "pretrained":
+        raise ProbeError("the remote service runs pretrained weights only; use --init pretrained")
+    if device_map is not None:
+        raise ProbeError("--remote runs on the service's devices; drop --device-map")
+    architectures = getattr(config, "architectures", None) or []
+    task = next(
+        (
+            task
+            for arch in architectures
+            for suffix, task in (
+                ("ForCausalLM", "text-generation"),
+                ("LMHeadModel", "text-generation"),
+                ("ForMaskedLM", "fill-mask"),
+            )
+            if arch.endswith(suffix)
+        ),
+        None,
+    )
+    if task is None:
+        raise ProbeError(
+            f"{name} is not a causal or masked language model checkpoint "
+            f"(architectures {architectures or 'unknown'}); --remote runs the models NDIF hosts"
+        )
+    if remote is True:
+        from nnsight import CONFIG
+
+        if not _hub_reachable() or not _host_reachable(CONFIG.API.HOST):
+            raise ProbeError(
+                f"--remote needs the network: {CONFIG.API.HOST} (NDIF) or the HuggingFace hub "
+                "cannot be reached; run locally, or connect"
+            )
+        if not CONFIG.API.APIKEY:
+            raise ProbeError(
+                "--remote needs an NDIF API key: set NDIF_API_KEY (get one at "
+                "https://login.ndif.us), or nnsight's CONFIG.set_default_api_key"
+            )
+    from nnsight.modeling.transformers import TransformersModel
+
+    # NDIF serves bfloat16 only; the local simulation runs the dtype asked for.
+    torch_dtype = torch.bfloat16 if remote is True else _dtype(dtype)
+    try:
+        with _quiet():
+            hosted = TransformersModel(
+                str(location),
+                task=task,
+                dispatch=remote == "local",
+                dtype=torch_dtype,
+                attn_implementation="eager",
+            )
+    except Exception as err:
+        raise ProbeError(f"cannot load {name} for --remote: {_one_line(err)}") from None
+    lm = hosted._module
+    base = lm.base_model
+    if base is lm:
+        raise ProbeError(f"{name}: its language model has no separate base model to probe")
+    lm.eval()
+    return ProbedModel(
+        name=name,
+        model=base,
+        adapter=adapter,
+        init=init,
+        seed=0,
+        weights=f"pretrained weights from {where}, "
+        + ("hosted by NDIF" if remote is True else "through nnsight's local simulation of NDIF"),
+        tokenizer=hosted.tokenizer,
+        source=where,
+        remote=remote,
+        _hosted=hosted,
+    )
+
+
+def _host_reachable(url: str, timeout: float = 3.0) -> bool:
+    host = url.split("://", 1)[-1].split("/", 1)[0]
+    name, _, port = host.partition(":")
+    try:
+        with socket.create_connection((name, int(port or 443)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+
+
+def check_device_map(device_map) -> None:
+    if device_map is None or isinstance(device_map, dict):
+        return
+    if device_map not in DEVICE_MAPS:
+        raise ProbeError(f"unknown device map {device_map!r}; choose {', '.join(DEVICE_MAPS)}")
+
+
+def input_device(device_map: dict) -> torch.device:
+    """The device a spread model's inputs go to: where its first module (the embeddings)
+    runs; a module offloaded to the disk runs on accelerate's main device (the first GPU
+    of the map, else the CPU)."""
+    places = list(device_map.values())
+    main = next((d for d in places if d not in ("cpu", "disk")), "cpu")
+    first = main if places[0] == "disk" else places[0]
+    return torch.device(f"cuda:{first}" if isinstance(first, int) else first)
+
+
+def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder=None):
+    """``model`` spread over devices by accelerate (the HF engine for this).
+
+    ``auto``/``balanced`` fill the GPUs evenly, ``sequential`` fills them in order; what does
+    not fit under ``max_memory`` goes to the CPU and then to ``offload_folder`` on disk.
+    accelerate's hooks bring each offloaded module's weights in for its own forward and
+    move activations between devices; the numbers are those of the unsplit model (the same
+    operations on the same tensors).  No module is split inside (``_no_split_modules``).
+    """
+    import tempfile
+    import weakref
+
+    from accelerate import dispatch_model, infer_auto_device_map
+    from accelerate.utils import get_balanced_memory
+
+    if isinstance(device_map, dict):
+        placed = dict(device_map)
+    else:
+        no_split = list(getattr(model, "_no_split_modules", None) or [])
+        dtype = next(model.parameters()).dtype
+        memory = dict(max_memory) if max_memory else None
+        try:
+            if device_map != "sequential":
+                memory = get_balanced_memory(
+                    model,
+                    max_memory=memory,
+                    no_split_module_classes=no_split,
+                    dtype=dtype,
+                    low_zero=False,
+                )
+            placed = infer_auto_device_map(
+                model, max_memory=memory, no_split_module_classes=no_split, dtype=dtype
+            )
+        except (ValueError, TypeError, KeyError) as err:  # a size accelerate cannot read
+            raise ProbeError(
+                f"cannot plan --device-map {device_map} with --max-memory {max_memory}: "
+                f"{_one_line(err)}"
+            ) from None
+    folder = offload_folder
+    if "disk" in placed.values() and folder is None:
+        folder = tempfile.mkdtemp(prefix="probe-offload-")
+        weakref.finalize(model, shutil.rmtree, folder, True)
+    if placed.get("") == "disk":
+        raise ProbeError(
+            "--max-memory leaves no room for any module in memory (all would go to the disk); "
+            "allow more memory"
+        )
+    try:
+        # Without accelerate's note that offloaded weights sit on the meta device.
+        hush = logging.getLogger("accelerate.big_modeling")
+        level, hush.level = hush.level, logging.ERROR
+        try:
+            model = dispatch_model(model, device_map=placed, offload_dir=folder)
+        finally:
+            hush.setLevel(level)
+    except (ValueError, RuntimeError, OSError) as err:
+        raise ProbeError(f"cannot spread the model with --device-map: {_one_line(err)}") from None
+    model.hf_device_map = placed
+    return model
+
+
+@contextlib.contextmanager
+def onloaded(model: torch.nn.Module):
+    """The model's offloaded weights (meta tensors under accelerate's hooks) brought in for
+    the block, for code that reads weights outside a forward (the path decomposition's
+    frozen layers, LM head, final norm).  A no-op for a model that is not offloaded."""
+    if not getattr(model, "hf_device_map", None):
+        yield model
+        return
+    from accelerate.utils import align_module_device, has_offloaded_params
+
+    with contextlib.ExitStack() as stack:
+        for module in model.modules():
+            if has_offloaded_params(module):
+                stack.enter_context(align_module_device(module))
+        yield model
 
 
 def _as_is(probed: ProbedModel) -> ProbedModel:

@@ -10,6 +10,10 @@ it as usual.
 The skeleton (coordinates, attributes, empty variables) is written first, to a temporary
 file beside the target; the target appears, by an atomic rename, only when every batch is
 in.  An interrupted or failed run leaves no half-written result behind.
+
+A shard of a data-parallel run (:mod:`probe.distributed`) starts at a global sequence
+number ``first``: its ``sequence`` coordinate holds the numbers those sequences have in the
+whole run, so shards concatenated in rank order are the single-process result.
 """
 
 from __future__ import annotations
@@ -33,9 +37,10 @@ class SequenceWriter:
     ``skeleton`` is a Dataset with every variable and coordinate of the result and a
     ``sequence`` dimension of length 0.  Use as a context manager: leaving it normally
     publishes the file, leaving it with an exception removes the partial file.
+    ``first``: the global number of the first sequence appended (a shard's offset).
     """
 
-    def __init__(self, path: str | os.PathLike, skeleton: xr.Dataset) -> None:
+    def __init__(self, path: str | os.PathLike, skeleton: xr.Dataset, first: int = 0) -> None:
         import h5netcdf
 
         if skeleton.sizes.get(SEQUENCE, None) != 0:
@@ -45,6 +50,7 @@ class SequenceWriter:
         # once this process is gone (results.clean_parts); its mode follows the umask.
         self._tmp = Path(temp_beside(self.path))
         self.length = 0
+        self.first = int(first)
         self._variables = [name for name in skeleton.variables if SEQUENCE in skeleton[name].dims]
         skeleton = skeleton.copy()
         skeleton.attrs = netcdf_safe(skeleton.attrs)
@@ -87,7 +93,7 @@ class SequenceWriter:
             )
             variable[index] = value
         if SEQUENCE in self._file.variables:
-            self._file.variables[SEQUENCE][start:stop] = np.arange(start, stop)
+            self._file.variables[SEQUENCE][start:stop] = self.first + np.arange(start, stop)
         self.length = stop
 
     def close(self) -> Path:

@@ -41,12 +41,16 @@ def layer_values(
     mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask.to(device)
     real = mask.bool()
     values: list[Any] = []  # outside the trace: nnsight keeps what the body appends
-    root = probed.envoy
+    root = probed.envoy  # where the walker starts (a remote model's base model)
+    # The block names only what it needs: a remote request carries what the block refers to.
+    adapter = probed.adapter
     with (
         torch.no_grad(),
-        root.trace(**probed.adapter.model_inputs(input_ids, mask)) as tracer,
+        probed.tracer_root.trace(
+            **adapter.model_inputs(input_ids, mask), **probed.trace_options
+        ) as tracer,
     ):
-        for x in probed.adapter.stream(root, tracer, ablation):
+        for x in adapter.stream(root, tracer, ablation):
             values.append(reduce(x, real))
     if len(values) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(values)} layers, expected {probed.n_layers + 1}")

@@ -1,0 +1,236 @@
+"""Data-parallel runs under torchrun: each rank probes a contiguous share of the batches.
+
+The collapse analysis is embarrassingly parallel over sequences: a sequence's metrics
+depend on that sequence and the model only (Section 4's r_l, effective rank, ... are
+per-sequence reductions of X_l).  So a corpus too long for one process is split, not
+re-engineered:
+
+* ``torchrun --nproc-per-node N -m probe.cli collapse ...`` starts N copies of the
+  command.  Each loads the model (random init is drawn from the seed, so every rank has the
+  same weights), makes the same inputs, and runs only its :func:`shard` of the *batches*:
+  a contiguous run of whole batches, so every forward pass is exactly one the
+  single-process run makes, and the numbers are equal bit for bit, whatever the world size.
+* Each rank streams its results into its own netCDF file (:class:`probe.stream.SequenceWriter`)
+  with the *global* sequence numbers of its sequences.
+* The ranks then exchange one small status object each (:func:`gather`, over the process
+  group torchrun sets up: gloo on CPUs, gloo for these objects plus nccl where the ranks
+  hold GPUs; several nodes when torchrun spans them).  If any rank failed, every rank
+  fails, rank 0 prints that rank's one-line error, and nothing is published.
+* Otherwise rank 0 opens the shards with xarray's own multi-file machinery
+  (:func:`merge`: ``xarray.open_mfdataset``, dask-backed and lazy, concatenated along
+  ``sequence`` in rank order) and writes the one result and its report.
+
+Why netCDF shards and ``open_mfdataset`` rather than zarr region writes: probe's result
+format is netCDF-4 (``probe.results``), and a shard in that same format is a complete
+result on its own (readable with ``probe.open_result`` for debugging); streaming into it is
+what a single-process run already does.  ``open_mfdataset`` concatenates the shards lazily,
+and ``to_netcdf`` then writes the one result chunk by chunk, so rank 0 never holds the whole
+corpus.  Zarr region writes would need a store pre-sized by one rank before the others
+write, a second storage engine as a dependency, and a conversion to netCDF at the end
+anyway.  The shards must sit on a file system every rank can see (the ``--out`` folder):
+the usual case on one node, a shared file system across nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import xarray as xr
+
+from .errors import ProbeError
+from .results import ENGINE
+
+
+@dataclass(frozen=True)
+class World:
+    """Where this process stands in a torchrun job (rank 0 of 1 outside one)."""
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def parallel(self) -> bool:
+        return self.size > 1
+
+
+def world() -> World:
+    """The job this process is part of, read from torchrun's environment variables."""
+    try:
+        size = int(os.environ.get("WORLD_SIZE", "1"))
+        rank = int(os.environ.get("RANK", "0"))
+        local = int(os.environ.get("LOCAL_RANK", str(rank)))
+    except ValueError:
+        raise ProbeError(
+            "WORLD_SIZE, RANK and LOCAL_RANK must be integers (torchrun sets them)"
+        ) from None
+    if size < 1 or not 0 <= rank < size:
+        raise ProbeError(f"rank {rank} of a world of {size} processes makes no sense")
+    return World(rank, size, local)
+
+
+def shard(items: int, rank: int, size: int) -> tuple[int, int]:
+    """The contiguous share [start, stop) of ``items`` that ``rank`` of ``size`` takes.
+
+    Shares differ by at most one item, the first ranks taking the larger ones; in rank
+    order they cover 0..items exactly once.  A rank may get none (more ranks than items).
+    """
+    if size < 1 or not 0 <= rank < size:
+        raise ValueError(f"rank {rank} of {size}")
+    base, extra = divmod(items, size)
+    start = rank * base + min(rank, extra)
+    return start, start + base + (1 if rank < extra else 0)
+
+
+def device_for(device: str | None, here: World) -> str | None:
+    """``cuda`` becomes ``cuda:LOCAL_RANK`` in a parallel job: one GPU per rank."""
+    if here.parallel and device == "cuda":
+        return f"cuda:{here.local_rank}"
+    return device
+
+
+@contextlib.contextmanager
+def process_group(here: World, device: str | None = None) -> Iterator[None]:
+    """The torch.distributed process group of a torchrun job, torn down at the end.
+
+    Only small Python objects travel between ranks (statuses and file names: the results
+    go through the file system), so gloo carries them; where the ranks run on GPUs, nccl is
+    set up beside it for CUDA tensors (``cpu:gloo,cuda:nccl``).
+    """
+    import torch.distributed as dist
+
+    if not here.parallel or dist.is_initialized():
+        yield
+        return
+    cuda = str(device or "").startswith("cuda")
+    try:
+        dist.init_process_group(backend="cpu:gloo,cuda:nccl" if cuda else "gloo")
+    except Exception as err:  # no MASTER_ADDR, a port in use, ...
+        raise ProbeError(
+            f"cannot join the torchrun job as rank {here.rank} of {here.size}: "
+            f"{' '.join(str(err).split())[:200]}; start it with torchrun --nproc-per-node N"
+        ) from None
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def gather(value, here: World) -> list:
+    """Every rank's ``value``, in rank order, on every rank (``[value]`` alone)."""
+    if not here.parallel:
+        return [value]
+    import torch.distributed as dist
+
+    values: list = [None] * here.size
+    try:
+        dist.all_gather_object(values, value)
+    except Exception as err:  # a rank died: its connection closed
+        raise ProbeError(
+            f"rank {here.rank}: lost contact with the other ranks "
+            f"({' '.join(str(err).split())[:200]}); no result was written"
+        ) from None
+    return values
+
+
+def broadcast(value, here: World):
+    """Rank 0's ``value`` on every rank."""
+    if not here.parallel:
+        return value
+    import torch.distributed as dist
+
+    box = [value]
+    try:
+        dist.broadcast_object_list(box, src=0)
+    except Exception as err:
+        raise ProbeError(
+            f"rank {here.rank}: lost contact with rank 0 "
+            f"({' '.join(str(err).split())[:200]}); no result was written"
+        ) from None
+    return box[0]
+
+
+def shard_folder(out_dir: Path, here: World) -> Path:
+    """A fresh hidden folder in ``out_dir`` for this job's shards, the same on every rank.
+
+    Rank 0 makes it and tells the others its name.  Each rank writes in a subfolder of its
+    own, so that the clean-up of temporary files a run does on start (``results.clean_parts``,
+    which checks process ids on this node only) never touches another node's shard.
+    """
+    folder = None
+    if here.main:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        folder = tempfile.mkdtemp(prefix=".probe-shards-", dir=out_dir)
+    folder = Path(broadcast(folder, here))
+    mine = folder / f"rank-{here.rank:05d}"
+    mine.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def shard_path(folder: Path, rank: int, index: int) -> Path:
+    """Where ``rank`` streams its shard of the ``index``-th model of the command."""
+    return folder / f"rank-{rank:05d}" / f"shard-{index:03d}.nc"
+
+
+def remove(folder: Path) -> None:
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def merge(shards: Sequence[str | os.PathLike], world_size: int) -> xr.Dataset:
+    """The shards of one run as one lazy Dataset: ``xarray.open_mfdataset`` along ``sequence``.
+
+    Shards are given in rank order; the ``sequence`` coordinate must then run 0, 1, ...
+    without gaps or repeats (checked: a shard from another run cannot slip in).  Attributes
+    are rank 0's, which describe the whole run (``sequences`` is the total), with
+    ``world_size`` set.  The variables are dask arrays; ``to_netcdf`` writes them chunk by
+    chunk.
+    """
+    import numpy as np
+
+    paths = [str(p) for p in shards]
+    ds = xr.open_mfdataset(
+        paths,
+        engine=ENGINE,
+        combine="nested",
+        concat_dim="sequence",
+        data_vars="minimal",
+        coords="minimal",
+        compat="override",
+        join="exact",
+        combine_attrs="override",
+        chunks={},
+    )
+    numbers = ds["sequence"].values
+    if not np.array_equal(numbers, np.arange(numbers.size)):
+        ds.close()
+        raise ProbeError(
+            "the shards do not number their sequences 0, 1, ... in rank order; "
+            "they are not the shards of one run"
+        )
+    if numbers.size != int(ds.attrs.get("sequences", numbers.size)):
+        ds.close()
+        raise ProbeError(
+            f"the shards hold {numbers.size} sequences, the run had {ds.attrs['sequences']}"
+        )
+    # Attributes as the single-process result has them: Python numbers, not numpy's.
+    ds.attrs = {
+        key: value.item() if isinstance(value, np.generic) else value
+        for key, value in ds.attrs.items()
+    }
+    ds.attrs["world_size"] = int(world_size)
+    for variable in ds.variables.values():
+        # The shards' on-disk layout (unlimited sequence dim, its chunking) is theirs;
+        # the merged result gets netCDF's defaults.
+        variable.encoding = {}
+    return ds

@@ -1,0 +1,185 @@
+"""Data-parallel collapse runs (probe.distributed): shards, their merge, and torchrun itself.
+
+The oracle is the single-process run of the same command: a sharded run must equal it bit
+for bit (every batch is the same forward pass), record its world size, and publish nothing
+when any rank fails.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+from hypothesis import given
+from hypothesis import strategies as st
+
+import probe
+from probe import distributed
+from probe.analyses import collapse
+from probe.errors import ProbeError
+
+OPTIONS = {"init": "random", "sequences": 7, "tokens": 8, "batch_size": 2}  # 4 batches, last short
+METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
+
+
+@given(st.integers(0, 300), st.integers(1, 40))
+def test_shards_cover_the_items_once_in_rank_order(items, size):
+    spans = [distributed.shard(items, rank, size) for rank in range(size)]
+    assert spans[0][0] == 0 and spans[-1][1] == items
+    assert all(a[1] == b[0] for a, b in zip(spans, spans[1:], strict=False))
+    lengths = [stop - start for start, stop in spans]
+    assert max(lengths) - min(lengths) <= 1 and lengths == sorted(lengths, reverse=True)
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2(tiny_folders):
+    return probe.load(tiny_folders["gpt2"], init="random")
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])  # 3: uneven shares; 5: a rank with no batch
+def test_shards_merge_into_the_single_process_result(tiny_gpt2, tmp_path, size):
+    plan = collapse.prepare(tiny_gpt2, command="c", **OPTIONS)
+    whole = collapse.execute(plan)
+    paths = []
+    for rank in range(size):
+        paths.append(tmp_path / f"shard-{rank}.nc")
+        shard = collapse.execute(plan, stream_to=paths[-1], part=(rank, size))
+        start, stop = distributed.shard(4, rank, size)
+        # Global numbers in every shard: sequences 2*start .. of the whole run.
+        np.testing.assert_array_equal(shard["sequence"], np.arange(2 * start, min(2 * stop, 7)))
+        assert shard.attrs["sequences"] == 7 and shard.attrs["world_size"] == size
+        shard.close()
+    merged = distributed.merge(paths, size)
+    for name in METRICS:
+        xr.testing.assert_identical(merged[name].load(), whole[name])  # bit for bit
+    assert merged.attrs["world_size"] == size and whole.attrs["world_size"] == 1
+    merged.close()
+
+
+def test_merge_refuses_shards_of_another_run(tiny_gpt2, tmp_path):
+    plan = collapse.prepare(tiny_gpt2, command="c", **OPTIONS)
+    for rank in range(2):
+        collapse.execute(plan, stream_to=tmp_path / f"{rank}.nc", part=(rank, 2)).close()
+    with pytest.raises(ProbeError, match="not the shards of one run"):
+        distributed.merge([tmp_path / "1.nc", tmp_path / "0.nc"], 2)
+    with pytest.raises(ProbeError, match="hold 4 sequences, the run had 7"):
+        distributed.merge([tmp_path / "0.nc"], 1)
+
+
+def test_the_world_comes_from_torchruns_variables(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.delenv("RANK", raising=False)
+    assert distributed.world() == distributed.World(0, 1, 0)
+    monkeypatch.setenv("WORLD_SIZE", "4")
+    monkeypatch.setenv("RANK", "3")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    here = distributed.world()
+    assert (here.rank, here.size, here.local_rank, here.main) == (3, 4, 1, False)
+    assert distributed.device_for("cuda", here) == "cuda:1"
+    monkeypatch.setenv("RANK", "4")
+    with pytest.raises(ProbeError, match="rank 4 of a world of 4"):
+        distributed.world()
+
+
+# --- torchrun itself: 2 gloo processes on the CPU ------------------------------------------
+
+ARGS = ["--init", "random", "--sequences", "6", "--tokens", "8", "--batch-size", "2", "-q"]
+
+
+def _torchrun(
+    args, out: Path | str, env_extra: dict | None = None, cwd=None
+) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        **(env_extra or {}),
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",  # what the torchrun script runs
+        "--standalone",  # a free port: tests may run side by side
+        "--nproc-per-node",
+        "2",
+        "-m",
+        "probe.cli",
+        *args,
+        "--out",
+        str(out),
+    ]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    model = tiny_folders["gpt2"]
+    # The same command line in two folders: `--out r` in each, so even 'command' is equal.
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    done = _torchrun(["collapse", model, *ARGS], "r", cwd=tmp_path / "two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path / "one")
+    single = CliRunner().invoke(app, ["collapse", model, *ARGS, "--out", "r"])
+    assert single.exit_code == 0, single.output
+    (two,) = (tmp_path / "two" / "r").glob("collapse-*.nc")
+    (one,) = (tmp_path / "one" / "r").glob("collapse-*.nc")
+    assert two.name == one.name  # the same settings: the same file name
+    assert two.with_suffix(".html").is_file()
+    a, b = probe.open_result(two), probe.open_result(one)
+    for name in METRICS:
+        xr.testing.assert_identical(a[name], b[name])  # bit for bit
+    assert a.attrs["world_size"] == 2 and b.attrs["world_size"] == 1
+    ignored = {"created", "world_size"}
+    assert {k: v for k, v in a.attrs.items() if k not in ignored} == {
+        k: v for k, v in b.attrs.items() if k not in ignored
+    }
+    # Only rank 0 printed; the shards are gone.
+    assert sorted(p.name for p in two.parent.iterdir()) == sorted(
+        p.name for p in one.parent.iterdir()
+    )
+
+
+def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_path):
+    # Rank 1 breaks in its last batch: injected from outside probe, at interpreter start.
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(
+        textwrap.dedent(
+            """
+            import os
+            if os.environ.get("RANK") == "1":
+                from probe.analyses import collapse
+                original = collapse._blocks
+                def broken(plan, batches, progress):
+                    for n, item in enumerate(original(plan, batches, progress)):
+                        if n == len(batches) - 1:
+                            raise RuntimeError("injected fault")
+                        yield item
+                collapse._blocks = broken
+            """
+        )
+    )
+    out = tmp_path / "out"
+    done = _torchrun(
+        ["collapse", tiny_folders["gpt2"], *ARGS],
+        out,
+        {"PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")])},
+    )
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("probe: error:")]
+    assert errors == [
+        "probe: error: rank 1 of 2 failed, no result was written: RuntimeError: injected fault"
+    ]
+    assert "Traceback" not in done.stdout
+    assert list(out.iterdir()) == []  # no result, no report, no shard
