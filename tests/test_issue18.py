@@ -525,3 +525,40 @@ def test_help_and_errors_state_the_same_bounds(tmp_path, monkeypatch):
     assert domains.domain_of(lr).describe() == "finite, in (0, 1]"
     line = refused("toy", "sort", "--lr", "0", "--quick", "--out", "out")
     assert "in (0, 1]" in line
+
+
+class _Alarm(BaseException):
+    pass
+
+
+def test_a_signal_during_a_parse_of_the_standard_library_waits_for_its_end(monkeypatch):
+    """The fuzzer's time limit once landed inside ``ast.parse`` of the stdlib gathering and
+    came out as ``SystemError: AST constructor recursion depth mismatch`` (CPython 3.11
+    replaces a signal handler's exception inside ``compile``); Ctrl-C there did the same.
+    The signals are now held for each file's parse and handled right after it: a signal
+    raised inside the parse reaches its handler only once the parse has returned."""
+    import ast
+
+    from probe.fastformer import corpus
+
+    seen = []
+
+    def parse(source):
+        seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))
+        signal.raise_signal(signal.SIGALRM)  # pending while held
+        seen.append("parsed")
+        return ast.Module(body=[], type_ignores=[])
+
+    def ring(signum, frame):
+        raise _Alarm
+
+    monkeypatch.setattr(ast, "parse", parse)
+    previous = signal.signal(signal.SIGALRM, ring)
+    try:
+        with pytest.raises(_Alarm):
+            corpus._parse("x = 1")
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert seen[1:] == ["parsed"]
+    assert {signal.SIGINT, signal.SIGTERM, signal.SIGALRM} <= seen[0]
+    assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import functools
 import inspect
+import signal
 import sysconfig
 from pathlib import Path
 
@@ -32,6 +33,27 @@ _SKIP = {
 }
 
 
+#: Signals whose handlers raise (Ctrl-C, SIGTERM, a caller's alarm).
+_DEFERRED = {signal.SIGINT, signal.SIGTERM, signal.SIGALRM}
+
+
+def _parse(source: str) -> ast.Module:
+    """``ast.parse`` with those signals deferred to its end.
+
+    CPython 3.11 replaces an exception that a signal handler raises inside ``compile``
+    with ``SystemError: AST constructor recursion depth mismatch``: Ctrl-C while the
+    standard library was gathered gave that traceback (found by the fuzzer's time limit).
+    Held for one file's parse (milliseconds), the signal is handled right after it.
+    """
+    if not hasattr(signal, "pthread_sigmask"):
+        return ast.parse(source)
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _DEFERRED)
+    try:
+        return ast.parse(source)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
 @functools.lru_cache(maxsize=4)  # one Python, one text: gathered once per process
 def stdlib_docstrings(limit: int | None = None) -> str:
     """The docstrings of the standard library's modules, classes and functions, in path order."""
@@ -44,7 +66,7 @@ def stdlib_docstrings(limit: int | None = None) -> str:
         if _SKIP.intersection(path.relative_to(root).parts):
             continue
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            tree = _parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, OSError):
             continue  # a few files are deliberately broken or not UTF-8
         for node in ast.walk(tree):
