@@ -313,8 +313,8 @@ class NewFolder(Domain):
 
 def _path(value, name: str) -> Path:
     text = str(value)
-    if not text:
-        raise ProbeError(f"{name} is empty; give a path")
+    if not text.strip():  # "" or " ": a quoting slip far more often than a folder named so
+        raise ProbeError(f"{name} is {'empty' if not text else 'blank'}; give a path")
     if "\0" in text:
         raise ProbeError(f"{name} {checks.shown(text)} holds a NUL character")
     return Path(value)

@@ -562,3 +562,15 @@ def test_a_signal_during_a_parse_of_the_standard_library_waits_for_its_end(monke
     assert seen[1:] == ["parsed"]
     assert {signal.SIGINT, signal.SIGTERM, signal.SIGALRM} <= seen[0]
     assert signal.SIGINT not in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+@pytest.mark.parametrize(
+    "command",
+    [["report", "build", "results.nc"], ["collapse", "gpt2-tiny", "--init", "pretrained"]],
+)
+def test_a_blank_out_folder_is_refused(command, blank, tmp_path, monkeypatch):
+    """Found by the long fuzz: `--out ' '` wrote into a folder named by one space."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "results.nc").write_bytes(b"")
+    refused(*command, "--out", blank, message="--out is")
