@@ -208,9 +208,11 @@ def panel(probed, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]
     """The theory panel's numbers for one model: constants, measured residuals of SAN,
     SAN+MLP and SAN+skip on these sequences, the two bounds and where they are vacuous."""
     from .ablate import SAN, SAN_MLP, SAN_SKIP
+    from .load import onloaded
     from .trace import layer_values
 
-    found = layer_constants(probed)
+    with onloaded(probed.model):  # weights a device_map offloaded, read in for the constants
+        found = layer_constants(probed)
     result: dict[str, Any] = {"init": probed.init, **found}
     if "beta" not in found:
         return result
