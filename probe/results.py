@@ -133,7 +133,7 @@ SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
         "total": ("architecture",),
         "mean_length": ("architecture",),
     },
-    "paths-sample": {"ratio": ("init", "depth", "sample", "fit", "norm")},
+    "paths-sample": {"ratio": ("init", "order", "depth", "sample", "fit", "norm")},
     "paths-decompose": {
         "share": ("init", "layer", "path_length", "sequence", "norm"),
         "truncation_error": ("init", "layer", "path_length", "sequence", "norm"),
@@ -154,9 +154,9 @@ SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 TOY_SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
     "circle": {
-        "trajectory": ("variant", "step", "token", "coord"),
-        "relative_residual": ("variant", "step"),
-        "train_loss": ("variant", "epoch"),
+        "trajectory": ("hidden", "variant", "step", "token", "coord"),
+        "relative_residual": ("hidden", "variant", "step"),
+        "train_loss": ("hidden", "variant", "epoch"),
     },
     "paths": {
         "accuracy": ("path_length", "repeat"),
@@ -167,6 +167,16 @@ TOY_SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
         "baseline_position": (),
     },
 }
+
+
+#: Variables a result may leave out (``collapse --metrics`` computes a subset; the relative
+#: residual, which every report draws, is always there).
+OPTIONAL_VARIABLES: dict[str, set[str]] = {
+    "collapse": {"effective_rank", "stable_rank", "cosine_similarity"},
+}
+#: Dimensions results written before they existed lack: paths --sample's multiplication
+#: ``order`` and the circle's ``hidden`` sweep (such results still render).
+OPTIONAL_DIMS = {"order", "hidden"}
 
 
 def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None:
@@ -182,12 +192,14 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
     if analysis == "toy":
         schema = TOY_SCHEMAS["circle" if ds.attrs.get("task") == "circle" else "paths"]
     for name, dims in schema.items():
+        if name not in ds.data_vars and name in OPTIONAL_VARIABLES.get(analysis, set()):
+            continue
         if name not in ds.data_vars:
             raise ProbeError(
                 f"{path} is a {analysis} result without the variable {name!r}: "
                 "it was damaged or edited; run the probe again"
             )
-        if set(ds[name].dims) != set(dims):
+        if set(ds[name].dims) - OPTIONAL_DIMS != set(dims) - OPTIONAL_DIMS:
             raise ProbeError(
                 f"{path}: {name} has dims ({', '.join(ds[name].dims)}), expected "
                 f"({', '.join(dims)}); run the probe again"

@@ -187,7 +187,7 @@ def test_baselines_are_measured() -> None:
         (["sort", "--hidden", "47"], "not a multiple of --width"),
         (["sort", "--device", "tpu"], "--device"),
         (["circle", "--points", "7"], "even number of points"),
-        (["memorization", "--text", "/nonexistent/t.txt"], "no such file"),
+        (["memorization", "--text", "/nonexistent/t.txt"], "no such text file"),
         (["sort", "--epochs", "0"], "--epochs"),
         (["sort", "--path-attention", "mean"], "--path-attention"),
         (["convex-hull", "--path-norm", "frozen"], "--path-norm"),
