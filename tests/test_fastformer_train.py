@@ -96,7 +96,7 @@ def test_quick_training_with_a_gpt2_baseline(tmp_path):
     ("args", "message"),
     [
         (["--hidden", "30", "--heads", "4"], "not a multiple of --heads"),
-        (["--baseline", "lstm"], "unknown --baseline"),
+        (["--baseline", "lstm"], "--baseline must be one of gpt2"),
         (["--context", "100000"], "too short"),
     ],
 )

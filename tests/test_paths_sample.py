@@ -237,7 +237,7 @@ def test_cli_sample_writes_result_report_and_index(tiny_folders, tmp_path):
         ],
     )
     assert result.exit_code == 0, result.output
-    assert "fitted order" in result.output
+    assert "random: SVD distance" in result.output and "mean-row distance" in result.output
     assert "median ||P - rank1_SVD(P)|| / ||P|| (l1inf)" in result.output
     assert "random SVD" in result.output and "random mean row" in result.output
     [html] = sorted(tmp_path.glob("paths-sample-*.html"))
