@@ -161,7 +161,7 @@ def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_pat
             if os.environ.get("RANK") == "1":
                 from probe.analyses import collapse
                 original = collapse._blocks
-                def broken(plan, batches, progress):
+                def broken(plan, batches, progress, part=(0, 1)):
                     for n, item in enumerate(original(plan, batches, progress)):
                         if n == len(batches) - 1:
                             raise RuntimeError("injected fault")

@@ -23,4 +23,4 @@ def test_cli_sequences_all(tiny_bert_with_tokenizer, minilm_tokenizer, tmp_path)
     (nc,) = out.glob("*.nc")
     assert probe.open_result(nc).sizes["sequence"] == n == 8
     bad = invoke(*args, "--sequences", "0", "--out", out)
-    assert bad.exit_code == 2 and "--sequences must be a positive number or all" in bad.output
+    assert bad.exit_code == 2 and "--sequences must be a whole number from 1" in bad.output
