@@ -66,17 +66,8 @@ def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, 
             ds.close()
             ds = xr.open_dataset(nc, engine=ENGINE)  # lazily, from where the file now is
             results.append((ds, nc))
-            # The table shows --metric, or the first metric computed where --metrics left it out.
-            shown = metric if metric in ds.data_vars else ds.attrs["metrics"].split(",")[0]
-            print_table(ds, shown, norm, fit)
-            out.print(f"result: {nc}")
-            out.print(f"report: {html}")
-        if len(results) > 1:
-            datasets = [ds for ds, _ in results]
-            comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
-            print_family_table(datasets)
-            out.print(f"comparison: {comparison}")
-        out.print(f"index: {write_index(out_dir)}")
+            _print_result(ds, nc, html, metric, norm, fit)
+        _finish(results, out_dir)
     finally:
         for ds, _ in results:
             ds.close()
@@ -160,18 +151,29 @@ def _publish(plans, folder: Path, size: int, metric, norm, fit, out_dir: Path) -
                 ds.close()
             ds = xr.open_dataset(nc, engine=ENGINE)
             results.append((ds, nc))
-            print_table(ds, metric, norm, fit)
-            out.print(f"result: {nc}")
-            out.print(f"report: {html}")
-        if len(results) > 1:
-            datasets = [ds for ds, _ in results]
-            comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
-            print_family_table(datasets)
-            out.print(f"comparison: {comparison}")
-        out.print(f"index: {write_index(out_dir)}")
+            _print_result(ds, nc, html, metric, norm, fit)
+        _finish(results, out_dir)
     finally:
         for ds, _ in results:
             ds.close()
+
+
+def _print_result(ds, nc, html, metric: str, norm: str, fit: str) -> None:
+    # The table shows --metric, or the first metric computed where --metrics left it out.
+    shown = metric if metric in ds.data_vars else ds.attrs["metrics"].split(",")[0]
+    print_table(ds, shown, norm, fit)
+    out.print(f"result: {nc}")
+    out.print(f"report: {html}")
+
+
+def _finish(results: list, out_dir: Path) -> None:
+    """The comparison of several models (and its table), then the folder's index."""
+    if len(results) > 1:
+        datasets = [ds for ds, _ in results]
+        comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
+        print_family_table(datasets)
+        out.print(f"comparison: {comparison}")
+    out.print(f"index: {write_index(out_dir)}")
 
 
 def _silent(message: str) -> None:
