@@ -169,8 +169,9 @@ TOY_SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 
-#: Variables a result may leave out (``collapse --metrics`` computes a subset; the relative
-#: residual, which every report draws, is always there).
+#: Variables a result may leave out when its ``metrics`` attribute says so (``collapse
+#: --metrics`` computes a subset; the relative residual, which every report draws, is always
+#: there).
 OPTIONAL_VARIABLES: dict[str, set[str]] = {
     "collapse": {"effective_rank", "stable_rank", "cosine_similarity"},
 }
@@ -191,8 +192,18 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
     schema = SCHEMAS[analysis]
     if analysis == "toy":
         schema = TOY_SCHEMAS["circle" if ds.attrs.get("task") == "circle" else "paths"]
+    # A variable may be left out only when the result says it chose not to compute it (its
+    # ``metrics`` attribute omits it); one it lists, or any in a result without the attribute,
+    # is damage.
+    chosen = ds.attrs.get("metrics")
+    chosen = set(str(chosen).split(",")) if chosen is not None else None
     for name, dims in schema.items():
-        if name not in ds.data_vars and name in OPTIONAL_VARIABLES.get(analysis, set()):
+        left_out = chosen is not None and name not in chosen
+        if (
+            name not in ds.data_vars
+            and left_out
+            and name in OPTIONAL_VARIABLES.get(analysis, set())
+        ):
             continue
         if name not in ds.data_vars:
             raise ProbeError(

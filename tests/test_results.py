@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import probe
-from probe.results import netcdf_safe, save_result, write_text_atomic
+from probe.results import check_schema, netcdf_safe, save_result, write_text_atomic
+from tests.datasets import make_collapse_dataset
 
 finite_or_nan = st.floats(allow_infinity=False, width=64)
 attr_values = st.one_of(
@@ -105,3 +106,21 @@ def test_netcdf_safe_attrs():
 def test_write_text_atomic(tmp_path):
     path = write_text_atomic(tmp_path / "sub" / "a.html", "<p>hi</p>")
     assert path.read_text() == "<p>hi</p>" and os.listdir(path.parent) == ["a.html"]
+
+
+def test_schema_allows_only_the_metrics_a_result_chose_to_leave_out():
+    full = make_collapse_dataset()
+    check_schema(full)
+    # No `metrics` attribute (a result from before --metrics): every variable is required.
+    with pytest.raises(probe.ProbeError, match="without the variable 'stable_rank'"):
+        check_schema(full.drop_vars("stable_rank"))
+    chose = full.drop_vars("stable_rank").assign_attrs(
+        metrics="relative_residual,effective_rank,cosine_similarity"
+    )
+    check_schema(chose)
+    # It says it computed the stable rank, which is not there: damaged.
+    with pytest.raises(probe.ProbeError, match="without the variable 'stable_rank'"):
+        check_schema(chose.assign_attrs(metrics=chose.attrs["metrics"] + ",stable_rank"))
+    # The relative residual may never be left out.
+    with pytest.raises(probe.ProbeError, match="without the variable 'relative_residual'"):
+        check_schema(full.drop_vars("relative_residual").assign_attrs(metrics="stable_rank"))
