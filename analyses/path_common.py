@@ -36,8 +36,11 @@ def check_run(probed: ProbedModel, sequences: int, tokens: int, batch: int, extr
     memory.require_run(probed, sequences, tokens, batch, extra)
 
 
-def load_models(model, init, seed, device, dtype) -> list[ProbedModel]:
-    """One ProbedModel per init, pretrained first (if its weights are missing, nothing runs)."""
+def load_models(model, init, seed, device, dtype, spread=None) -> list[ProbedModel]:
+    """One ProbedModel per init, pretrained first (if its weights are missing, nothing runs).
+
+    ``spread``: ``probe.load``'s device_map, max_memory and offload_folder, for a name.
+    """
     if isinstance(model, ProbedModel):
         if parse_inits(init) != [model.init]:
             raise ProbeError(
@@ -77,8 +80,28 @@ def load_models(model, init, seed, device, dtype) -> list[ProbedModel]:
             )
         ]
     return [
-        load(model, init=name, seed=seed, device=device, dtype=dtype) for name in parse_inits(init)
+        load(model, init=name, seed=seed, device=device, dtype=dtype, **(spread or {}))
+        for name in parse_inits(init)
     ]
+
+
+def my_batches(inputs: Inputs, batch_size: int, part: tuple[int, int]) -> list:
+    """The batches one part ``(rank, world_size)`` of a data-parallel run takes: a contiguous
+    run of whole batches (:func:`probe.distributed.shard`), each one the single-process run
+    makes, with the global sequence numbers."""
+    from probe.distributed import shard
+
+    batches = inputs.batches(batch_size)
+    return batches[slice(*shard(len(batches), *part))]
+
+
+def spread_of(device_map, max_memory, offload_folder) -> dict | None:
+    """``probe.load``'s placement keywords, or None where no device_map is asked for."""
+    if device_map is None:
+        if max_memory is not None or offload_folder is not None:
+            raise ProbeError("max_memory and offload_folder go with device_map")
+        return None
+    return {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
 
 
 def check_tokens(probed: ProbedModel, tokens: int) -> None:
@@ -107,6 +130,7 @@ def model_attrs(models: list[ProbedModel], inputs: Inputs) -> dict:
         "n_layers": first.n_layers,
         "n_heads": first.adapter.n_heads(first.config),
         "hidden_size": first.adapter.hidden_size(first.config),
+        "world_size": 1,  # processes of a torchrun job (probe.distributed sets it)
     }
 
 

@@ -72,7 +72,15 @@ from probe.errors import ProbeError
 from probe.load import ProbedModel, onloaded
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
+from .path_common import (
+    check_request,
+    check_run,
+    load_models,
+    model_attrs,
+    my_batches,
+    path_inputs,
+    spread_of,
+)
 
 NORMS = ("fro", "l1inf")
 Progress = Callable[[int, int, str], None]
@@ -92,10 +100,22 @@ def decompose(
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
+    part: tuple[int, int] = (0, 1),
 ) -> xr.Dataset:
-    """The path-length decomposition Dataset of ``model`` (see the module docstring)."""
+    """The path-length decomposition Dataset of ``model`` (see the module docstring).
+
+    ``device_map``, ``max_memory``, ``offload_folder``: as in ``probe.load``.
+    ``part=(rank, world_size)``: decompose only this rank's share of the batches
+    (:func:`path_common.my_batches`) and return those sequences, with their global numbers;
+    the parts of all ranks, concatenated along ``sequence`` in rank order, are the
+    single-process result bit for bit.
+    """
     check_request(text, sequences, tokens, batch_size, seed)
-    models = load_models(model, init, seed, device, dtype)
+    spread = spread_of(device_map, max_memory, offload_folder)
+    models = load_models(model, init, seed, device, dtype, spread)
     first = models[0]
     if first.adapter.not_decomposable:
         raise ProbeError(f"--decompose: {first.adapter.not_decomposable}")
@@ -125,14 +145,14 @@ def decompose(
     if has_lm:
         output["loss"] = np.full((len(models), K, S), np.nan)
         output["loss_full"] = np.full((len(models), S), np.nan)
-    chunks = inputs.batches(batch_size)
+    chunks = my_batches(inputs, batch_size, part)
     total, done = len(models) * len(chunks), 0
     for i, probed in enumerate(models):
         with onloaded(probed.model):
             weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]
             head = probed.adapter.lm_head(probed.model) if has_lm else None
         for start, ids, mask in chunks:
-            part = slice(start, start + ids.shape[0])
+            rows = slice(start, start + ids.shape[0])
             run = frozen_run(probed, weights, ids, mask)
             # Layer by layer, only the current terms held; the last yield is the output
             # (X_L, or GPT-2's ln_f(X_L) as one extra yield).
@@ -140,22 +160,26 @@ def decompose(
                 frozen.iter_path_terms(run["layers"], run["x0"], run["final"])
             ):
                 if layer < K:
-                    _fill(per_layer, i, layer, part, layer_stats(terms, const, run["xs"][layer]))
+                    _fill(per_layer, i, layer, rows, layer_stats(terms, const, run["xs"][layer]))
             terms, const = output_terms(run, terms, const)
             out = layer_stats(terms, const, None)
-            output["output_share"][i, :, part] = out["share"]
-            output["output_error"][i, :, part] = out["truncation_error"]
+            output["output_share"][i, :, rows] = out["share"]
+            output["output_error"][i, :, rows] = out["truncation_error"]
             y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
-            output["cosine"][i, :, part] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
+            output["cosine"][i, :, rows] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
             if has_lm:
                 cap = logit_softcap(probed.config)
-                output["loss"][i, :, part] = lm_loss(y_partial, head, ids, cap).cpu().numpy()
+                output["loss"][i, :, rows] = lm_loss(y_partial, head, ids, cap).cpu().numpy()
                 real = run["xs"][-1] if run["output"] is None else run["output"]
-                output["loss_full"][i, part] = lm_loss(real[None], head, ids, cap)[0].cpu().numpy()
+                output["loss_full"][i, rows] = lm_loss(real[None], head, ids, cap)[0].cpu().numpy()
             done += 1
             if progress is not None:
                 progress(done, total, f"{probed.init} decomposition")
-    return _dataset(per_layer, output, models, inputs, command)
+    ds = _dataset(per_layer, output, models, inputs, command)
+    if part[1] == 1:
+        return ds
+    mine = slice(chunks[0][0], chunks[-1][0] + chunks[-1][1].shape[0]) if chunks else slice(0, 0)
+    return ds.isel(sequence=mine)
 
 
 def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None:

@@ -47,7 +47,15 @@ from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_request, check_run, load_models, model_attrs, path_inputs
+from .path_common import (
+    check_request,
+    check_run,
+    load_models,
+    model_attrs,
+    my_batches,
+    path_inputs,
+    spread_of,
+)
 
 Progress = Callable[[int, int, str], None]
 
@@ -67,11 +75,23 @@ def sample(
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | Path | None = None,
+    part: tuple[int, int] = (0, 1),
 ) -> xr.Dataset:
-    """Distance from rank one of attention products along sampled paths (module docstring)."""
+    """Distance from rank one of attention products along sampled paths (module docstring).
+
+    ``device_map``, ``max_memory``, ``offload_folder``: as in ``probe.load``.
+    ``part=(rank, world_size)``: compute only the samples whose sequence lies in this rank's
+    share of the batches (:func:`path_common.my_batches`); the others stay NaN, and the
+    parts of all ranks, reduced over ranks with NaN skipped, are the single-process result
+    bit for bit (``probe.distributed.merge_parts``).
+    """
     checks.integer("--samples", samples, 1)
     check_request(text, sequences, tokens, batch_size, seed)
-    models = load_models(model, init, seed, device, dtype)
+    spread = spread_of(device_map, max_memory, offload_folder)
+    models = load_models(model, init, seed, device, dtype, spread)
     first = models[0]
     L, H = first.n_layers, first.adapter.path_heads(first.config)
     per_batch = min(batch_size, sequences)
@@ -84,7 +104,7 @@ def sample(
     drawn = draw(L, H, samples, inputs.sequences, seed)
     shape = (len(models), len(ORDERS), L, samples, len(metrics.FITS), len(metrics.NORMS))
     ratio = np.full(shape, np.nan)
-    chunks = inputs.batches(batch_size)
+    chunks = my_batches(inputs, batch_size, part)
     total, done = len(models) * len(chunks), 0
     for i, probed in enumerate(models):
         for start, ids, mask in chunks:

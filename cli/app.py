@@ -25,11 +25,11 @@ from .domains import (
     ModelName,
     OutFolder,
     Seed,
-    Text,
     TextFile,
     argument,
     option,
 )
+from .placement import DeviceMapOption, MaxMemoryOption, OffloadFolderOption, placement
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -57,7 +57,6 @@ Norm = _choices("Norm", names.NORMS)
 Fit = _choices("Fit", names.FITS)
 Surgery = _choices("Surgery", names.SURGERIES)
 ErankMethod = _choices("ErankMethod", names.EFFECTIVE_RANK_METHODS)
-DeviceMap = _choices("DeviceMap", ("auto", "balanced", "sequential"))
 
 OutDir = Annotated[
     Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
@@ -200,30 +199,9 @@ def collapse(
     device: Annotated[
         str, option("--device", domain=Device(), help="Where the model runs.")
     ] = "cpu",
-    device_map: Annotated[
-        DeviceMap | None,
-        typer.Option(
-            help="Spread a model larger than one device over the GPUs, CPU and disk "
-            "(accelerate): auto, balanced or sequential."
-        ),
-    ] = None,
-    max_memory: Annotated[
-        str | None,
-        option(
-            "--max-memory",
-            domain=Text(),
-            help="With --device-map: memory per device, e.g. 0=20GiB,cpu=60GiB (the rest "
-            "goes to --offload-folder on disk).",
-        ),
-    ] = None,
-    offload_folder: Annotated[
-        Path | None,
-        option(
-            "--offload-folder",
-            domain=OutFolder(),
-            help="With --device-map: folder for weights offloaded to disk.",
-        ),
-    ] = None,
+    device_map: DeviceMapOption = None,
+    max_memory: MaxMemoryOption = None,
+    offload_folder: OffloadFolderOption = None,
     remote: Annotated[
         bool,
         typer.Option(
@@ -280,23 +258,13 @@ def collapse(
     if no_layernorm:
         chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
         chosen = ",".join([chosen, *names.NORM_VARIANTS])
-    if device_map is None and (max_memory is not None or offload_folder is not None):
-        fail("--max-memory and --offload-folder go with --device-map")
-    if device_map is not None and device != "cpu":
-        fail("use either --device or --device-map, not both")
-    spread: dict = {}
+    spread = placement(device, device_map, max_memory, offload_folder)
     if remote:
         if _value(init) != "pretrained":
             fail("--remote runs pretrained weights only; add --init pretrained")
         if device_map is not None or device != "cpu":
             fail("--remote runs on the service's devices; drop --device and --device-map")
         spread["remote"] = True
-    if device_map is not None:
-        spread = {
-            "device_map": _value(device_map),
-            "max_memory": _memory(max_memory) if max_memory else None,
-            "offload_folder": offload_folder,
-        }
     run_collapse(
         models,
         variants=chosen,
@@ -325,17 +293,6 @@ def _same_model(name: str) -> str:
     """What a model name points to: a local folder by its real path, else the name."""
     path = Path(name).expanduser()
     return str(path.resolve()) if path.is_dir() else name
-
-
-def _memory(text: str) -> dict:
-    """``0=20GiB,cpu=60GiB`` -> {0: "20GiB", "cpu": "60GiB"} (accelerate reads the sizes)."""
-    memory: dict = {}
-    for item in text.split(","):
-        device, _, size = item.strip().partition("=")
-        if not device or not size:
-            fail(f"--max-memory takes DEVICE=SIZE pairs like 0=20GiB,cpu=60GiB, got {item!r}")
-        memory[int(device) if device.isdigit() else device] = int(size) if size.isdigit() else size
-    return memory
 
 
 def _print_spec(name: str) -> None:

@@ -14,10 +14,9 @@ from rich.table import Table
 
 from probe import distributed
 from probe.analyses import collapse
-from probe.errors import ProbeError
 from probe.results import ENGINE, temp_beside
 
-from .console import Reporter, checked, command_line, err, fail, out, settings, warn
+from .console import Reporter, checked, command_line, err, out, warn
 from .output import (
     check_out_dir,
     no_empty_folder,
@@ -26,6 +25,7 @@ from .output import (
     write_index,
     write_result,
 )
+from .sharded import rank_warn, run_sharded
 
 
 def run_collapse(
@@ -76,66 +76,33 @@ def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, 
 
 
 def _run_sharded(models, here, metric, norm, fit, out_dir: Path, options: dict) -> None:
-    """One rank of a torchrun job (see :mod:`probe.distributed`).
-
-    Every rank loads, checks and probes its share of every model's batches into a shard;
-    the ranks then agree on whether all of them succeeded.  Only then does rank 0 merge the
-    shards (``open_mfdataset``), write each result with its report, the comparison and the
-    index, exactly as a single process would; the other ranks print nothing.  Any failure
-    on any rank fails every rank, with that rank's one line from rank 0, and nothing is
-    published.
-    """
-    if not here.main:
-        settings["quiet"] = True
+    """One rank of a torchrun job (:func:`cli.sharded.run_sharded`): every rank loads,
+    checks and probes its share of every model's batches into a shard; rank 0 then merges
+    the shards (``open_mfdataset``) and writes each result with its report, the comparison
+    and the index, exactly as a single process would."""
     command = command_line()
     part = (here.rank, here.size)
-    folder = distributed.shard_folder(out_dir, here)
-    try:
-        status: tuple[str, str] = ("ok", "")
-        try:
-            reporter = Reporter()
-            plans = []
-            for model in models:
-                with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
-                    plans.append(
-                        collapse.prepare(
-                            model, warn=warn if here.main else _silent, command=command, **options
-                        )
-                    )
-            reporter.loaded()
-            if here.main:
-                checked()
-            with reporter.bar(sum(plan.steps_of(part) for plan in plans)):
-                for index, plan in enumerate(plans):
-                    path = distributed.shard_path(folder, here.rank, index)
-                    collapse.execute(
-                        plan, progress=reporter.update, stream_to=path, part=part
-                    ).close()
-        except ProbeError as exc:
-            status = ("error", str(exc))
-        except Exception as exc:  # a bug or a device error: still one line, from rank 0
-            status = ("error", f"{type(exc).__name__}: {exc}")
-        statuses = distributed.gather(status, here)
-        failed = [(rank, text) for rank, (state, text) in enumerate(statuses) if state != "ok"]
-        if failed:
-            rank, text = failed[0]
-            if here.main:
-                fail(f"rank {rank} of {here.size} failed, no result was written: {text}")
-            raise SystemExit(2)
-        outcome = ("ok", "")
+    plans: list = []
+
+    def work(folder: Path) -> None:
+        reporter = Reporter()
+        for model in models:
+            with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
+                plans.append(
+                    collapse.prepare(model, warn=rank_warn(here), command=command, **options)
+                )
+        reporter.loaded()
         if here.main:
-            try:
-                _publish(plans, folder, here.size, metric, norm, fit, out_dir)
-            except ProbeError as exc:
-                outcome = ("error", str(exc))
-        outcome = distributed.broadcast(outcome, here)
-        if outcome[0] != "ok":
-            if here.main:
-                fail(outcome[1])
-            raise SystemExit(2)
-    finally:
-        if here.main:
-            distributed.remove(folder)
+            checked()
+        with reporter.bar(sum(plan.steps_of(part) for plan in plans)):
+            for index, plan in enumerate(plans):
+                path = distributed.shard_path(folder, here.rank, index)
+                collapse.execute(plan, progress=reporter.update, stream_to=path, part=part).close()
+
+    def publish(folder: Path) -> None:
+        _publish(plans, folder, here.size, metric, norm, fit, out_dir)
+
+    run_sharded(here, out_dir, work, publish)
 
 
 def _publish(plans, folder: Path, size: int, metric, norm, fit, out_dir: Path) -> None:
@@ -174,10 +141,6 @@ def _finish(results: list, out_dir: Path) -> None:
         print_family_table(datasets)
         out.print(f"comparison: {comparison}")
     out.print(f"index: {write_index(out_dir)}")
-
-
-def _silent(message: str) -> None:
-    """Warnings of ranks other than 0: rank 0 says the same once."""
 
 
 def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> xr.DataArray:

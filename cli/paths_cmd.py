@@ -28,6 +28,7 @@ from .domains import (
     argument,
     option,
 )
+from .placement import DeviceMapOption, MaxMemoryOption, OffloadFolderOption, placement
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -97,6 +98,9 @@ def paths(
     device: Annotated[
         str, option("--device", domain=Device(), help="Where the model runs.")
     ] = "cpu",
+    device_map: DeviceMapOption = None,
+    max_memory: MaxMemoryOption = None,
+    offload_folder: OffloadFolderOption = None,
     dtype: Annotated[
         str | None,
         option(
@@ -135,44 +139,87 @@ def paths(
     from .output import check_out_dir, no_empty_folder  # not at the top: keeps --help fast
 
     settings["quiet"] = quiet
+    spread = placement(device, device_map, max_memory, offload_folder)
     check_out_dir(out_dir)
+    if mode == "count":
+        with no_empty_folder(out_dir):
+            from probe.analyses import paths as analysis
+
+            ds = analysis.count(model, layers=layers, heads=heads, command=command_line())
+            _publish(ds, out_dir)
+        return
+    options = dict(init=init, text=text, tokens=tokens, seed=seed, device=device,
+                   batch_size=batch_size, command=command_line(), **spread)  # fmt: skip
+    if sequences is not None:
+        options["sequences"] = sequences
+    if dtype is not None:
+        options["dtype"] = dtype
+    if mode == "sample":
+        options["samples"] = samples
+    from probe import distributed
+
+    here = distributed.world()
+    if here.parallel:  # started by torchrun: this process takes its share of the batches
+        options["device"] = distributed.device_for(device, here)
+        with distributed.process_group(here, options["device"]):
+            _run_sharded(mode, model, here, out_dir, options)
+        return
     with no_empty_folder(out_dir):
-        _paths(mode, model, out_dir, layers, heads, samples, init, text, sequences, tokens,
-               seed, device, dtype, batch_size)  # fmt: skip
+        _publish(_analyse(mode, model, options, warn), out_dir)
 
 
-def _paths(mode, model, out_dir, layers, heads, samples, init, text, sequences, tokens,
-           seed, device, dtype, batch_size) -> None:  # fmt: skip
+def _analyse(mode: str, model: str, options: dict, warn_with, part=(0, 1)) -> xr.Dataset:
+    """The --sample or --decompose Dataset of ``model`` (of one part of a torchrun job)."""
     from probe.analyses import paths as analysis
 
+    reporter = Reporter()
+    with reporter.bar(0):
+        run = analysis.sample if mode == "sample" else analysis.decompose
+        return run(model, progress=reporter.update, warn=warn_with, part=part, **options)
+
+
+def _run_sharded(mode: str, model: str, here, out_dir: Path, options: dict) -> None:
+    """One rank of a torchrun job (:func:`cli.sharded.run_sharded`).
+
+    --decompose: each rank decomposes its share of the batches, and rank 0 concatenates the
+    shards along ``sequence`` (``probe.distributed.merge``).  --sample: each rank computes
+    the sampled paths whose sequence its batches hold, and rank 0 takes each path's value
+    from the one rank that computed it (``probe.distributed.merge_parts``).  Either way the
+    result equals a single-process run's bit for bit and records ``world_size``.
+    """
+    from probe import distributed
+    from probe.results import save_result
+
+    from .sharded import rank_warn, run_sharded
+
+    def work(folder: Path) -> None:
+        part = (here.rank, here.size)
+        ds = _analyse(mode, model, options, rank_warn(here), part)
+        if mode == "sample" or ds.sizes["sequence"]:  # a rank past the last batch has none
+            save_result(ds, distributed.shard_path(folder, here.rank, 0))
+
+    def publish(folder: Path) -> None:
+        shards = [distributed.shard_path(folder, rank, 0) for rank in range(here.size)]
+        shards = [path for path in shards if path.exists()]
+        if mode == "sample":
+            ds = distributed.merge_parts(shards, here.size, "ratio")
+        else:
+            ds = distributed.merge(shards, here.size).load()
+        _publish(ds, out_dir)
+
+    run_sharded(here, out_dir, work, publish)
+
+
+def _publish(ds: xr.Dataset, out_dir: Path) -> None:
+    """The table, then the result and its report, then the folder's index."""
     from .output import write_index
 
-    command = command_line()
-    if mode == "count":
-        ds = analysis.count(model, layers=layers, heads=heads, command=command)
-        print_count(ds)
-    else:
-        options = dict(
-            init=init,
-            text=text,
-            tokens=tokens,
-            seed=seed,
-            device=device,
-            batch_size=batch_size,
-            warn=warn,
-            command=command,
-        )
-        if sequences is not None:
-            options["sequences"] = sequences
-        if dtype is not None:
-            options["dtype"] = dtype
-        reporter = Reporter()
-        with reporter.bar(0):
-            if mode == "sample":
-                ds = analysis.sample(model, samples=samples, progress=reporter.update, **options)
-            else:
-                ds = analysis.decompose(model, progress=reporter.update, **options)
-        (print_sample if mode == "sample" else print_decompose)(ds)
+    printers = {
+        "paths-count": print_count,
+        "paths-sample": print_sample,
+        "paths-decompose": print_decompose,
+    }
+    printers[ds.attrs["analysis"]](ds)
     nc, html = write_paths_result(ds, out_dir)
     out.print(f"result: {nc}")
     out.print(f"report: {html}")
@@ -190,6 +237,9 @@ NOT_FOR = {
         "tokens",
         "seed",
         "device",
+        "device_map",
+        "max_memory",
+        "offload_folder",
         "dtype",
         "batch_size",
     ),

@@ -36,6 +36,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from pathlib import Path
 import xarray as xr
 
 from .errors import ProbeError
-from .results import ENGINE
+from .results import ENGINE, SHARDS
 
 
 @dataclass(frozen=True)
@@ -171,7 +172,10 @@ def shard_folder(out_dir: Path, here: World) -> Path:
     folder = None
     if here.main:
         Path(out_dir).mkdir(parents=True, exist_ok=True)
-        folder = tempfile.mkdtemp(prefix=".probe-shards-", dir=out_dir)
+        # Named by host and pid, so that a later run removes it if this job is killed
+        # (results.clean_parts).
+        prefix = f"{SHARDS}{socket.gethostname()}-{os.getpid()}-"
+        folder = tempfile.mkdtemp(prefix=prefix, dir=out_dir)
     folder = Path(broadcast(folder, here))
     mine = folder / f"rank-{here.rank:05d}"
     mine.mkdir(parents=True, exist_ok=True)
@@ -232,5 +236,54 @@ def merge(shards: Sequence[str | os.PathLike], world_size: int) -> xr.Dataset:
     for variable in ds.variables.values():
         # The shards' on-disk layout (unlimited sequence dim, its chunking) is theirs;
         # the merged result gets netCDF's defaults.
+        variable.encoding = {}
+    return ds
+
+
+def merge_parts(shards: Sequence[str | os.PathLike], world_size: int, name: str) -> xr.Dataset:
+    """The parts of one run whose ``name`` variable each rank filled only where its share of
+    the batches reached, NaN elsewhere (``probe paths --sample``: a sampled path belongs to
+    the rank that holds its sequence).
+
+    ``xarray.open_mfdataset`` stacks the parts along a new ``rank`` dimension; the reduction
+    over ranks with NaN skipped takes, for each entry, the one value a rank computed.  Every
+    other variable and coordinate is the same in all parts and is rank 0's.  Two ranks that
+    both filled an entry are not parts of one run, and are refused.
+    """
+    import warnings
+
+    import numpy as np
+
+    paths = [str(p) for p in shards]
+    parts = xr.open_mfdataset(
+        paths,
+        engine=ENGINE,
+        combine="nested",
+        concat_dim="rank",
+        data_vars=[name],
+        coords="minimal",
+        compat="override",
+        join="exact",
+        combine_attrs="override",
+    )
+    try:
+        stacked = parts[name]
+        if int(stacked.notnull().sum("rank").max()) > 1:
+            raise ProbeError(
+                f"two shards both hold some of {name}: they are not the parts of one run"
+            )
+        with warnings.catch_warnings():  # an entry no rank filled stays NaN, as in one process
+            warnings.simplefilter("ignore", RuntimeWarning)
+            merged = stacked.max("rank", skipna=True).load()
+        ds = parts.drop_vars(name).load()
+    finally:
+        parts.close()
+    ds[name] = merged.assign_attrs(stacked.attrs)
+    ds.attrs = {
+        key: value.item() if isinstance(value, np.generic) else value
+        for key, value in ds.attrs.items()
+    }
+    ds.attrs["world_size"] = int(world_size)
+    for variable in ds.variables.values():
         variable.encoding = {}
     return ds

@@ -18,6 +18,7 @@ import re
 import shlex
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 from collections.abc import Callable
@@ -61,7 +62,8 @@ def settings_id(settings: dict) -> str:
 
 
 #: Attributes that describe a run without changing its numbers.
-_NOT_SETTINGS = ("created", "command")
+#: Attributes that do not change a result's numbers (a torchrun run equals one process).
+_NOT_SETTINGS = ("created", "command", "world_size")
 
 
 def attrs_id(attrs: dict) -> str:
@@ -355,6 +357,8 @@ def _remove(path: Path) -> None:
 
 PART = ".part"
 OLD = ".old"
+#: A torchrun job's shard folder: ``.probe-shards-<host>-<pid of rank 0>-<random>``.
+SHARDS = ".probe-shards-"
 
 
 def _pid_of(name: str, suffix: str) -> int | None:
@@ -383,7 +387,10 @@ def clean_parts(folder: str | os.PathLike) -> list[Path]:
         if not name.startswith("."):
             continue
         legacy = re.fullmatch(r"\.(.+)\.(tmp|old)-([0-9]+)", name)
-        if name.endswith(PART):
+        shards = re.fullmatch(re.escape(SHARDS + socket.gethostname()) + r"-([0-9]+)-.+", name)
+        if shards:  # a torchrun job's shard folder, made by rank 0 on this host
+            pid, target = int(shards.group(1)), None
+        elif name.endswith(PART):
             pid, target = _pid_of(name, PART), None
         elif name.endswith(OLD) and name.count(".") >= 3:
             pid, target = _pid_of(name, OLD), folder / name[1:].rsplit(".", 2)[0]

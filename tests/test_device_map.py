@@ -63,24 +63,38 @@ def test_path_decomposition_reads_offloaded_weights(tiny_folders, tmp_path):
     assert any(p.device.type == "meta" for p in spread.model.parameters())
 
 
-def test_cli_device_map_gives_the_unsplit_numbers(tiny_folders, tmp_path):
+SMALL = ["--init", "random", "--sequences", "3", "--tokens", "8", "-q"]
+
+
+@pytest.mark.parametrize(
+    ("command", "compared"),
+    [
+        (["collapse", "{model}"], ("relative_residual", "effective_rank")),
+        (["paths", "--decompose", "{model}"], ("share", "truncation_error", "loss")),
+        (["paths", "--sample", "{model}", "--samples", "4"], ("ratio",)),
+    ],
+    ids=["collapse", "paths-decompose", "paths-sample"],
+)
+def test_cli_device_map_gives_the_unsplit_numbers(tiny_folders, tmp_path, command, compared):
     from probe.cli.app import app
 
-    model = tiny_folders["gpt2"]
     # float32: 120 kB of weights; 72 kB keeps the embeddings in memory, the layers on disk.
-    args = ["collapse", model, "--init", "random", "--sequences", "3", "--tokens", "8", "-q"]
+    args = [word.format(model=tiny_folders["gpt2"]) for word in command] + SMALL
+    if command[0] == "paths":
+        args += ["--dtype", "float32"]
     runner = CliRunner()
     plain = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
     spread = runner.invoke(
         app,
         [*args, "--device-map", "auto", "--max-memory", "cpu=72000", "--out", str(tmp_path / "b")],
     )
-    assert plain.exit_code == 0 and spread.exit_code == 0, spread.output
+    assert plain.exit_code == 0 and spread.exit_code == 0, plain.output + spread.output
     (a,) = (tmp_path / "a").glob("*.nc")
     (b,) = (tmp_path / "b").glob("*.nc")
     a, b = probe.open_result(a), probe.open_result(b)
-    assert "disk" in b.attrs["device_map"]
-    for name in ("relative_residual", "effective_rank"):
+    if command[0] == "collapse":
+        assert "disk" in b.attrs["device_map"]
+    for name in compared:
         xr.testing.assert_identical(a[name], b[name])
 
 
@@ -94,15 +108,17 @@ def test_cli_device_map_gives_the_unsplit_numbers(tiny_folders, tmp_path):
         (["--device-map", "auto", "--max-memory", "cpu=10"], "no room for any module"),
     ],
 )
-def test_cli_refuses_bad_device_maps_in_one_line(tiny_folders, tmp_path, extra, message):
+@pytest.mark.parametrize("command", [["collapse"], ["paths", "--decompose"]])
+def test_cli_refuses_bad_device_maps_in_one_line(tiny_folders, tmp_path, extra, message, command):
     from probe.cli.app import app
 
     result = CliRunner().invoke(
-        app, ["collapse", tiny_folders["gpt2"], "--init", "random", *extra, "--out", str(tmp_path)]
+        app, [*command, tiny_folders["gpt2"], "--init", "random", *extra, "--out", str(tmp_path)]
     )
     assert result.exit_code == 2
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.output
+    assert not any(tmp_path.iterdir())
 
 
 def test_library_refuses_an_unknown_map(tiny_folders):

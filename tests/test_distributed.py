@@ -72,6 +72,42 @@ def test_merge_refuses_shards_of_another_run(tiny_gpt2, tmp_path):
         distributed.merge([tmp_path / "0.nc"], 1)
 
 
+PATHS = {"init": "random", "sequences": 7, "tokens": 8, "batch_size": 2, "command": "c"}
+
+
+@pytest.mark.parametrize("size", [2, 3, 5])  # 3: uneven shares; 5: a rank with no batch
+def test_path_parts_merge_into_the_single_process_result(tiny_gpt2, tmp_path, size):
+    from probe.analyses import path_decompose, path_sample
+
+    whole = {
+        "sample": path_sample.sample(tiny_gpt2, samples=12, **PATHS),
+        "decompose": path_decompose.decompose(tiny_gpt2, **PATHS),
+    }
+    shards: dict[str, list] = {"sample": [], "decompose": []}
+    for rank in range(size):
+        part = path_sample.sample(tiny_gpt2, samples=12, part=(rank, size), **PATHS)
+        shards["sample"].append(tmp_path / f"sample-{rank}.nc")
+        probe.save_result(part, shards["sample"][-1])
+        part = path_decompose.decompose(tiny_gpt2, part=(rank, size), **PATHS)
+        start, stop = distributed.shard(4, rank, size)
+        np.testing.assert_array_equal(part["sequence"], np.arange(2 * start, min(2 * stop, 7)))
+        if part.sizes["sequence"]:
+            shards["decompose"].append(tmp_path / f"decompose-{rank}.nc")
+            probe.save_result(part, shards["decompose"][-1])
+    merged = {
+        "sample": distributed.merge_parts(shards["sample"], size, "ratio"),
+        "decompose": distributed.merge(shards["decompose"], size).load(),
+    }
+    for mode, ds in merged.items():
+        assert not np.isnan(ds["share" if mode == "decompose" else "ratio"]).all()
+        for name in whole[mode].data_vars:
+            xr.testing.assert_identical(ds[name], whole[mode][name])  # bit for bit
+        assert ds.attrs["world_size"] == size
+    # A part counted twice is not a part of one run.
+    with pytest.raises(ProbeError, match="not the parts of one run"):
+        distributed.merge_parts([*shards["sample"], shards["sample"][0]], size, "ratio")
+
+
 def test_the_world_comes_from_torchruns_variables(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     monkeypatch.delenv("RANK", raising=False)
@@ -150,6 +186,34 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
     )
 
 
+def test_torchrun_paths_give_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    args = ["paths", "--sample", tiny_folders["gpt2"], "--samples", "10", *ARGS]
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    done = _torchrun(args, "r", cwd=tmp_path / "two")
+    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path / "one")
+    single = CliRunner().invoke(app, [*args, "--out", "r"])
+    assert single.exit_code == 0, single.output
+    (two,) = (tmp_path / "two" / "r").glob("paths-sample-*.nc")
+    (one,) = (tmp_path / "one" / "r").glob("paths-sample-*.nc")
+    assert two.name == one.name and two.with_suffix(".html").is_file()
+    a, b = probe.open_result(two), probe.open_result(one)
+    xr.testing.assert_identical(a["ratio"], b["ratio"])  # bit for bit
+    assert not np.isnan(a["ratio"]).any()
+    assert a.attrs["world_size"] == 2 and b.attrs["world_size"] == 1
+    assert "SVD distance" in done.stdout  # rank 0 printed the table, once
+    assert done.stdout.count("result: ") == 1
+    assert sorted(p.name for p in two.parent.iterdir()) == sorted(
+        p.name for p in one.parent.iterdir()
+    )  # the shards are gone
+
+
 def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_path):
     # Rank 1 breaks in its last batch: injected from outside probe, at interpreter start.
     hooks = tmp_path / "hooks"
@@ -183,3 +247,25 @@ def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_pat
     ]
     assert "Traceback" not in done.stdout
     assert list(out.iterdir()) == []  # no result, no report, no shard
+
+
+def test_a_killed_jobs_shard_folder_is_removed_by_the_next_run(tmp_path):
+    import socket
+
+    from probe.results import clean_parts
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    host = socket.gethostname()
+    stale = tmp_path / f".probe-shards-{host}-{int(dead.stdout)}-x1"
+    live = tmp_path / f".probe-shards-{host}-{os.getpid()}-x2"
+    elsewhere = tmp_path / f".probe-shards-another-host-{int(dead.stdout)}-x3"
+    for folder in (stale, live, elsewhere):
+        (folder / "rank-00001").mkdir(parents=True)
+        (folder / "rank-00001" / "shard-000.nc").write_bytes(b"x")
+    assert clean_parts(tmp_path) == [stale]
+    # A live job's folder and one made on another node (its pid means nothing here) stay.
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([live.name, elsewhere.name])
+    folder = distributed.shard_folder(tmp_path / "out", distributed.World())
+    assert folder.name.startswith(f".probe-shards-{host}-{os.getpid()}-")
+    assert clean_parts(tmp_path / "out") == []  # this process is alive
