@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 
 from tests.test_notebook import CELL_TIMEOUT, IMAGES, KERNEL, _data, kernel_env  # noqa: F401
@@ -12,6 +13,7 @@ from tests.test_notebook import CELL_TIMEOUT, IMAGES, KERNEL, _data, kernel_env 
 NOTEBOOK = Path(__file__).resolve().parents[1] / "examples" / "paths.ipynb"
 
 
+@pytest.mark.slow  # a kernel and every analysis at notebook size; each is tested on its own
 def test_paths_notebook_runs_offline(kernel_env):  # noqa: F811
     nb = nbformat.read(NOTEBOOK, as_version=4)
     for cell in nb.cells:  # committed without outputs
