@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -60,9 +62,25 @@ def _images(folder: Path) -> Path:
     return folder
 
 
+@pytest.fixture(scope="module")
+def readme_results(tmp_path_factory) -> Path:
+    """probe-reports/ with the two results the README's compare and report examples name,
+    made once for them all (GPT-2 at random init takes seconds to build)."""
+    folder = tmp_path_factory.mktemp("readme-results")
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        for model, init in (("minilm", "pretrained"), ("gpt2", "random")):
+            done = invoke("collapse", model, "--init", init, "--sequences", "2", "--tokens", "8")
+            assert done.exit_code == 0, done.output
+    finally:
+        os.chdir(here)
+    return folder / "probe-reports"
+
+
 @pytest.mark.parametrize("command", readme_commands())
 def test_readme_example(
-    command, tmp_path, tiny_bert_with_tokenizer, tiny_family_folder, monkeypatch
+    command, tmp_path, tiny_bert_with_tokenizer, tiny_family_folder, monkeypatch, request
 ):
     """Each README example runs as written (short inputs unless PROBE_SLOW=1)."""
     monkeypatch.chdir(tmp_path)
@@ -82,8 +100,7 @@ def test_readme_example(
         # sequences (the last --sequences/--tokens win) keeps the suite's time.
         args += ["--sequences", "4", "--tokens", "32"]
     if args[0] in ("compare", "report"):  # the results the README's examples name
-        invoke("collapse", "minilm", "--init", "pretrained", "--sequences", "2", "--tokens", "8")
-        invoke("collapse", "gpt2", "--init", "random", "--sequences", "2", "--tokens", "8")
+        shutil.copytree(request.getfixturevalue("readme_results"), tmp_path / "probe-reports")
     result = invoke(*args)
     assert result.exit_code == 0, result.output
 

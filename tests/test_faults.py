@@ -49,7 +49,7 @@ TRAIN = ["fastformer", "train", "--text", "texts/good.txt", "--hidden", "8", "--
 #: name -> (command line, seconds within which a signal lands at a random point)
 WRITERS: dict[str, tuple[list[str], float]] = {
     "collapse": (["collapse", "models/tiny-bert", "models/tiny-gpt2", "--init", "random",
-                  "--sequences", "6", "--tokens", "8", "--batch-size", "1", "--out", "out"], 20),
+                  "--sequences", "4", "--tokens", "8", "--batch-size", "2", "--out", "out"], 10),
     "paths --count": (["paths", "--count", "--layers", "6", "--heads", "4", "--out", "out"], 6),
     "paths --sample": (["paths", "--sample", "models/tiny-bert", "--init", "random",
                         "--samples", "8", "--sequences", "4", "--tokens", "8", "--out", "out"], 8),
