@@ -523,6 +523,8 @@ def _check(opts: dict, n_paths: int, repeats: int, device: str = "cpu", task: st
 #: The largest Adam learning rate and convex-hull shift accepted (the CLI's bounds).
 MAX_LR = 1.0
 MAX_SHIFT = 1e6
+#: The most token ids memorization's embedding can hold (BERT's vocabulary).
+TOY_VOCAB_MAX = 30522
 #: Activations of one layer kept for the backward pass, in units of batch x length x hidden.
 TOY_ACTIVATIONS = 12
 
@@ -545,7 +547,12 @@ def _bytes(task: str, opts: dict, n_paths: int, repeats: int) -> int:
     per_row = TOY_ACTIVATIONS * length * hidden * depth + 3 * width * length * length * depth
     training = batch * per_row * 4
     evaluation = n_eval * (per_row + 2 * length * hidden) * 4  # the full trace, kept, and a path
-    return data + training + evaluation + extra + opts["epochs"] * 8
+    # The network: at most 12 hidden^2 weights a layer (attention 4, a 4x MLP 8) and the
+    # token embedding (at most BERT's vocabulary), each with its gradient and Adam's two
+    # moments, float32.
+    vocab = TOY_VOCAB_MAX if task == "memorization" else opts.get("symbols", 2) + length
+    network = 16 * (12 * depth * hidden * hidden + (vocab + 64) * hidden)
+    return data + training + evaluation + extra + network + opts["epochs"] * 8
 
 
 def _device(device: str) -> torch.device:

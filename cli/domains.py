@@ -317,6 +317,7 @@ def _path(value, name: str) -> Path:
         raise ProbeError(f"{name} is {'empty' if not text else 'blank'}; give a path")
     if "\0" in text:
         raise ProbeError(f"{name} {checks.shown(text)} holds a NUL character")
+    checks.path_length(text, name)
     return Path(value)
 
 

@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from probe import checks
 from probe.errors import ProbeError
 
 from .console import fail, out
@@ -238,6 +239,7 @@ def _resolve(target: str, folder: Path) -> Path:
         if not entries:
             fail(f"no reports in {folder}; run `probe collapse ...` first")
         return folder / entries[0]["file"]
+    checks.path_length(target, "TARGET")
     path = Path(target)
     if path.suffix == ".nc":
         path = path.with_suffix(".html")

@@ -37,6 +37,21 @@ def shown(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+#: What a path may be on the file systems probe writes to (Linux's NAME_MAX and PATH_MAX).
+NAME_MAX, PATH_MAX = 255, 4095
+
+
+def path_length(text: str, name: str) -> None:
+    """Refuse a path the operating system would reject as too long (ENAMETOOLONG)."""
+    encoded = os.fsencode(text)
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX or len(encoded) > PATH_MAX:
+        raise ProbeError(
+            f"{name} is too long a path ({longest} bytes in one name, {len(encoded)} in all; "
+            f"at most {NAME_MAX} and {PATH_MAX}); give a shorter one"
+        )
+
+
 def integer(option: str, value, low: int | None = None, high: int | None = MAX_COUNT) -> int:
     """``value`` (an int, or text of ASCII digits) within [low, high], else ProbeError.
 

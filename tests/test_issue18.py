@@ -574,3 +574,26 @@ def test_a_blank_out_folder_is_refused(command, blank, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "results.nc").write_bytes(b"")
     refused(*command, "--out", blank, message="--out is")
+
+
+# --- found by the long fuzz (stop 21) ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["report", "open", "a" * 300],
+        ["report", "build", "results/collapse.nc", "--out", "b" * 256],
+        ["collapse", "models/tiny-bert", "--init", "random", "--out", "x/" + "c" * 300],
+    ],
+    ids=["report-open", "report-build-out", "collapse-out"],
+)
+def test_a_name_longer_than_the_file_system_allows_is_one_line(box, args):
+    refused(*args, message="too long a path")
+
+
+def test_a_toy_network_too_large_to_build_is_refused_before_it_is_built(box):
+    # --hidden 10^6 is 4 TB for one attention projection: refused by the memory check that
+    # now counts the network's weights, not a traceback from the allocator.
+    refused("toy", "sort", "--hidden", "1000000", "--width", "1", "--depth", "1", "--train", "1",
+            "--eval", "1", "--epochs", "1", "--out", "out", message="toy sort with these sizes")  # fmt: skip
