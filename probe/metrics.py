@@ -830,16 +830,23 @@ def _row_norms(A: Tensor, W: Tensor, wide: bool) -> Tensor:
 
 
 def _all_singular_values(
-    Xm: Tensor, G: Tensor, s1: Tensor, R1: Tensor, rank: Tensor, wide: bool
+    Xm: Tensor,
+    G: Tensor,
+    s1: Tensor,
+    R1: Tensor,
+    rank: Tensor,
+    wide: bool,
+    lam: Tensor | None = None,
 ) -> Tensor:
     """All k singular values of X, descending (the exact effective rank; module docstring).
 
     s_1 is the Rayleigh quotient from u_1.  The others are sqrt(lambda_i) where every nonzero
     lambda_i (i <= rank bound) is >= RESOLVED * lambda_1; elsewhere ||X^T w_i|| over the
     eigenvectors of G.  Where s_2 < DEFLATE * s_1 they are the singular values of the explicit
-    R_1 instead, by the same method on R_1's Gram matrix.
+    R_1 instead, by the same method on R_1's Gram matrix.  ``lam``: G's eigenvalues,
+    descending, where they are known already.
     """
-    lam = _eigvalsh(G)[0]
+    lam = _eigvalsh(G)[0] if lam is None else lam
     k = lam.shape[-1]
     if k == 1:
         return s1[:, None]
@@ -915,6 +922,10 @@ class _Top:
     mu1: Tensor | None  # lambda_1(G_R) = ||R||_2^2, with the residual
     s2: Tensor | None  # ||R_1||_2, with the residual
     deflation: _Ritz | None  # G's top Ritz pairs, for the estimate
+    # The dense path's Gram matrix of X and its eigenvalues (descending), which the exact
+    # effective rank reuses instead of solving the same problem again.
+    gram: Tensor | None = None
+    gram_values: Tensor | None = None
 
 
 def _spectral(grams, Xm, buffer, counts, residual, estimate) -> _Top:
@@ -977,7 +988,10 @@ def _dense(grams, Xm, buffer, residual: bool) -> _Top:
     """What _spectral gives, from dense eigensolves of the k x k Gram matrices (small k on
     a CPU): u_1 by inverse iteration at eigvalsh's lambda_1 (as the Krylov path's fallback),
     ||R||_2^2 = lambda_1(G_R), and ||R_1||_2 from R_1's own Gram matrix."""
-    top = _direction(grams, _exact_top(grams.dense_X(), None)[1], Xm, buffer)
+    G = grams.dense_X()
+    lam = _eigvalsh(G)[0]
+    top = _direction(grams, _top_vector(G, lam[:, 0]), Xm, buffer)
+    top.gram, top.gram_values = G, lam
     if residual:
         top.mu1 = _eigvalsh(grams.G_R)[0][:, 0].clamp(min=0.0)
         top.s2 = _eigvalsh(_gram(top.R1, grams.wide))[0][:, 0].clamp(min=0.0).sqrt()
@@ -1169,7 +1183,8 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
             out["stable_rank"] = fro2 / s1**2  # 0/0 = NaN for an all-zero sequence
         if exact:
             rank = counts.to(torch.long).clamp(max=k)
-            S_all = _all_singular_values(Xm, grams.dense_X(), s1, R1, rank, wide)
+            G = grams.dense_X() if top.gram is None else top.gram
+            S_all = _all_singular_values(Xm, G, s1, R1, rank, wide, top.gram_values)
             out["effective_rank"] = _effective_rank(S_all)
         elif estimate:
             real = counts if wide else torch.full_like(counts, float(k))
