@@ -227,7 +227,14 @@ def merge(shards: Sequence[str | os.PathLike], world_size: int) -> xr.Dataset:
         raise ProbeError(
             f"the shards hold {numbers.size} sequences, the run had {ds.attrs['sequences']}"
         )
-    # Attributes as the single-process result has them: Python numbers, not numpy's.
+    return _as_one_result(ds, world_size)
+
+
+def _as_one_result(ds: xr.Dataset, world_size: int) -> xr.Dataset:
+    """Merged shards as the single-process result has them, with ``world_size`` set."""
+    import numpy as np
+
+    # Attributes as Python numbers, not numpy's.
     ds.attrs = {
         key: value.item() if isinstance(value, np.generic) else value
         for key, value in ds.attrs.items()
@@ -251,8 +258,6 @@ def merge_parts(shards: Sequence[str | os.PathLike], world_size: int, name: str)
     both filled an entry are not parts of one run, and are refused.
     """
     import warnings
-
-    import numpy as np
 
     paths = [str(p) for p in shards]
     parts = xr.open_mfdataset(
@@ -279,11 +284,4 @@ def merge_parts(shards: Sequence[str | os.PathLike], world_size: int, name: str)
     finally:
         parts.close()
     ds[name] = merged.assign_attrs(stacked.attrs)
-    ds.attrs = {
-        key: value.item() if isinstance(value, np.generic) else value
-        for key, value in ds.attrs.items()
-    }
-    ds.attrs["world_size"] = int(world_size)
-    for variable in ds.variables.values():
-        variable.encoding = {}
-    return ds
+    return _as_one_result(ds, world_size)
