@@ -39,7 +39,8 @@ def check_run(probed: ProbedModel, sequences: int, tokens: int, batch: int, extr
 def load_models(model, init, seed, device, dtype, spread=None) -> list[ProbedModel]:
     """One ProbedModel per init, pretrained first (if its weights are missing, nothing runs).
 
-    ``spread``: ``probe.load``'s device_map, max_memory and offload_folder, for a name.
+    ``spread``: ``probe.load``'s device_map, max_memory and offload_folder, for a name
+    (``probe.load`` checks them).
     """
     if isinstance(model, ProbedModel):
         if parse_inits(init) != [model.init]:
@@ -93,15 +94,6 @@ def my_batches(inputs: Inputs, batch_size: int, part: tuple[int, int]) -> list:
 
     batches = inputs.batches(batch_size)
     return batches[slice(*shard(len(batches), *part))]
-
-
-def spread_of(device_map, max_memory, offload_folder) -> dict | None:
-    """``probe.load``'s placement keywords, or None where no device_map is asked for."""
-    if device_map is None:
-        if max_memory is not None or offload_folder is not None:
-            raise ProbeError("max_memory and offload_folder go with device_map")
-        return None
-    return {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
 
 
 def check_tokens(probed: ProbedModel, tokens: int) -> None:

@@ -79,7 +79,6 @@ from .path_common import (
     model_attrs,
     my_batches,
     path_inputs,
-    spread_of,
 )
 
 NORMS = ("fro", "l1inf")
@@ -114,7 +113,7 @@ def decompose(
     single-process result bit for bit.
     """
     check_request(text, sequences, tokens, batch_size, seed)
-    spread = spread_of(device_map, max_memory, offload_folder)
+    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
     models = load_models(model, init, seed, device, dtype, spread)
     first = models[0]
     if first.adapter.not_decomposable:

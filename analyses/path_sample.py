@@ -54,7 +54,6 @@ from .path_common import (
     model_attrs,
     my_batches,
     path_inputs,
-    spread_of,
 )
 
 Progress = Callable[[int, int, str], None]
@@ -90,7 +89,7 @@ def sample(
     """
     checks.integer("--samples", samples, 1)
     check_request(text, sequences, tokens, batch_size, seed)
-    spread = spread_of(device_map, max_memory, offload_folder)
+    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
     models = load_models(model, init, seed, device, dtype, spread)
     first = models[0]
     L, H = first.n_layers, first.adapter.path_heads(first.config)

@@ -223,6 +223,8 @@ def load(
     torch_dtype = _dtype(dtype)
     if device_map is not None and device not in (None, "cpu"):
         raise ProbeError("use either --device or --device-map, not both")
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise ProbeError("--max-memory and --offload-folder go with --device-map")
     check_device_map(device_map)
     torch_device = _device(device)
     name = str(name_or_path)

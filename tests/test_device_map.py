@@ -124,3 +124,11 @@ def test_cli_refuses_bad_device_maps_in_one_line(tiny_folders, tmp_path, extra, 
 def test_library_refuses_an_unknown_map(tiny_folders):
     with pytest.raises(ProbeError, match="unknown device map 'everywhere'"):
         probe.load(tiny_folders["gpt2"], init="random", device_map="everywhere")
+
+
+def test_library_refuses_placement_options_without_a_map(tiny_folders):
+    # probe.load checks them, so every analysis that loads by name does too.
+    with pytest.raises(ProbeError, match="--max-memory and --offload-folder go with"):
+        probe.load(tiny_folders["gpt2"], init="random", max_memory={"cpu": "1GiB"})
+    with pytest.raises(ProbeError, match="--max-memory and --offload-folder go with"):
+        path_decompose.decompose(tiny_folders["gpt2"], init="random", offload_folder="x")
