@@ -204,7 +204,8 @@ def _run_sharded(mode: str, model: str, here, out_dir: Path, options: dict) -> N
         if mode == "sample":
             ds = distributed.merge_parts(shards, here.size, "ratio")
         else:
-            ds = distributed.merge(shards, here.size).load()
+            with distributed.merge(shards, here.size) as merged:  # closes the shards
+                ds = merged.load()
         _publish(ds, out_dir)
 
     run_sharded(here, out_dir, work, publish)

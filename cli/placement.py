@@ -42,7 +42,7 @@ OffloadFolderOption = Annotated[
 ]
 
 
-def placement(device: str, device_map, max_memory: str | None, offload_folder) -> dict:
+def placement(device: str, device_map: str | None, max_memory: str | None, offload_folder) -> dict:
     """The ``probe.load`` keywords of the three options ({} without --device-map)."""
     if device_map is None and (max_memory is not None or offload_folder is not None):
         fail("--max-memory and --offload-folder go with --device-map")
@@ -51,7 +51,7 @@ def placement(device: str, device_map, max_memory: str | None, offload_folder) -
     if device != "cpu":
         fail("use either --device or --device-map, not both")
     return {
-        "device_map": getattr(device_map, "value", device_map),
+        "device_map": device_map,
         "max_memory": memory(max_memory) if max_memory else None,
         "offload_folder": offload_folder,
     }
