@@ -16,7 +16,7 @@ from probe import distributed
 from probe.analyses import collapse
 from probe.results import ENGINE, temp_beside
 
-from .console import Reporter, checked, command_line, err, out, warn
+from .console import Reporter, checked, command_line, err, named, out, warn
 from .output import (
     check_out_dir,
     no_empty_folder,
@@ -129,8 +129,8 @@ def _print_result(ds, nc, html, metric: str, norm: str, fit: str) -> None:
     # The table shows --metric, or the first metric computed where --metrics left it out.
     shown = metric if metric in ds.data_vars else ds.attrs["metrics"].split(",")[0]
     print_table(ds, shown, norm, fit)
-    out.print(f"result: {nc}")
-    out.print(f"report: {html}")
+    named("result", nc)
+    named("report", html)
 
 
 def _finish(results: list, out_dir: Path) -> None:
@@ -139,8 +139,8 @@ def _finish(results: list, out_dir: Path) -> None:
         datasets = [ds for ds, _ in results]
         comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
         print_family_table(datasets)
-        out.print(f"comparison: {comparison}")
-    out.print(f"index: {write_index(out_dir)}")
+        named("comparison", comparison)
+    named("index", write_index(out_dir))
 
 
 def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> xr.DataArray:

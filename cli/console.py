@@ -70,6 +70,33 @@ def checked() -> None:
         err.print(line, markup=False)
 
 
+def shown(path) -> str:
+    """A path as printed: as it is when every character is printable and it neither
+    starts nor ends with a space; otherwise in the shell's ``$'...'`` quoting (as ``ls``
+    shows such a name), so the name printed is the name written, and pastes back."""
+    text = str(path)
+    if text.isprintable() and text == text.strip():
+        return text
+    escapes = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
+    parts = []
+    for char in text:
+        if char in escapes:
+            parts.append(escapes[char])
+        elif char.isprintable():
+            parts.append(char)
+        elif ord(char) < 0x80:  # above it, \x would be a raw byte to bash, not UTF-8
+            parts.append(f"\\x{ord(char):02x}")
+        else:
+            parts.append(f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}")
+    return "$'" + "".join(parts) + "'"
+
+
+def named(label: str, path) -> Path:
+    """Print ``label: path`` on stdout (the path as ``shown``); returns the path."""
+    out.print(f"{label}: {shown(path)}", markup=False)
+    return path
+
+
 def wrote(*paths: Path) -> None:
     written.extend(Path(p) for p in paths)
 
@@ -121,7 +148,7 @@ def check_interrupt() -> None:
 def _interrupted_line() -> str:
     if not written:
         return "interrupted; nothing was written"
-    names = ", ".join(str(p) for p in dict.fromkeys(written))
+    names = ", ".join(shown(p) for p in dict.fromkeys(written))
     return f"interrupted; written before the interrupt: {names}; nothing else was written"
 
 

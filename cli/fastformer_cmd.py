@@ -12,7 +12,17 @@ import typer
 from probe.errors import ProbeError
 from probe.names import BASELINES
 
-from .console import OneLineErrors, check_interrupt, command_line, err, out, say, wrote
+from .console import (
+    OneLineErrors,
+    check_interrupt,
+    command_line,
+    err,
+    named,
+    out,
+    say,
+    shown,
+    wrote,
+)
 from .domains import (
     Choice,
     Count,
@@ -172,9 +182,10 @@ def train_command(
     for curve in curves:
         out.print(
             f"{curve.name}: validation {curve.final_bits_per_char:.3f} bits/char after "
-            f"{curve.steps[-1]} steps, {curve.seconds[-1]:.0f} s -> {curve.folder}"
+            f"{curve.steps[-1]} steps, {curve.seconds[-1]:.0f} s -> {shown(curve.folder)}",
+            markup=False,
         )
-    out.print(f"training report: {Path(out_dir) / 'training.html'}")
+    named("training report", Path(out_dir) / "training.html")
 
 
 @fastformer_app.command("report")
@@ -205,7 +216,7 @@ def report_command(
     ds, page = _report(folders)
     with no_empty_folder(target):
         _write_report(ds, page, target)
-    out.print(f"training report: {target / 'training.html'}")
+    named("training report", target / "training.html")
 
 
 def _write_report(ds, page: str, target: Path) -> None:

@@ -16,7 +16,7 @@ from probe import names
 from probe.errors import ProbeError
 from probe.paths import MAX_SHAPE
 
-from .console import Reporter, command_line, out, settings, warn
+from .console import Reporter, command_line, named, out, settings, warn
 from .domains import (
     Choice,
     Count,
@@ -222,9 +222,9 @@ def _publish(ds: xr.Dataset, out_dir: Path) -> None:
     }
     printers[ds.attrs["analysis"]](ds)
     nc, html = write_paths_result(ds, out_dir)
-    out.print(f"result: {nc}")
-    out.print(f"report: {html}")
-    out.print(f"index: {write_index(out_dir)}")
+    named("result", nc)
+    named("report", html)
+    named("index", write_index(out_dir))
 
 
 #: Options a mode has no use for: given anyway, they are refused rather than ignored.

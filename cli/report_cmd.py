@@ -18,7 +18,7 @@ import typer
 from probe import checks
 from probe.errors import ProbeError
 
-from .console import fail, out
+from .console import fail, named, out, shown
 from .domains import InFolder, OutFolder, ResultFile, Text, argument, option
 
 DEFAULT_DIR = Path("probe-reports")
@@ -65,7 +65,7 @@ def list_reports(
     folder = _folder(folder or out_dir or DEFAULT_DIR)
     entries = index_entries(folder)
     if not entries:
-        out.print(f"no reports in {folder}")
+        out.print(f"no reports in {shown(folder)}", markup=False)
         return
     table = Table(
         title=f"reports in {folder}",
@@ -98,7 +98,7 @@ def open_report(
 ) -> None:
     """Open a report in the default browser; where there is none, print its path."""
     path = _resolve(target, out_dir or DEFAULT_DIR)
-    out.print(str(path))
+    out.print(shown(path), markup=False)
     if _has_display() and webbrowser.open(path.resolve().as_uri()):
         return
     out.print("(no browser here: open the file above)")
@@ -142,9 +142,9 @@ def build_report(
     ]
     with no_empty_folder(*dict.fromkeys(folders.values())):
         for html, page in pages:  # every page rendered before the first is written
-            out.print(f"report: {write_page(html, page)}")
+            named("report", write_page(html, page))
         for folder in dict.fromkeys(folders.values()):
-            out.print(f"index: {write_index(folder)}")
+            named("index", write_index(folder))
 
 
 def _rendered(ds, result: Path, folder: Path) -> tuple[Path, str]:
@@ -201,8 +201,8 @@ def compare(
     with no_empty_folder(out_dir):
         html = write_comparison(datasets, list(results), out_dir)
         print_family_table(datasets)
-        out.print(f"comparison: {html}")
-        out.print(f"index: {write_index(out_dir)}")
+        named("comparison", html)
+        named("index", write_index(out_dir))
 
 
 def _expand(paths: list[Path]) -> list[Path]:

@@ -18,7 +18,7 @@ from rich.table import Table
 from probe.names import PATH_ATTENTIONS, PATH_NORMS, SCHEDULES, TOY_SETUPS
 
 from . import domains
-from .console import Reporter, command_line, out
+from .console import Reporter, command_line, named, out
 from .domains import Count, OutFolder, Real, TextFile, option
 
 if TYPE_CHECKING:
@@ -130,9 +130,9 @@ def _run(task: str, out_dir: Path, **options) -> None:
         name = toy_name(ds)
         nc, html = write_pair(ds, out_dir, name, render_toy(ds, result_file=f"{name}.nc"))
         _print(ds)
-        out.print(f"result: {nc}")
-        out.print(f"report: {html}")
-        out.print(f"index: {write_index(out_dir)}")
+        named("result", nc)
+        named("report", html)
+        named("index", write_index(out_dir))
 
 
 def _print(ds: xr.Dataset) -> None:

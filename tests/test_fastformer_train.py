@@ -115,3 +115,30 @@ def test_out_that_is_a_file_fails_before_any_work(tmp_path):
     result = invoke("fastformer", "train", "--text", "stdlib", "--out", target, "--quick")
     assert result.exit_code == 2 and "is a file" in result.output
     assert target.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("layers", [1, 3, 5])
+@pytest.mark.parametrize("kind", ["fastformer", "gpt2"])
+def test_the_memory_check_counts_the_parameters_of_any_depth_exactly(kind, layers):
+    # The count comes from one layer and two (a deep stack is never built); it must equal
+    # the parameters of the model built at that depth.
+    from probe.fastformer.train import _meta_parameters, fastformer_for, gpt2_for
+
+    build = {"fastformer": fastformer_for, "gpt2": gpt2_for}[kind]
+    settings = TrainSettings(text="x", text_source="t", out="o", hidden=12, heads=3,
+                             layers=layers, context=10)  # fmt: skip
+    with torch.device("meta"):
+        built = sum(p.numel() for p in build(settings, 40).parameters())
+    assert _meta_parameters(build, settings, 40) == built
+
+
+def test_a_stack_of_millions_of_layers_is_refused_by_its_memory_without_being_built(tmp_path):
+    # Found by the long fuzz: --layers 8637214 built every layer on the meta device first.
+    text = tmp_path / "text.txt"
+    text.write_text(sample_text(), encoding="utf-8")
+    result = invoke("fastformer", "train", "--text", text, "--out", tmp_path / "ff",
+                    "--layers", "8637214", "--hidden", "8", "--heads", "1", "--context", "3",
+                    "--batch", "1", "--steps", "1")  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert "needs about" in result.stderr and "--layers" in result.stderr
+    assert not (tmp_path / "ff").exists()

@@ -259,13 +259,35 @@ class Stopped(BaseException):
     """The per-command-line time limit (not an Exception: nothing may catch it)."""
 
 
+#: Whether the per-line alarm went off: probe's own interrupt handling may turn the
+#: ``Stopped`` it raises into its clean exit 130 ("interrupted; nothing was written"),
+#: which is then the time limit, not the command's doing.
+alarm = {"fired": False}
+
+
 def _alarm(signum, frame):
+    alarm["fired"] = True
     raise Stopped
+
+
+def unquoted(text: str) -> str:
+    """A path as probe prints it (``cli.console.shown``) back to the name: ``$'...'``
+    quoting decoded, written here from bash's rules, not by calling probe."""
+    if not (text.startswith("$'") and text.endswith("'")):
+        return text
+    names = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\", "'": "'"}
+
+    def one(match):
+        code = match.group(1)
+        return names[code] if code in names else chr(int(code[1:], 16))
+
+    return re.sub(r"\\([tnr\\']|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", one, text[2:-1])
 
 
 def check_contract(line: list[str], sandbox: Path) -> str:
     """Run ``line`` in ``sandbox``; assert the contract; the outcome for the log."""
     before = snapshot(sandbox)
+    alarm["fired"] = False
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
     try:
@@ -275,7 +297,7 @@ def check_contract(line: list[str], sandbox: Path) -> str:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
-    if isinstance(result.exception, Stopped):
+    if isinstance(result.exception, Stopped) or (alarm["fired"] and result.exit_code == 130):
         return "timeout"
     shown = f"probe {' '.join(map(repr, line))}\nstdout: {result.stdout}\nstderr: {result.stderr}"
     if result.exception is not None and not isinstance(result.exception, SystemExit):
@@ -305,7 +327,7 @@ def check_contract(line: list[str], sandbox: Path) -> str:
             assert name[:-3] + ".html" in after, f"{name} without its report: {shown}"
     for match in re.finditer(r"^(?:result|report|index|comparison|training report): (.+)$",
                              result.stdout, flags=re.M):  # fmt: skip
-        named = Path(match.group(1).strip())
+        named = Path(unquoted(match.group(1)))
         assert (named if named.is_absolute() else sandbox / named).exists(), shown
     return "ok" if new else "ok, nothing written"
 

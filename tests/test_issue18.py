@@ -597,3 +597,52 @@ def test_a_toy_network_too_large_to_build_is_refused_before_it_is_built(box):
     # now counts the network's weights, not a traceback from the allocator.
     refused("toy", "sort", "--hidden", "1000000", "--width", "1", "--depth", "1", "--train", "1",
             "--eval", "1", "--epochs", "1", "--out", "out", message="toy sort with these sizes")  # fmt: skip
+
+
+# --- found by the long fuzz (stop 22) ----------------------------------------------------
+
+
+def _bash_decoded(printed: str) -> str:
+    """The name a shell reads from a printed path: bash itself, an independent decoder."""
+    import subprocess
+
+    done = subprocess.run(["bash", "-c", f"printf %s {printed}"], capture_output=True, check=True)
+    return done.stdout.decode()
+
+
+@pytest.mark.parametrize("name", ["\t3", " lead", "trail ", "new\nline", "it's", "back\\slash",
+                                  "bell\x07", "nbsp\xa0", "٣ arabic", "plain/name"])  # fmt: skip
+def test_a_printed_path_reads_back_as_the_written_name(name):
+    from cli.console import shown
+
+    printed = shown(name)
+    assert "\n" not in printed and "\t" not in printed
+    if name.isprintable() and name == name.strip():
+        assert printed == name  # an ordinary name is printed as it is
+    else:
+        assert _bash_decoded(printed) == name
+
+
+def test_report_build_names_the_folder_it_wrote_even_when_the_name_has_a_tab(box):
+    # `report build --out $'\t3'` printed the folder with its tab expanded to spaces.
+    result = ran("report", "build", "results/paths-count.nc", "--out", "\t3")
+    lines = dict(line.split(": ", 1) for line in result.stdout.splitlines())
+    assert lines["report"] == "$'\\t3/paths-count.html'"
+    assert (box / _bash_decoded(lines["report"])).is_file()
+    assert (box / _bash_decoded(lines["index"])).is_file()
+
+
+def test_every_printed_path_decodes_to_its_name():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from cli.console import shown
+    from tests.test_fuzz_cli import unquoted
+
+    @given(st.text(min_size=1))
+    def check(name):
+        printed = shown(name)
+        assert printed.isprintable()
+        assert unquoted(printed) == name
+
+    check()

@@ -33,7 +33,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -169,6 +169,13 @@ def _meta_parameters(build, settings: TrainSettings, vocab: int) -> int:
     rough = layers * 16 * h * h + 2 * vocab * h + settings.context * h
     if rough > 2**40:
         return rough
+    # Both models are a stack of identical layers: one layer and two give the count of
+    # any depth, without building millions of layers (--layers 8637214 took minutes).
+    one, two = (_built_parameters(build, replace(settings, layers=n), vocab) for n in (1, 2))
+    return one + (layers - 1) * (two - one)
+
+
+def _built_parameters(build, settings: TrainSettings, vocab: int) -> int:
     with torch.device("meta"), _quiet_transformers():
         try:
             model = build(settings, vocab)
