@@ -265,20 +265,31 @@ def execute(
     first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
     count = sum(ids.shape[0] for _, ids, _ in mine)
     blocks = _blocks(plan, mine, progress, part)
+    measured = None  # the theory panel's residuals, from the run's first batch
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        skeleton = _dataset(_empty(plan, 0), plan, world_size)
+        skeleton = _dataset(_empty(plan, 0), plan, world_size, theory_panel=False)
         with SequenceWriter(stream_to, skeleton, first=first) as writer:
-            for _, block in blocks:
+            for start, block, panel in blocks:
                 writer.append(block)
+                measured = panel if start == 0 else measured
+            writer.set_attribute("theory", _theory(plan, measured))
         return xr.open_dataset(stream_to, engine=ENGINE)
     data = _empty(plan, count)
-    for start, block in blocks:
+    for start, block, panel in blocks:
+        measured = panel if start == 0 else measured
         for name, values in block.items():
             data[name][:, :, :, start - first : start - first + values.shape[3]] = values
-    ds = _dataset(data, plan, world_size)
+    ds = _dataset(data, plan, world_size, measured)
     return ds.assign_coords(sequence=first + np.arange(count))
+
+
+def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> str:
+    """The theory panel (a JSON attribute), from the residuals the run's first batch measured
+    (``measured``) where it holds them, else from traces of its own (a shard of a torchrun
+    run without the first batch, or a run without SAN, SAN+MLP or SAN+skip)."""
+    return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
 
 
 def _blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int] = (0, 1)):
@@ -294,28 +305,34 @@ def _blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int
     pending = None  # (start, future) of the batch being measured on CUDA
     try:
         for start, ids, mask in batches:
-            runs = _run_batch(plan, ids, mask, progress, done, plan.steps_of(part))
+            # The run's first batch also measures the theory panel's sequences.
+            panel = min(ids.shape[0], theory.PANEL_SEQUENCES) if start == 0 else 0
+            runs = _run_batch(plan, ids, mask, progress, done, plan.steps_of(part), panel)
             if worker is None:
-                yield start, _block(plan, ids.shape[0], runs)
+                yield start, *_block(plan, ids.shape[0], runs)
                 continue
             ready = torch.cuda.Event()
             # the batch's forwards, as queued on the model device's current stream
             ready.record(torch.cuda.current_stream(plan.models[0].device))
             future = worker.submit(_measure_cuda, plan, ids.shape[0], runs, ready)
             if pending is not None:
-                yield pending[0], pending[1].result()
+                yield pending[0], *pending[1].result()
             pending = (start, future)
         if pending is not None:
-            yield pending[0], pending[1].result()
+            yield pending[0], *pending[1].result()
     finally:
         if worker is not None:
             worker.shutdown(wait=True)
 
 
 def _run_batch(
-    plan: Plan, ids, mask, progress: Progress | None, done: list[int], steps: int
+    plan: Plan, ids, mask, progress: Progress | None, done: list[int], steps: int, panel: int = 0
 ) -> list:
-    """Every variant and init of one batch: [(variant, init, per-layer values)]."""
+    """Every variant and init of one batch: [(variant, init, per-layer values, panel)].
+
+    ``panel``: for SAN, SAN+MLP and SAN+skip, also measure the theory panel's residual norms
+    of the first ``panel`` sequences (``theory.residual_norms``), so the panel needs no
+    forward passes of its own."""
     L = plan.models[0].n_layers
     cuda = plan.models[0].device.type == "cuda"
     # X_0 is shared by a model's variants: one reducer per model keeps its metrics.
@@ -323,21 +340,33 @@ def _run_batch(
     runs = []
     for i, variant in enumerate(plan.variants):
         ablation = PRESETS[variant].with_surgery(plan.surgery)
+        tap = panel if variant in theory.PANEL_VARIANTS and plan.surgery == "probe" else 0
         for j, probed in enumerate(plan.models):
-            runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask)))
+            reducers[j].panel = tap
+            runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask), tap))
             done[0] += 1
             if progress is not None:
                 progress(done[0], steps, f"{probed.name} · {probed.init} · {variant}")
     return runs
 
 
-def _block(plan: Plan, sequences: int, runs: list) -> dict[str, np.ndarray]:
+#: The key under which a layer's values carry the theory panel's residual norms.
+PANEL = "theory_panel"
+
+
+def _block(plan: Plan, sequences: int, runs: list) -> tuple[dict[str, np.ndarray], list | None]:
+    """A batch's results, and per model the theory panel's (layer, sequence) residuals by
+    variant (None when the batch measured none)."""
     block = _empty(plan, sequences)
-    for i, j, per_layer in runs:
+    panel: list[dict[str, np.ndarray]] = [{} for _ in plan.models]
+    for i, j, per_layer, _ in runs:
         for layer, values in enumerate(per_layer):
             for name, value in values.items():
-                block[name][i, j, layer] = value.numpy()
-    return block
+                if name != PANEL:
+                    block[name][i, j, layer] = value.numpy()
+        if PANEL in per_layer[0]:
+            panel[j][plan.variants[i]] = np.stack([v[PANEL].numpy() for v in per_layer])
+    return block, panel if any(panel) else None
 
 
 def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np.ndarray]:
@@ -350,13 +379,15 @@ def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np
     measured = []
     with torch.cuda.stream(side):
         side.wait_event(ready)
-        for i, j, per_layer in runs:
+        for i, j, per_layer, tap in runs:
             layers = []
             for layer, (x, real) in enumerate(per_layer):
                 _check_finite(x, real, layer)  # waits for the device: off the forward's thread
                 values = metrics.collapse_metrics(x, real, plan.metrics, plan.effective_rank)
+                if tap:
+                    values[PANEL] = theory.residual_norms(x[:tap], real[:tap])
                 layers.append({name: _to_host(value) for name, value in values.items()})
-            measured.append((i, j, layers))
+            measured.append((i, j, layers, tap))
     side.synchronize()
     return _block(plan, sequences, measured)
 
@@ -391,20 +422,27 @@ class _Reducer:
         self.cuda = cuda
         self.calls = 0
         self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
+        #: Sequences whose theory-panel residual this trace also measures (0: none).
+        self.panel = 0
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor):
         layer, self.calls = self.calls % self.layers, self.calls + 1
         if self.cuda:  # a copy: the forward may reuse the tensor's memory
             return x.detach().clone(), mask.clone()
+        values = None
         if layer == 0 and self.first is not None:
-            x0, mask0, values = self.first
+            x0, mask0, cached = self.first
             if torch.equal(x, x0) and torch.equal(mask, mask0):
-                return values
-        _check_finite(x, mask, layer)
-        values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
-        values = {name: value.cpu() for name, value in values.items()}
-        if layer == 0:
-            self.first = (x.clone(), mask.clone(), values)
+                values = cached
+        if values is None:
+            _check_finite(x, mask, layer)
+            values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
+            values = {name: value.cpu() for name, value in values.items()}
+            if layer == 0:
+                self.first = (x.clone(), mask.clone(), values)
+        if self.panel:
+            n = self.panel
+            values = {**values, PANEL: theory.residual_norms(x[:n], mask[:n]).cpu()}
         return values
 
 
@@ -499,7 +537,11 @@ def _load_all(model, inits, seed, device, dtype, allow_missing, spread=None) -> 
     ]
 
 
-def _dataset(data, plan: Plan, world_size: int = 1) -> xr.Dataset:
+def _dataset(
+    data, plan: Plan, world_size: int = 1, measured=None, theory_panel: bool = True
+) -> xr.Dataset:
+    """The result Dataset; ``theory_panel=False`` leaves the panel's attribute empty (a
+    streamed result sets it once its first batch has run)."""
     models, variants, inputs = plan.models, plan.variants, plan.inputs
     first = models[0]
     dims = ("variant", "init", "layer", "sequence")
@@ -541,7 +583,7 @@ def _dataset(data, plan: Plan, world_size: int = 1) -> xr.Dataset:
         "inputs": inputs.kind,
         # The paper's bounds from the model's own weights beside measured residuals
         # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
-        "theory": theory.panels(models, inputs, plan.batch_size),
+        "theory": _theory(plan, measured) if theory_panel else "",
         "text_source": inputs.text_source,
         "text_sha256": inputs.text_sha256,
         "sequences": inputs.sequences,

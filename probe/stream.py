@@ -96,6 +96,11 @@ class SequenceWriter:
             self._file.variables[SEQUENCE][start:stop] = self.first + np.arange(start, stop)
         self.length = stop
 
+    def set_attribute(self, name: str, value: str) -> None:
+        """Set (or replace) a global attribute of the result before it is published: one
+        known only once the batches have run."""
+        self._file.attrs[name] = value
+
     def close(self) -> Path:
         """Finish the file and publish it at ``path``."""
         self._file.close()

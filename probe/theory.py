@@ -183,14 +183,22 @@ def layer_constants(probed) -> dict[str, Any]:
     return out
 
 
+def residual_norms(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """||res(X)||_{1,inf} per sequence (the token-mean fit, real tokens only), float64, as a
+    tensor on x's device (no wait for it: the collapse run takes it inside its layer loop).
+
+    Padded rows are zeroed: they add nothing to a column sum, and their row sum of 0 is never
+    the largest.  A sequence without real tokens gives NaN."""
+    real = mask.to(torch.float64).unsqueeze(-1)  # (sequence, token, 1)
+    x = x.to(torch.float64)
+    mean = (x * real).sum(1, keepdim=True) / real.sum(1, keepdim=True)
+    res = ((x - mean) * real).abs()
+    return (res.sum(1).amax(-1) * res.sum(2).amax(-1)).sqrt()
+
+
 def residual_norm(x: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """||res(X)||_{1,inf} per sequence (the token-mean fit, real tokens only), float64."""
-    out = []
-    for seq in range(x.shape[0]):
-        real = x[seq][mask[seq].bool()].to(torch.float64)
-        res = real - real.mean(0, keepdim=True)
-        out.append(norm_1inf(res))
-    return np.asarray(out)
+    """:func:`residual_norms` as a NumPy array."""
+    return residual_norms(x, mask).cpu().numpy()
 
 
 def recursion(r0: np.ndarray, c: list[float], lam: list[float] | None = None) -> np.ndarray:
@@ -204,10 +212,25 @@ def recursion(r0: np.ndarray, c: list[float], lam: list[float] | None = None) ->
         return np.exp(np.stack(log_r))
 
 
-def panel(probed, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
+#: The variants whose residuals the panel sets beside the bounds.
+PANEL_VARIANTS = ("SAN", "SAN+MLP", "SAN+skip")
+#: The panel measures the first this many sequences of a run's first batch.
+PANEL_SEQUENCES = 8
+
+
+def panel(
+    probed,
+    input_ids: torch.Tensor,
+    mask: torch.Tensor,
+    measured: dict[str, np.ndarray] | None = None,
+) -> dict[str, Any]:
     """The theory panel's numbers for one model: constants, measured residuals of SAN,
-    SAN+MLP and SAN+skip on these sequences, the two bounds and where they are vacuous."""
-    from .ablate import SAN, SAN_MLP, SAN_SKIP
+    SAN+MLP and SAN+skip on these sequences, the two bounds and where they are vacuous.
+
+    ``measured``: variant -> (layer, sequence) residual norms (:func:`residual_norms`) a
+    caller already took from its own forward passes of these sequences (the collapse run
+    does); a variant it lacks is traced here."""
+    from .ablate import PRESETS
     from .load import onloaded
     from .trace import layer_values
 
@@ -216,10 +239,11 @@ def panel(probed, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]
     result: dict[str, Any] = {"init": probed.init, **found}
     if "beta" not in found:
         return result
-    measured = {}
-    for name, ablation in (("SAN", SAN), ("SAN+MLP", SAN_MLP), ("SAN+skip", SAN_SKIP)):
-        values = layer_values(probed, input_ids, ablation, residual_norm, mask)
-        measured[name] = np.stack(values)  # (layer, sequence)
+    measured = dict(measured or {})
+    for name in PANEL_VARIANTS:
+        if name not in measured:
+            values = layer_values(probed, input_ids, PRESETS[name], residual_norm, mask)
+            measured[name] = np.stack(values)  # (layer, sequence)
     r0 = measured["SAN"][0]
     bounds = {"Theorem 2.2 (SAN)": recursion(r0, found["c"])}
     if not np.isnan(found["lambda"]).any():
@@ -240,16 +264,23 @@ def panel(probed, input_ids: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]
     return result
 
 
-def panels(models, inputs, batch_size: int, sequences: int = 8) -> str:
+def panels(
+    models,
+    inputs,
+    batch_size: int,
+    sequences: int = PANEL_SEQUENCES,
+    measured: list[dict[str, np.ndarray]] | None = None,
+) -> str:
     """The theory panel of every init of a collapse run, as JSON (a result attribute), from
-    the first ``sequences`` sequences of its first batch."""
+    the first ``sequences`` sequences of its first batch; ``measured``: per model, what
+    :func:`panel` may take instead of tracing."""
     import json
 
     _, ids, mask = next(iter(inputs.batches(min(batch_size, sequences))))
     found = []
-    for probed in models:
+    for index, probed in enumerate(models):
         try:
-            found.append(panel(probed, ids, mask))
+            found.append(panel(probed, ids, mask, measured[index] if measured else None))
         except ProbeError as error:
             found.append({"init": probed.init, "missing": [str(error)]})
     return json.dumps(found)

@@ -77,9 +77,9 @@ def test_local_simulation_of_the_remote_path_gives_the_local_numbers(
     here = collapse.run(name, **OPTIONS)
     assert not requests
     there = collapse.run(name, remote="local", **OPTIONS)
-    # every variant's trace of the one batch, and the theory panel's SAN, SAN+MLP and SAN+skip
-    # traces (probe.theory), went the remote way
-    assert len(requests) == 2 + 3
+    # every variant's trace of the one batch, and the theory panel's SAN+MLP and SAN+skip
+    # traces, went the remote way (its SAN residuals come from the run's own SAN trace)
+    assert len(requests) == 2 + 2
     for metric in METRICS:
         xr.testing.assert_identical(here[metric], there[metric])  # identical, not close
     assert "local simulation of NDIF" in there.attrs["weights"]

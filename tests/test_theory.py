@@ -162,3 +162,52 @@ def test_a_result_without_the_panel_still_renders():
 
     html = theory_section(xr.Dataset(attrs={}), Figures())
     assert "run <code>probe collapse</code> again" in html
+
+
+@pytest.mark.parametrize(
+    ("batch", "stream", "surgery"),
+    [(4, False, "probe"), (16, True, "probe"), (4, True, "paper")],
+    ids=["in-memory", "streamed", "paper-surgery"],
+)
+def test_a_collapse_run_takes_the_panel_from_its_own_forwards(tmp_path, batch, stream, surgery):
+    # The panel's SAN, SAN+MLP and SAN+skip residuals come from the run's first batch, not
+    # from three more traces; they must be the numbers those traces give.  With the first
+    # batch no larger than the panel's 8 sequences the forwards are the same ones: exact.
+    # A batch of 16 runs the 8 sequences inside a larger matmul: float32 rounding of the
+    # forward (relative 1e-6 over two layers of width 32), the norms themselves in float64.
+    # Under --surgery paper the run's variants are not the panel's: the panel traces its own.
+    from probe.ablate import PRESETS
+    from probe.analyses import collapse
+    from probe.trace import layer_values
+
+    probed = probe.wrap(tiny_model("bert", seed=3))
+    options = dict(init=probed.init, sequences=20, tokens=7, batch_size=batch, seed=1,
+                   surgery=surgery)  # fmt: skip
+    if stream:
+        collapse.run(probed, stream_to=tmp_path / "run.nc", **options)
+        ds = xr.open_dataset(tmp_path / "run.nc")
+    else:
+        ds = collapse.run(probed, **options)
+    panel = json.loads(ds.attrs["theory"])[0]
+    plan = collapse.prepare(probed, **options)
+    ids, mask = plan.inputs.input_ids[:8], plan.inputs.attention_mask[:8]
+    for name in theory.PANEL_VARIANTS:
+        per_layer = layer_values(probed, ids[: min(batch, 8)], PRESETS[name],
+                                 theory.residual_norm, mask[: min(batch, 8)])  # fmt: skip
+        want = np.median(np.stack(per_layer), axis=1)
+        if batch <= 8:
+            assert panel["measured"][name] == want.tolist()
+        else:
+            np.testing.assert_allclose(panel["measured"][name], want, rtol=1e-6)
+    ds.close()
+
+
+def test_the_residual_norms_of_padded_sequences_ignore_the_padding():
+    # Hand-made: sequence 0 has two real tokens; its padding holds huge values, which must
+    # not count.  res = rows (-1, 0) and (1, 0): ||.||_1 = 2, ||.||_inf = 1 -> sqrt(2).
+    x = torch.tensor([[[0.0, 5.0], [2.0, 5.0], [1e6, -1e6]], [[1.0, 0.0], [0.0, 1.0], [0.0, 0.0]]])
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    got = theory.residual_norms(x, mask)
+    want1 = theory_numpy.residual_1inf(x[1].double().numpy())
+    assert got[0].item() == math.sqrt(2.0)
+    assert got[1].item() == pytest.approx(want1, rel=1e-15)
