@@ -197,6 +197,12 @@ _ROUNDING = 64 * _EPS
 # from the explicit R_1.
 _FACTORED_LIMIT = 1e4
 
+# Dense path: where lambda_2(G) / lambda_1(G) is at least this, s_2 = sqrt(lambda_2(G)), which
+# G's eigensolve already gave: its rounding, a few eps lambda_1 (the product and the solver),
+# is then below 1e-13 of lambda_2.  Below it, s_2 comes from R_1's own Gram matrix, accurate
+# however small R_1 is (a collapsed sequence).
+_SECOND_FROM_G = 1e-2
+
 # Effective rank estimate (see the module docstring).
 EXACT_UP_TO = 256  # "auto" on a CPU: exact spectra up to this k, where they cost no more
 #: Up to this k on a CPU the top singular pair and the residuals' spectral norms come from
@@ -987,14 +993,22 @@ def _spectral(grams, Xm, buffer, counts, residual, estimate) -> _Top:
 def _dense(grams, Xm, buffer, residual: bool) -> _Top:
     """What _spectral gives, from dense eigensolves of the k x k Gram matrices (small k on
     a CPU): u_1 by inverse iteration at eigvalsh's lambda_1 (as the Krylov path's fallback),
-    ||R||_2^2 = lambda_1(G_R), and ||R_1||_2 from R_1's own Gram matrix."""
+    ||R||_2^2 = lambda_1(G_R), and ||R_1||_2 = s_2 as sqrt(lambda_2(G)) where G resolves it
+    (_SECOND_FROM_G), else from R_1's own Gram matrix."""
     G = grams.dense_X()
     lam = _eigvalsh(G)[0]
     top = _direction(grams, _top_vector(G, lam[:, 0]), Xm, buffer)
     top.gram, top.gram_values = G, lam
     if residual:
         top.mu1 = _eigvalsh(grams.G_R)[0][:, 0].clamp(min=0.0)
-        top.s2 = _eigvalsh(_gram(top.R1, grams.wide))[0][:, 0].clamp(min=0.0).sqrt()
+        second = lam[:, 1] if lam.shape[-1] > 1 else torch.zeros_like(lam[:, 0])
+        top.s2 = _fix_rows(
+            ~(second >= _SECOND_FROM_G * lam[:, 0]),  # NaN-safe: such rows take R_1's Gram
+            second.clamp(min=0.0).sqrt(),
+            lambda index: _eigvalsh(_gram(_rows(top.R1, index), grams.wide))[0][:, 0]
+            .clamp(min=0.0)
+            .sqrt(),
+        )
     return top
 
 
