@@ -1005,9 +1005,9 @@ def _dense(grams, Xm, buffer, residual: bool) -> _Top:
         top.s2 = _fix_rows(
             ~(second >= _SECOND_FROM_G * lam[:, 0]),  # NaN-safe: such rows take R_1's Gram
             second.clamp(min=0.0).sqrt(),
-            lambda index: _eigvalsh(_gram(_rows(top.R1, index), grams.wide))[0][:, 0]
-            .clamp(min=0.0)
-            .sqrt(),
+            lambda index: (
+                _eigvalsh(_gram(_rows(top.R1, index), grams.wide))[0][:, 0].clamp(min=0.0).sqrt()
+            ),
         )
     return top
 
