@@ -815,9 +815,26 @@ def _accurate(A: Tensor, G: Tensor, count: int, wide: bool) -> Tensor:
     return _row_norms(A, W.flip(-1)[..., :count], wide)
 
 
-def _spectrum(A: Tensor, G: Tensor, count: int, wide: bool, full: bool) -> Tensor:
-    """Top ``count`` singular values of A (Gram matrix G), as in _all_singular_values."""
-    lam = _eigvalsh(G)[0][..., :count]
+def _known_rows(
+    known: tuple[Tensor, Tensor, Tensor] | None, index: Tensor
+) -> tuple[Tensor, Tensor] | None:
+    """The Gram matrices and eigenvalues of rows ``index`` out of ``known`` = (rows, Gram
+    matrices, eigenvalues), where it holds every one of them (both row lists ascending)."""
+    if known is None:
+        return None
+    rows, grams, values = known
+    where = torch.searchsorted(rows, index).clamp(max=len(rows) - 1)
+    if not torch.equal(rows[where], index):
+        return None
+    return grams[where], values[where]
+
+
+def _spectrum(
+    A: Tensor, G: Tensor, count: int, wide: bool, full: bool, lam: Tensor | None = None
+) -> Tensor:
+    """Top ``count`` singular values of A (Gram matrix G, eigenvalues ``lam`` descending where
+    known), as in _all_singular_values."""
+    lam = (_eigvalsh(G)[0] if lam is None else lam)[..., :count]
     S = lam.clamp(min=0.0).sqrt()
     if full and count > 1:
         S = _fix_rows(
@@ -843,6 +860,7 @@ def _all_singular_values(
     rank: Tensor,
     wide: bool,
     lam: Tensor | None = None,
+    r1: tuple[Tensor, Tensor, Tensor] | None = None,
 ) -> Tensor:
     """All k singular values of X, descending (the exact effective rank; module docstring).
 
@@ -850,7 +868,8 @@ def _all_singular_values(
     lambda_i (i <= rank bound) is >= RESOLVED * lambda_1; elsewhere ||X^T w_i|| over the
     eigenvectors of G.  Where s_2 < DEFLATE * s_1 they are the singular values of the explicit
     R_1 instead, by the same method on R_1's Gram matrix.  ``lam``: G's eigenvalues,
-    descending, where they are known already.
+    descending, where they are known already; ``r1``: (rows, R_1's Gram matrices, their
+    eigenvalues) where those are known already.
     """
     lam = _eigvalsh(G)[0] if lam is None else lam
     k = lam.shape[-1]
@@ -868,8 +887,10 @@ def _all_singular_values(
 
     def deflated(index):
         rest = _rows(R1, index)
+        known = _known_rows(r1, index)
+        G1, lam1 = known if known is not None else (_gram(rest, wide), None)
         # R_1's Gram matrix has one more null direction (u_1): its top k - 1 values.
-        values = _spectrum(rest, _gram(rest, wide), k - 1, wide, True)
+        values = _spectrum(rest, G1, k - 1, wide, True, lam1)
         return torch.cat([_rows(S, index)[:, :1], values], dim=-1)
 
     S = _fix_rows(deflate, S, deflated)
@@ -932,6 +953,9 @@ class _Top:
     # effective rank reuses instead of solving the same problem again.
     gram: Tensor | None = None
     gram_values: Tensor | None = None
+    # The dense path's Gram matrices of R_1 (rows ``index``) and their eigenvalues, formed for
+    # s_2 of collapsed sequences, which the exact effective rank's deflation reuses.
+    r1: tuple[Tensor, Tensor, Tensor] | None = None
 
 
 def _spectral(grams, Xm, buffer, counts, residual, estimate) -> _Top:
@@ -1002,13 +1026,16 @@ def _dense(grams, Xm, buffer, residual: bool) -> _Top:
     if residual:
         top.mu1 = _eigvalsh(grams.G_R)[0][:, 0].clamp(min=0.0)
         second = lam[:, 1] if lam.shape[-1] > 1 else torch.zeros_like(lam[:, 0])
-        top.s2 = _fix_rows(
-            ~(second >= _SECOND_FROM_G * lam[:, 0]),  # NaN-safe: such rows take R_1's Gram
-            second.clamp(min=0.0).sqrt(),
-            lambda index: (
-                _eigvalsh(_gram(_rows(top.R1, index), grams.wide))[0][:, 0].clamp(min=0.0).sqrt()
-            ),
-        )
+
+        def own_gram(index: Tensor) -> Tensor:
+            G1 = _gram(_rows(top.R1, index), grams.wide)
+            values = _eigvalsh(G1)[0]
+            top.r1 = (index, G1, values)  # for the exact effective rank's deflation
+            return values[:, 0].clamp(min=0.0).sqrt()
+
+        # NaN-safe: a row where the comparison fails takes R_1's own Gram matrix.
+        where = ~(second >= _SECOND_FROM_G * lam[:, 0])
+        top.s2 = _fix_rows(where, second.clamp(min=0.0).sqrt(), own_gram)
     return top
 
 
@@ -1198,7 +1225,7 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
         if exact:
             rank = counts.to(torch.long).clamp(max=k)
             G = grams.dense_X() if top.gram is None else top.gram
-            S_all = _all_singular_values(Xm, G, s1, R1, rank, wide, top.gram_values)
+            S_all = _all_singular_values(Xm, G, s1, R1, rank, wide, top.gram_values, top.r1)
             out["effective_rank"] = _effective_rank(S_all)
         elif estimate:
             real = counts if wide else torch.full_like(counts, float(k))
