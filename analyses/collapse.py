@@ -399,6 +399,10 @@ def _to_host(value: torch.Tensor) -> torch.Tensor:
 
 
 def _check_finite(x: torch.Tensor, mask: torch.Tensor, layer: int) -> None:
+    # One pass over the whole layer first (no copy); only a layer holding a non-finite value
+    # somewhere has its real tokens picked out (padding may hold anything).
+    if bool(torch.isfinite(x).all()):
+        return
     if not bool(torch.isfinite(x[mask.bool()]).all()):
         # The weights are finite (checked at load): the forward pass overflowed.
         raise ProbeError(

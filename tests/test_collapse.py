@@ -151,3 +151,16 @@ def test_embeddings_are_measured_once_per_batch(family, tiny_folders, monkeypatc
             alone.relative_residual.sel(variant=variant),
             together.relative_residual.sel(variant=variant),
         )
+
+
+def test_a_layer_is_refused_only_for_a_non_finite_value_in_a_real_token():
+    from probe.analyses.collapse import _check_finite
+
+    x = torch.ones(2, 3, 4)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1]])
+    _check_finite(x, mask, 3)  # all finite
+    x[0, 2, 1] = float("nan")  # padding may hold anything
+    _check_finite(x, mask, 3)
+    x[1, 0, 0] = float("inf")
+    with pytest.raises(probe.ProbeError, match="layer 3's token representations hold NaN or inf"):
+        _check_finite(x, mask, 3)
