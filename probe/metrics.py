@@ -75,8 +75,10 @@ bert-base at random init).  A sequence that has not converged after KRYLOV_STEPS
 exact eigensolver (eigvalsh; inverse iteration for u_1), so every value is accurate as stated.
 On a CPU up to k = DENSE_UP_TO the Krylov loop is skipped: the same three quantities come
 from dense eigensolves (lambda_1 of X's Gram matrix by eigvalsh and u_1 by inverse iteration,
-lambda_1 of G_R, lambda_1 of R_1's own Gram matrix), which cost less there than a loop of up
-to k steps; the accuracy tests run both ways at the same tolerances.
+lambda_1 of G_R, and s_2^2 as lambda_2 of X's Gram matrix where lambda_2 >= 1e-2 lambda_1, else
+lambda_1 of R_1's own Gram matrix, whose eigenvalues the exact effective rank's deflation then
+reuses), which cost less there than a loop of up to k steps; the accuracy tests run both ways
+at the same tolerances.
 Then s_1 = ||X^T u_1|| (||X v_1||), a Rayleigh quotient, R_1 = P X is formed explicitly for its l1,
 linf and Frobenius norms, and the stable rank is ||X||_F^2 / s_1^2.
 
