@@ -238,13 +238,14 @@ def load(
 
     if remote:
         return _remote(name, location, where, config, adapter, init, remote, dtype, device_map)
-    if init == "random":
-        model = _random_model(config, seed, torch_device, torch_dtype, adapter)
+    what = f"the {init} weights of {name}"
+    if init == "random":  # checked finite as it is built (one pass over the weights)
+        model = _random_model(config, seed, torch_device, torch_dtype, adapter, what)
         weights = f"random init (seed {seed}) from the config of {where}"
     else:
         model, note = _pretrained_model(name, location, config, adapter, allow_missing_weights)
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
-    check_finite(model, f"the {init} weights of {name}")
+        check_finite(model, what)
     if device_map is None:
         model = model.to(device=torch_device, dtype=torch_dtype).eval()
     else:  # spread, never moved as a whole: ``.to()`` would undo the placement
@@ -790,7 +791,11 @@ def model_class(adapter: Adapter):
     return getattr(transformers, name) if name else transformers.AutoModel
 
 
-def _random_model(config, seed: int, device=None, dtype=None, adapter=None) -> torch.nn.Module:
+def _random_model(
+    config, seed: int, device=None, dtype=None, adapter=None, what: str = "the random weights"
+) -> torch.nn.Module:
+    """The model at random init from ``seed``, its weights checked finite (``check_finite``,
+    ``what`` naming them in the error)."""
     from transformers import AutoModel
 
     cls = AutoModel if adapter is None else model_class(adapter)
@@ -823,10 +828,22 @@ def _random_model(config, seed: int, device=None, dtype=None, adapter=None) -> t
         # and then the model is built the plain way instead.
         with _torch_init_skipped():
             model = build()
-        if not any(_has_nan(t) for t in (*model.parameters(), *model.buffers())):
+        if _drawn_and_finite(model):
             return model
         torch.manual_seed(seed)
-        return build()
+        model = build()
+    check_finite(model, what)
+    return model
+
+
+def _drawn_and_finite(model: torch.nn.Module) -> bool:
+    """No tensor kept the NaN of a skipped init, and every weight (``check_finite``'s
+    tensors: the state dict) is finite: one pass that is also the finiteness check."""
+    saved = model.state_dict(keep_vars=True)
+    if not all(bool(torch.isfinite(t).all()) for t in saved.values() if t.is_floating_point()):
+        return False
+    kept = {id(t) for t in saved.values()}
+    return not any(_has_nan(t) for t in model.buffers() if id(t) not in kept)
 
 
 def _has_nan(tensor: torch.Tensor) -> bool:

@@ -199,3 +199,15 @@ def test_an_unreachable_hub_is_not_asked(monkeypatch):
 
 def _refuse(*args, **kwargs):
     raise OSError("network is unreachable")
+
+
+def test_random_weights_that_are_not_finite_are_refused_naming_the_tensor(tmp_path):
+    # The finiteness check of a random init is the same pass that finds tensors its skipped
+    # default init left unset: an init range past float32 still gets the one-line refusal.
+    from transformers import BertConfig
+
+    BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=16,
+               vocab_size=50, initializer_range=1e39).save_pretrained(tmp_path)  # fmt: skip
+    with pytest.raises(probe.ProbeError, match=r"random weights of .* are not finite: "
+                       r"embeddings\.word_embeddings\.weight holds \d+ NaN or inf"):  # fmt: skip
+        probe.load(tmp_path, init="random")
