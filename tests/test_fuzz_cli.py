@@ -267,7 +267,21 @@ alarm = {"fired": False}
 
 def _alarm(signum, frame):
     alarm["fired"] = True
+    # Raised inside a finaliser (``__del__``, a weakref callback), an exception is printed and
+    # dropped, and the line would run on past its limit: try again a moment later (as probe's
+    # own signal handler defers to a safe point).
+    if _in_finaliser(frame):
+        signal.setitimer(signal.ITIMER_REAL, 0.05)
+        return
     raise Stopped
+
+
+def _in_finaliser(frame) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__del__" or frame.f_code.co_filename.endswith("weakref.py"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def unquoted(text: str) -> str:
