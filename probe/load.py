@@ -533,13 +533,22 @@ def check_finite(model: torch.nn.Module, what: str) -> None:
 
     Every metric of a run on them would be NaN, or an error deep inside the metrics.
     """
+    found = _first_non_finite(model)
+    if found is not None:
+        key, tensor = found
+        bad = int((~torch.isfinite(tensor)).sum())
+        raise ProbeError(
+            f"{what} are not finite: {key} holds {bad} NaN or inf value{'s' * (bad != 1)}; "
+            "fix or replace the checkpoint"
+        )
+
+
+def _first_non_finite(model: torch.nn.Module) -> tuple[str, torch.Tensor] | None:
+    """The first state-dict tensor holding NaN or inf, with its key (None: all finite)."""
     for key, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
-            bad = int((~torch.isfinite(tensor)).sum())
-            raise ProbeError(
-                f"{what} are not finite: {key} holds {bad} NaN or inf value{'s' * (bad != 1)}; "
-                "fix or replace the checkpoint"
-            )
+            return key, tensor
+    return None
 
 
 def check_config(name: str, config, adapter: Adapter) -> int:
@@ -839,10 +848,9 @@ def _random_model(
 def _drawn_and_finite(model: torch.nn.Module) -> bool:
     """No tensor kept the NaN of a skipped init, and every weight (``check_finite``'s
     tensors: the state dict) is finite: one pass that is also the finiteness check."""
-    saved = model.state_dict(keep_vars=True)
-    if not all(bool(torch.isfinite(t).all()) for t in saved.values() if t.is_floating_point()):
+    if _first_non_finite(model) is not None:
         return False
-    kept = {id(t) for t in saved.values()}
+    kept = {id(t) for t in model.state_dict(keep_vars=True).values()}
     return not any(_has_nan(t) for t in model.buffers() if id(t) not in kept)
 
 
