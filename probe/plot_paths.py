@@ -25,7 +25,7 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from .plot import INITS, _plain, _style, eps, ordered
+from .plot import INITS, _plain, _style, eps, log_axis, ordered
 
 _INIT_COLOURS = {"pretrained": to_hex(sns.color_palette("colorblind")[0]), "random": "#d55e00"}
 _REFERENCE = "#555555"
@@ -37,7 +37,7 @@ def init_colour(init: str) -> str:
 
 def _shifted_log_axis(ax, longest: int) -> None:
     """x = k + 1 on a log axis, labelled k, so that length 0 is drawn (at 1)."""
-    ax.set_xscale("log")
+    log_axis(ax, "x")
     ticks = [k for k in (0, 1, 2, 3, 5, 10, 20, 30, 50, 100) if k <= longest]
     ax.xaxis.set_major_locator(FixedLocator([k + 1 for k in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -197,7 +197,7 @@ def sample_ratios(
                     linewidth=1.2,
                     label=f"{init}: doubly exponential r(1)^(3^(d-1))",
                 )
-        ax.set_yscale("log")
+        log_axis(ax)
         ax.set_xticks(depth)
         ax.set_xlabel("depth d (heads along the path)")
         fitted = r"\mathrm{rank1}_{SVD}(P)" if fit == "svd" else r"\mathbf{1}p^T"
@@ -238,7 +238,7 @@ def decompose_shares(ds: xr.Dataset, init: str, norm: str = "fro") -> Figure:
             label=r"count share $\binom{L}{k}H^k/(H+1)^L$",
         )
         _shifted_log_axis(ax, int(k.max()))
-        ax.set_yscale("log")
+        log_axis(ax)
         ax.set_xlabel("path length k (log axis at k + 1)")
         ax.set_ylabel(f"share of the output ({norm} norm)")
         ax.set_title(f"{_plain(str(ds.attrs.get('model', '')))} ({init}): where the output lives")
@@ -266,7 +266,7 @@ def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
             if task == "loss":
                 full = float(ds["loss_full"].sel(init=init).mean("sequence"))
                 right.axhline(full, color=c, linestyle=":", linewidth=1)
-        left.set_yscale("log")
+        log_axis(left)
         left.set_xlabel("paths kept: lengths 0..k")
         left.set_ylabel(f"relative error of the output ({norm})")
         right.set_xlabel("paths kept: lengths 0..k")

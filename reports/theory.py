@@ -16,7 +16,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from probe.plot import colour
+from probe.plot import colour, log_axis
 
 from .figures import Figures, numbers
 from .page import esc
@@ -47,7 +47,7 @@ def _figure(panels: list[dict]) -> Figure:
                 linestyle="--",
                 label=f"{name} bound",
             )
-        ax.set_yscale("log")
+        log_axis(ax)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("layer")
         ax.set_ylabel("‖res(X)‖₁,∞")

@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from probe.plot import colour
+from probe.plot import colour, log_axis
 
 _STYLES = ("-", "--", ":", "-.")  # one per hidden size of the circle
 
@@ -56,7 +56,7 @@ def training_loss(ds: xr.Dataset) -> Figure:
         ax.plot(loss.epoch, loss, marker=".", color=colour("transformer"))
     ax.set_xlabel("epoch")
     ax.set_ylabel("mean training loss")
-    ax.set_yscale("log")
+    log_axis(ax)
     ax.grid(alpha=0.3)
     return fig
 
@@ -98,7 +98,7 @@ def circle_residual(ds: xr.Dataset) -> Figure:
             r = ds.relative_residual.sel(hidden=h, variant=v).values
             ax.plot(ds.step, np.clip(r, floor, None), label=f"{v}, hidden {int(h)}",
                     color=colour(str(v)), linestyle=_STYLES[i % len(_STYLES)])  # fmt: skip
-    ax.set_yscale("log")
+    log_axis(ax)
     ax.set_xlabel("recurrent step")
     ax.set_ylabel("relative residual of the 2 points")
     ax.legend(fontsize="small")

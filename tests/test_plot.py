@@ -411,3 +411,56 @@ def test_collapse_command_path_does_not_import_seaborn():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# --------------------------------------------------------------- log-axis tick labels
+
+
+_SUPERSCRIPTS = dict(zip("0123456789-", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻", strict=True))
+
+
+def _log_labels(low: float, high: float) -> tuple[list[str], list[str]]:
+    fig = plt.figure()
+    ax = fig.subplots()
+    ax.plot([0, 1], [low, high])
+    plot.log_axis(ax)
+    ax.set_ylim(low, high)
+    fig.canvas.draw()
+    inside = [  # the labels of ticks inside the view (the locators also give a few outside)
+        [t.label1.get_text() for t in ticks if low <= t.get_loc() <= high and t.label1.get_text()]
+        for ticks in (ax.yaxis.get_major_ticks(), ax.yaxis.get_minor_ticks())
+    ]
+    major, minor = inside
+    plt.close(fig)
+    return major, minor
+
+
+def test_log_ticks_are_plain_text_by_hand():
+    major, _ = _log_labels(1e-3, 10)
+    assert major == ["10⁻³", "10⁻²", "10⁻¹", "10⁰", "10¹"]
+    # Less than a decade: matplotlib labels minor ticks too (a subset of them).
+    _, minor = _log_labels(0.015, 0.06)
+    assert minor[:3] == ["2×10⁻²", "3×10⁻²", "4×10⁻²"]
+
+
+@given(st.integers(-300, 300))
+@settings(max_examples=60, deadline=None)
+def test_log_tick_label_is_the_decade_written_out(exponent):
+    formatter = plot.PlainLogFormatter()
+    fig = plt.figure()
+    ax = fig.subplots()
+    plot.log_axis(ax)
+    ax.set_ylim(10.0 ** (exponent - 1), 10.0 ** (exponent + 1))
+    formatter.set_axis(ax.yaxis)
+    label = formatter(10.0**exponent)
+    plt.close(fig)
+    assert "$" not in label
+    assert label == "10" + "".join(_SUPERSCRIPTS[c] for c in str(exponent))
+
+
+def test_unrecognised_log_labels_stay_as_matplotlib_made_them(monkeypatch):
+    from matplotlib.ticker import LogFormatterSciNotation
+
+    odd = r"$\mathdefault{10^{0.5}}$"
+    monkeypatch.setattr(LogFormatterSciNotation, "__call__", lambda self, x, pos=None: odd)
+    assert plot.PlainLogFormatter()(3.16) == odd
