@@ -125,15 +125,10 @@ run checks its convergence every 4 steps, which on CUDA makes the host wait for 
 ``probe.analyses.collapse`` therefore never calls these functions inside a CUDA layer loop
 (it measures a batch's layers after the batch, on a side stream, while the next one runs).
 
-Three things apply to a CPU only.  torch hands LAPACK one small matrix at a time, and MKL
-threads each of those poorly: eigensolves are cut into one piece per thread and run in a small
-pool whose threads each run LAPACK serially (``_lapack``), which leaves every matrix's result as
-it would be alone.  Where the dense path runs (k <= DENSE_UP_TO), a whole batch is cut the same
-way (``_pieces``): each pool thread measures its sequences from start to end with torch on that
-one thread, so the cores are not shared with the caller's OpenMP threads, which spin for
-milliseconds after each parallel call (next to them each eigensolve took twice its time).  A
-piece gives the numbers the whole batch gives, to a few eps (how a matmul blocks a batch).  And
-the (sequence, token, hidden) float64 buffers are reused from call to call
+Two things apply to a CPU only.  torch hands LAPACK one small matrix at a time, and MKL threads
+each of those poorly: eigensolves are cut into one piece per thread and run in a small pool
+whose threads each run LAPACK serially (``_lapack``), which leaves every matrix's result as it
+would be alone.  And the (sequence, token, hidden) float64 buffers are reused from call to call
 (``_workspace``): fresh ones cost a page fault per 4 KiB, more than the pass that fills them.
 
 Accuracy (tests/test_metrics.py checks it against the NumPy SVD oracle): relative error
@@ -256,8 +251,14 @@ def _lapack(fn, *problems: Tensor) -> list:
     # Even a single matrix goes to the pool: every matrix is then solved by serial LAPACK,
     # whose rounding does not depend on the batch it came in or the number of threads.
     workers = min(threads, max(P.shape[0] for P in problems))
-    pool = _pool(threads)
-    futures = [[pool.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
+    global _POOL, _POOL_KEY
+    # A forked child inherits the pool object but none of its threads: it makes its own.
+    if _POOL_KEY != (os.getpid(), threads):
+        _POOL = ThreadPoolExecutor(
+            threads, thread_name_prefix="probe-lapack", initializer=_serial_lapack
+        )
+        _POOL_KEY = (os.getpid(), threads)
+    futures = [[_POOL.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
     results = []
     for pending in futures:
         parts = [future.result() for future in pending]
@@ -274,48 +275,19 @@ def _to_device(result, device: torch.device):
     return tuple(part.to(device) for part in result)
 
 
-def _pool(threads: int) -> ThreadPoolExecutor:
-    """The pool of ``threads`` workers that run LAPACK and whole pieces of a batch."""
-    global _POOL, _POOL_KEY
-    # A forked child inherits the pool object but none of its threads: it makes its own.
-    if _POOL_KEY != (os.getpid(), threads):
-        _POOL = ThreadPoolExecutor(
-            threads, thread_name_prefix="probe-lapack", initializer=_serial_lapack
-        )
-        _POOL_KEY = (os.getpid(), threads)
-    return _POOL
-
-
-#: Whether the pool's workers run torch on one thread each (``_serial_lapack``): only then
-#: may a batch's pieces run in them at once without the cores being oversubscribed.
-_SERIAL_WORKERS: list[bool] = []
-
-
 def _serial_lapack() -> None:
     # In each worker, MKL's LAPACK runs one thread per matrix: for matrices this small its
     # own threading costs more than it gains (2-3x slower on 2 cores), and the workers already
     # share the cores between them.  mkl_set_num_threads_local is MKL's per-thread setting,
     # exported by the x86 CPU builds of torch; torch.set_num_threads would change the whole
     # process.  Other builds (OpenBLAS) keep their defaults.
-    lib = os.path.join(os.path.dirname(torch.__file__), "lib")
     try:
-        library = ctypes.CDLL(os.path.join(lib, "libtorch_cpu.so"))
+        library = ctypes.CDLL(
+            os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
+        )
         library.mkl_set_num_threads_local(ctypes.byref(ctypes.c_int(1)))
     except (OSError, AttributeError):
         pass
-    # And torch's own intra-op parallelism (OpenMP) one thread in this worker, so that a
-    # worker measuring its piece of a batch (``_pieces``) uses one core.  torch sets a new
-    # thread's OpenMP team size on the thread's first parallel call (from the process-wide
-    # setting), so that happens first; OpenMP's omp_set_num_threads is then this thread's
-    # own setting (torch.set_num_threads would change the process-wide one).  Checked, not
-    # assumed: where it does not take (another OpenMP runtime), batches are not split.
-    torch.get_num_threads()
-    try:
-        openmp = ctypes.CDLL(os.path.join(lib, "libgomp.so.1"))
-        openmp.omp_set_num_threads(1)
-    except (OSError, AttributeError):
-        pass
-    _SERIAL_WORKERS.append(torch.get_num_threads() == 1)
 
 
 _SCRATCH = threading.local()
@@ -448,13 +420,6 @@ def _check_shapes(X: Tensor, mask: Tensor | None) -> Tensor:
 def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Validate; return X in float64 with padded rows zeroed, the mask, real-token counts and
     each sequence's largest absolute entry."""
-    mask, counts = _validate(X, mask)
-    Xm, peak = _convert(X, mask)
-    return Xm, mask, counts.to(_F64), peak
-
-
-def _validate(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """The mask (all True when None) and real-token counts, after the shape checks."""
     mask = _check_shapes(X, mask)
     counts = mask.sum(-1)
     bad = torch.nonzero(counts < 2).flatten().tolist()
@@ -462,11 +427,6 @@ def _validate(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
         detail = ", ".join(f"sequence {i} has {int(counts[i])}" for i in bad[:5])
         more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
         raise ValueError(f"every sequence needs at least 2 real tokens; {detail}{more}")
-    return mask, counts
-
-
-def _convert(X: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
-    """X in float64 with padded rows zeroed, and each sequence's largest absolute entry."""
     if X.dtype == _F64:
         Xm = X
     else:  # converted into reused memory (never the caller's X, which stays untouched)
@@ -482,7 +442,7 @@ def _convert(X: Tensor, mask: Tensor) -> tuple[Tensor, Tensor]:
     peak = torch.maximum(flat.amax(-1), -flat.amin(-1))
     if not bool(torch.isfinite(peak).all()):
         raise ValueError("X has non-finite values (NaN or inf) in real (unmasked) tokens")
-    return Xm, peak
+    return Xm, mask, counts.to(_F64), peak
 
 
 def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
@@ -1312,51 +1272,8 @@ def collapse_metrics(
     """
     wanted = _wanted(metrics)
     _check_name(effective_rank, EFFECTIVE_RANK_METHODS, "effective rank method")
-    mask, counts = _validate(X, mask)
-    pieces = _pieces(X)
-    if pieces < 2:
-        return _measure(X, mask, counts, wanted, effective_rank)
-    # Every sequence is measured on its own (module docstring), so a batch's pieces can run
-    # at once, each on one core.
-    split = [part.tensor_split(pieces) for part in (X, mask, counts)]
-    futures = [
-        _pool(torch.get_num_threads()).submit(_measure, x, m, n, wanted, effective_rank)
-        for x, m, n in zip(*split, strict=True)
-    ]
-    parts = [future.result() for future in futures]
-    return {name: torch.cat([part[name] for part in parts]) for name in parts[0]}
-
-
-def _measure(X: Tensor, mask: Tensor, counts: Tensor, wanted, method: str) -> dict[str, Tensor]:
-    Xm, peak = _convert(X, mask)
-    return _compute(_rescale(Xm, peak), mask, counts.to(_F64), wanted, method)
-
-
-def _pieces(X: Tensor) -> int:
-    """Into how many pieces a batch is cut, one per pool worker (1: measured where it is).
-
-    On a CPU with several threads the pieces run in the pool, each worker on one core: the
-    whole computation of a sequence then runs on one core, and only the caller waits.  Done
-    in one thread instead, the batched matmuls and passes run on all cores but the eigensolves
-    (one LAPACK call per matrix) go to the pool, and the pool's workers then share the cores
-    with the caller's OpenMP threads, which keep spinning for milliseconds after each parallel
-    call: each eigensolve took twice its time.  In the pool's own workers (one thread each)
-    the batch stays whole, as on CUDA.
-
-    Measured on 2 cores, bert-base at random init, batch 16: 32 x 128, the metrics' share of
-    ``collapse.run`` 4.84 s -> 3.99 s (median of 5, interleaved), at a cost of about 0.4 GiB
-    more peak memory (the workers' own malloc arenas); 16 x 512 (the Krylov path, whose G_R
-    products are memory-bound), 4.1 s both ways, so there the batch is not cut.
-    """
-    threads = torch.get_num_threads()
-    if X.device.type != "cpu" or threads < 2 or X.shape[0] < 2:
-        return 1
-    if min(X.shape[-2:]) > DENSE_UP_TO:  # the Krylov path: memory-bound products, no gain
-        return 1
-    _pool(threads).submit(int).result()  # its workers exist and say how they run torch
-    if not (_SERIAL_WORKERS and all(_SERIAL_WORKERS)):
-        return 1
-    return min(threads, X.shape[0])
+    Xm, mask, counts, peak = _prepare(X, mask)
+    return _compute(_rescale(Xm, peak), mask, counts, wanted, effective_rank)
 
 
 def effective_rank_method(method: str, tokens: int, hidden: int, device: str | torch.device) -> str:

@@ -610,43 +610,6 @@ def test_lapack_split_does_not_change_any_bit():
     assert torch.equal(torch.cat([first, second]), whole)
 
 
-def _whole(monkeypatch) -> None:
-    """Measure every batch in the calling thread, as before batches were cut into pieces."""
-    monkeypatch.setattr(metrics, "_pieces", lambda X: 1)
-
-
-@pytest.mark.skipif(torch.get_num_threads() < 2, reason="a batch is cut only with 2+ threads")
-def test_pieces_run_each_on_one_thread_and_agree_with_the_whole_batch(monkeypatch):
-    X, mask = random_batch(np.random.default_rng(31), 6, 40, 56)
-    assert metrics._pieces(as_tensor(X)) == min(torch.get_num_threads(), 6)
-    # The mechanism: a pool worker's torch runs on that one thread, the caller's is untouched.
-    threads = torch.get_num_threads()
-    worker = metrics._pool(threads).submit(torch.get_num_threads).result()
-    assert (worker, torch.get_num_threads()) == (1, threads)
-    split = torch_metrics(X, mask)
-    assert all(torch.equal(torch_metrics(X, mask)[key], split[key]) for key in split)
-    _whole(monkeypatch)
-    whole = torch_metrics(X, mask)
-    # The same per-sequence computation; only how a matmul blocks a batch of 3 against one of
-    # 6 may differ (a few eps of these O(1) values), as between any two batch sizes.
-    for key, value in whole.items():
-        assert_close(split[key], value.numpy(), rtol=1e-13, atol=1e-15)
-
-
-@pytest.mark.skipif(torch.get_num_threads() < 2, reason="a batch is cut only with 2+ threads")
-def test_errors_from_a_piece_are_the_whole_batch_errors():
-    X, mask = random_batch(np.random.default_rng(32), 4, 6, 5)
-    mask[3] = False
-    mask[3, 0] = True
-    # Checked before the batch is cut: the sequence is named by its place in the whole batch.
-    with pytest.raises(ValueError, match="sequence 3 has 1"):
-        torch_metrics(X, mask)
-    X, mask = random_batch(np.random.default_rng(33), 4, 6, 5)
-    X[3, np.flatnonzero(mask[3])[0], 2] = np.inf
-    with pytest.raises(ValueError, match="non-finite values"):
-        torch_metrics(X, mask)
-
-
 def test_same_batch_same_bits_and_batches_agree_to_rounding():
     X, mask = random_batch(np.random.default_rng(8), 5, 24, 40)
     whole = torch_metrics(X, mask)
