@@ -103,8 +103,9 @@ f(lambda) = sqrt(lambda) log sqrt(lambda).  Three reductions of its variance:
 * each of 16 fixed probes z (seeded Gaussian, projected, normalised: z^T I z = 1 exactly) gives
   z^T f(C) z by 20-node Gauss quadrature, e_1^T f(Q^T C Q) e_1 over its own Krylov basis, with
   C = P G P the deflated operator; the trace is d times the mean over probes;
-* control variates: tr C and tr C^2 are known exactly (||X||_F^2, ||G||_F^2 and the deflated
-  pairs), and their probe estimates, regressed against those of the two sums, correct them.
+* control variates: tr C and tr C^2 are known exactly (||R_1||_F^2, ||G_1||_F^2 and the
+  deflated pairs; ||G_1||_F^2 from G_R times three vectors, never forming G_1), and their probe
+  estimates, regressed against those of the two sums, correct them.
 
 Then log erank = log N - E / N with N, E the two sums, clamped to [1, rank bound].  Accuracy
 (tests/test_metrics.py, against the SVD reference on spectra shaped like real hidden states --
@@ -198,6 +199,11 @@ _ROUNDING = 64 * _EPS
 # G_1 through G_R loses eps (||R||_2 / s_2)^2 relative in s_2^2; beyond this ratio it is formed
 # from the explicit R_1.
 _FACTORED_LIMIT = 1e4
+
+# The estimate's control variate ||G_1||_F^2 comes from G_R as a difference of terms up to
+# ||M||_F^2 (_Grams.fro2_residual), rounded to ~eps ||M||_F^2; below this fraction of it
+# (relative error then up to ~1e-8, against the estimate's 2%) it is formed from R_1 instead.
+_CANCELLED = 1e-8
 
 # Dense path: where lambda_2(G) / lambda_1(G) is at least this, s_2 = sqrt(lambda_2(G)), which
 # G's eigensolve already gave: its rounding, a few eps lambda_1 (the product and the solver),
@@ -537,20 +543,6 @@ class _Grams:
             return torch.baddbmm(self.G_R, left, right)
         return torch.baddbmm(self.G_R, (self.n * self.mean).mT, self.mean)
 
-    def fro2_X(self) -> Tensor:
-        """||G||_F^2 without forming G: G_R's cross terms with the update vanish (G_R m = 0)."""
-        base = self.G_R.square().sum((-2, -1))
-        if self.wide:
-            vectors = torch.cat([self.m, self.g], dim=1)  # (sequence, 2, token)
-            K = vectors @ vectors.mT  # their 2 x 2 Gram matrix
-            M = torch.zeros_like(K)
-            M[:, 0, 0], M[:, 0, 1], M[:, 1, 0] = self.sq[:, 0, 0], 1.0, 1.0
-            update = M @ K
-            return base + (update @ update).diagonal(dim1=-2, dim2=-1).sum(-1)
-        cross = (self.mean @ self.G_R @ self.mean.mT)[:, 0, 0]
-        n, sq = self.n[:, 0, 0], self.sq[:, 0, 0]
-        return base + 2 * n * cross + (n * sq) ** 2
-
     def set_direction(self, u: Tensor) -> None:
         """Prepare G_1 for the top direction u (sequence, k): u_1 (token side) or v_1."""
         self.u = u[:, None, :]
@@ -559,19 +551,36 @@ class _Grams:
         else:
             self.Pmean = self.mean - _dot(self.mean, self.u) * self.u
 
-    def dense_residual(self) -> Tensor:
-        """G_1 itself, O(k^2), in the same order of operations as ``residual``."""
+    def fro2_residual(self) -> tuple[Tensor, Tensor]:
+        """||G_1||_F^2 without forming G_1, and how much of it cancelled.
+
+        G_1 = P M P with M = G_R + A K A^T (token side: A = [g, Pm], K = [[0, 1], [1, |mean|^2]];
+        hidden side: A = [P mean], K = [[n]], as P mean = P P mean).  For symmetric M and
+        P = I - u u^T, ||P M P||_F^2 = tr(P M P M) = ||M||_F^2 - 2 ||M u||^2 + (u^T M u)^2, and
+        every term comes from G_R times r + 1 vectors and r x r products.  Its rounding is about
+        eps ||M||_F^2, so the second value, ||M||_F^2, tells the caller where the difference
+        is too small to trust."""
         u = self.u
         if self.wide:
-            Pm, g = self.Pm, self.g
-            M = self.G_R + g.mT @ Pm + Pm.mT @ g + self.sq * (Pm.mT @ Pm)
+            A = torch.cat([self.g, self.Pm], dim=1)  # (sequence, 2, token)
+            K = torch.zeros(A.shape[0], 2, 2, dtype=_F64, device=A.device)
+            K[:, 0, 1], K[:, 1, 0], K[:, 1, 1] = 1.0, 1.0, self.sq[:, 0, 0]
         else:
-            M = self.G_R
-        M = M - u.mT @ (u @ M)
-        M = M - (M @ u.mT) @ u
-        if not self.wide:
-            M = M + self.n * (self.Pmean.mT @ self.Pmean)
-        return M
+            A = self.Pmean  # (sequence, 1, hidden)
+            K = self.n.to(_F64)
+        Y = self.product(torch.cat([A, u], dim=1))  # G_R A and G_R u
+        GA, Gu = Y[:, :-1], Y[:, -1:]
+        W = A @ A.mT
+        KW = K @ W
+        fro2_M = (
+            torch.linalg.vector_norm(self.G_R, dim=(-2, -1)).square()
+            + 2 * ((A @ GA.mT) * K).sum((-2, -1))  # tr(G_R A K A^T), K symmetric
+            + (KW * KW.mT).sum((-2, -1))  # tr(K W K W)
+        )
+        a_u = A @ u.mT  # (sequence, r, 1)
+        Mu = Gu + (K @ a_u).mT @ A
+        uMu = (Gu * u).sum((-2, -1)) + (a_u.mT @ K @ a_u)[:, 0, 0]
+        return fro2_M - 2 * Mu.square().sum((-2, -1)) + uMu.square(), fro2_M
 
     def project(self, W: Tensor) -> Tensor:
         return W - self.u * _dot(self.u, W)
@@ -1086,6 +1095,18 @@ def _deflation(ritz: _Ritz, grams: _Grams) -> tuple[Tensor, Tensor]:
     return torch.where(keep, theta[:, 1:], 0.0), V
 
 
+def _residual_fro2(grams: _Grams, R1: Tensor) -> Tensor:
+    """||G_1||_F^2 = sum_{i>=2} s_i^4 through G_R; where ||G_1||_F^2 < _CANCELLED ||M||_F^2
+    the difference has lost too much to rounding (a nearly rank-one X whose tokens are not
+    nearly equal) and R_1's own Gram matrix gives it instead."""
+    value, size = grams.fro2_residual()
+    return _fix_rows(
+        ~(value >= _CANCELLED * size),  # NaN-safe: such a row takes R_1's own Gram matrix
+        value,
+        lambda index: _fro(_gram(_rows(R1, index), grams.wide)).square(),
+    )
+
+
 def _estimate(grams: _Grams, ritz: _Ritz, real: Tensor, s1: Tensor, R1: Tensor) -> Tensor:
     """The effective rank by stochastic Lanczos quadrature (module docstring).
 
@@ -1123,12 +1144,11 @@ def _estimate(grams: _Grams, ritz: _Ritz, real: Tensor, s1: Tensor, R1: Tensor) 
     # Exact traces of the control variates: tr C = ||R_1||_F^2 less the deflated values, tr C^2
     # = ||G_1||_F^2 less theirs; every term is of R's size, so nothing cancels.
     G1V = grams.residual(grams.product(V), V)  # G_1 v_i, zero for the pairs not kept
+    fro2_G1 = _residual_fro2(grams, R1)
     exact = torch.stack(
         [
-            R1.square().sum((-2, -1)) - theta.sum(-1),
-            grams.dense_residual().square().sum((-2, -1))
-            - 2 * G1V.square().sum((-2, -1))
-            + theta.square().sum(-1),
+            _fro(R1).square() - theta.sum(-1),
+            fro2_G1 - 2 * G1V.square().sum((-2, -1)) + theta.square().sum(-1),
         ],
         dim=-1,
     )

@@ -700,3 +700,39 @@ def test_effective_rank_method_resolution():
     assert auto("estimate", 8, 8, "cpu") == "estimate"
     with pytest.raises(ValueError, match="unknown effective rank method 'svd'"):
         auto("svd", 8, 8, "cpu")
+
+
+@pytest.mark.parametrize("kind", ["outliers", "partial", "rank_one"])
+@pytest.mark.parametrize("shape", [(3, 60, 90), (3, 90, 60)], ids=["wide", "tall"])
+def test_residual_gram_frobenius_against_svd_oracle(shape, kind, monkeypatch):
+    # The estimate's control variate ||G_1||_F^2 = sum_{i>=2} s_i^4, formed through G_R as a
+    # difference of terms up to ||M||_F^2, or from R_1 itself where that cancels too much.
+    rng = np.random.default_rng(4)
+    if kind == "rank_one":  # u v^T with u far from uniform: R is large, R_1 tiny
+        X = rng.uniform(0.5, 1.5, shape[:2] + (1,)) * rng.standard_normal((shape[0], 1, shape[2]))
+        X += 1e-6 * rng.standard_normal(shape)
+    else:
+        X = hidden_like(rng, *shape, kind)
+    mask = np.ones(shape[:2], dtype=bool)
+    mask[1, -7:] = False  # one padded sequence
+    X[~mask] = np.nan
+    seen, cancelled = [], []
+    computed, direct = metrics._residual_fro2, metrics._Grams.fro2_residual
+
+    def spy_direct(grams):
+        value, size = direct(grams)
+        cancelled.append((value < metrics._CANCELLED * size).numpy())
+        return value, size
+
+    monkeypatch.setattr(metrics._Grams, "fro2_residual", spy_direct)
+    monkeypatch.setattr(metrics, "_residual_fro2", lambda *a: seen.append(computed(*a)) or seen[-1])
+    metrics.effective_rank(as_tensor(X), torch.as_tensor(mask), method="estimate")
+    expected = [
+        (ref.singular_values(ref.real_tokens(X, mask, s))[1:] ** 4).sum() for s in range(shape[0])
+    ]
+    # The rank-one inputs must take the fallback, and only they (s_2 / s_1 ~ 1e-6 there).
+    assert cancelled[0].all() if kind == "rank_one" else not cancelled[0].any()
+    # Through G_R: rounding ~eps ||M||_F^2, at most 1e8 eps of the value (_CANCELLED) and
+    # a few eps here, where the two are of one size (measured 2e-15-9e-15).  From R_1: its
+    # entries carry eps s_1, ~2e-10 of s_2 at s_2 / s_1 ~ 1e-6 (measured 1e-11-2e-11).
+    assert_close(seen[0], expected, rtol=1e-13 if kind != "rank_one" else 1e-10, atol=0)
