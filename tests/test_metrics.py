@@ -508,7 +508,7 @@ def test_padding_may_hold_non_finite_values():
 # probe.metrics avoids SVDs (module docstring); these pin its accuracy to the oracle's on every
 # metric, for random, nearly collapsed and nearly rank-one inputs, plain and padded.
 
-ACCURACY_SHAPES = [(3, 16, 40), (3, 40, 16), (2, 128, 768)]  # tokens < hidden, >, bert-like
+ACCURACY_SHAPES = [(3, 16, 40), (3, 40, 16), (2, 19, 30), (2, 128, 768)]  # <, >, odd k, bert
 SMALL_RATIO = 1e-6
 # Tokens around a common vector, at three distances: 1e-12 (nearly collapsed), 1e-7 (where a
 # float32 model's pure-attention layers end up: float32 rounding of the hidden states), 1e-3
