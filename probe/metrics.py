@@ -221,8 +221,8 @@ DEFLATION_STEPS = 32
 DEFLATION_TOL = 1e-3
 PROBES = 16
 QUADRATURE_STEPS = 20
-_SEED = 20210302
-_GRAM_BLOCK = 128  # rows per block of a large Gram product (_gram)  # fixed probes and start vectors: the same numbers on every run
+_SEED = 20210302  # fixed probes and start vectors: the same numbers on every run
+_GRAM_BLOCK = 128  # rows per block of a large Gram product (_gram)
 
 
 def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
@@ -494,7 +494,7 @@ def _mean_residual(
 def _gram(A: Tensor, wide: bool) -> Tensor:
     """A A^T (wide) or A^T A, k x k.  From k = 2 _GRAM_BLOCK on, only the blocks on and below
     the diagonal are multiplied (each block of rows against the rows up to it) and mirrored:
-    5/8 of the flops at four blocks, 15-20% less time at k = 512-768 on this project's CPU."""
+    5/8 of the flops at four blocks, 13-22% less time at k = 768-512 on this project's CPU."""
     B = A if wide else A.mT
     k = B.shape[-2]
     if k < 2 * _GRAM_BLOCK:
@@ -1158,7 +1158,8 @@ def _estimate(grams: _Grams, ritz: _Ritz, real: Tensor, s1: Tensor, R1: Tensor) 
         dim=-1,
     )  # (S, probes, 4): z^T f(C) z for sqrt, sqrt log sqrt, identity, square
     # Exact traces of the control variates: tr C = ||R_1||_F^2 less the deflated values, tr C^2
-    # = ||G_1||_F^2 less theirs; every term is of R's size, so nothing cancels.
+    # = ||G_1||_F^2 less theirs; every term is of R's size (||G_1||_F^2 itself is a difference
+    # of such terms, checked for cancellation in _residual_fro2).
     G1V = grams.residual(grams.product(V), V)  # G_1 v_i, zero for the pairs not kept
     fro2_G1 = _residual_fro2(grams, R1)
     exact = torch.stack(
