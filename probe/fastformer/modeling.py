@@ -35,6 +35,12 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .config import FastformerConfig
 from .pooling import causal_pool
 
+#: The output field that carries the generation state: ``cache`` from transformers 5.24,
+#: ``past_key_values`` before it (``generate`` reads it back under that name).
+_CACHE_FIELD = (
+    "cache" if "cache" in CausalLMOutputWithPast.__dataclass_fields__ else "past_key_values"
+)
+
 
 class CausalPooling(nn.Module):
     """g_i = causal softmax-weighted average of x_j, j <= i (no parameters: w is the caller's)."""
@@ -171,6 +177,12 @@ class FastformerCache:
     def get_seq_length(self, layer_idx: int = 0) -> int:
         return self.seen
 
+    @property
+    def is_linear(self) -> list[bool]:
+        """No layer is a fixed-size state in transformers' sense: ``generate`` (5.24 on)
+        passes only the tokens the cache has not seen."""
+        return [False] * len(self.layers)
+
     def reorder_cache(self, beam_idx: torch.Tensor) -> None:
         for layer in self.layers:
             if "conv" in layer:
@@ -235,19 +247,23 @@ class FastformerForCausalLM(FastformerPreTrainedModel, GenerationMixin):
         input_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
         labels: torch.Tensor | None = None,
-        past_key_values: FastformerCache | None = None,
+        cache: FastformerCache | None = None,
         use_cache: bool | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         **kwargs,
     ) -> CausalLMOutputWithPast:
-        """Logits (batch, token, vocab); ``attention_mask`` may span past + new tokens."""
+        """Logits (batch, token, vocab); ``attention_mask`` may span past + new tokens.
+
+        The generation state comes in as ``cache`` (``generate`` from transformers 5.24)
+        or ``past_key_values`` (before it), and goes out under the same name."""
+        if cache is None:
+            cache = kwargs.pop("past_key_values", None)
         if input_ids is None:
             raise ValueError("FastformerForCausalLM needs input_ids")
         batch, tokens = input_ids.shape
         use_cache = self.config.use_cache if use_cache is None else use_cache
         use_cache = use_cache and not self.training
-        cache = past_key_values
         if cache is None and use_cache:
             cache = FastformerCache(self.config.num_hidden_layers)
         start = 0 if cache is None else cache.seen
@@ -287,10 +303,10 @@ class FastformerForCausalLM(FastformerPreTrainedModel, GenerationMixin):
         return CausalLMOutputWithPast(
             loss=loss,
             logits=logits,
-            past_key_values=cache if use_cache else None,
             hidden_states=None if states is None else tuple(states),
+            **{_CACHE_FIELD: cache if use_cache else None},
         )
 
-    def _reorder_cache(self, past_key_values, beam_idx):
-        past_key_values.reorder_cache(beam_idx)
-        return past_key_values
+    def _reorder_cache(self, cache, beam_idx):
+        cache.reorder_cache(beam_idx)
+        return cache

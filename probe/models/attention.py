@@ -1,7 +1,8 @@
 """An eager attention that keeps the model's precision, for float64 runs.
 
 HuggingFace's eager attention in Llama, Mistral, Qwen, Gemma, Phi3, OPT, GPT-NeoX,
-ModernBERT and ViT computes ``softmax(scores, dtype=float32)``: a float64 model's
+ModernBERT, ViT and (from transformers 5.24) GPT-J computes its softmax in float32
+(``softmax(scores, dtype=float32)``, or scores from float32 queries and keys): a float64 model's
 attention rows then sum to one only to ~1e-7, and a pure-attention (SAN) run stops
 collapsing there (Llama at 24 layers: 5.3e-7) instead of going on to 1e-16.
 

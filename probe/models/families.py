@@ -329,6 +329,7 @@ FAMILIES: tuple[Family, ...] = (
         mlp_means="y = x + attn(ln_1(x)): mlp skipped, adding zeros",
         final_norm="ln_f",
         forward_kwargs=DECODER_KWARGS,
+        float32_softmax=True,  # from transformers 5.24 (the shared eager attention)
         causal=True,
         source_note="GPTJBlock.forward: `residual = hidden_states` (residual_0)",
     ),

@@ -31,6 +31,7 @@ post-LN     h = N(drop(dense(a(x))) + x); y = ...           RoBERTa, ELECTRA,
 from __future__ import annotations
 
 import copy
+import inspect
 from functools import partial
 
 import torch
@@ -79,7 +80,9 @@ def _gptj(layer, hidden_states, *, skip, mlp, **kwargs):
         y = y + layer.mlp(x)
     if skip:
         y = y + hidden_states
-    return y, None
+    # transformers 5.24 rewrote GPTJBlock to return the tensor; before, (tensor, weights).
+    returns_tensor = inspect.signature(type(layer).forward).return_annotation is torch.Tensor
+    return y if returns_tensor else (y, None)
 
 
 def _falcon(layer, hidden_states, *, skip, mlp, alibi=None, attention_mask=None, **kwargs):

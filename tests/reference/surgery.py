@@ -178,7 +178,7 @@ def _xlnet_surgery(model: XLNetModel, *, attn_skip: bool, mlp: bool) -> list[nn.
 def _gpt2_block(
     block,
     hidden_states,
-    past_key_values=None,
+    cache=None,
     attention_mask=None,
     encoder_hidden_states=None,
     encoder_attention_mask=None,
@@ -193,7 +193,7 @@ def _gpt2_block(
         raise ValueError("the reference does not support GPT-2 cross-attention")
     attn_out, _ = block.attn(
         block.ln_1(hidden_states),
-        past_key_values=past_key_values,
+        cache,  # positional: named past_key_values before transformers 5.24, cache from it
         attention_mask=attention_mask,
         use_cache=use_cache,
         **kwargs,
