@@ -256,7 +256,9 @@ class FastformerForCausalLM(FastformerPreTrainedModel, GenerationMixin):
         """Logits (batch, token, vocab); ``attention_mask`` may span past + new tokens.
 
         The generation state comes in as ``cache`` (``generate`` from transformers 5.24)
-        or ``past_key_values`` (before it), and goes out under the same name."""
+        or ``past_key_values`` (before it), and goes out under the field the installed
+        transformers reads (``_CACHE_FIELD``).  Beam search reorders it through
+        ``FastformerCache.reorder_cache``, which ``generate`` calls itself."""
         if cache is None:
             cache = kwargs.pop("past_key_values", None)
         if input_ids is None:
@@ -306,7 +308,3 @@ class FastformerForCausalLM(FastformerPreTrainedModel, GenerationMixin):
             hidden_states=None if states is None else tuple(states),
             **{_CACHE_FIELD: cache if use_cache else None},
         )
-
-    def _reorder_cache(self, cache, beam_idx):
-        cache.reorder_cache(beam_idx)
-        return cache
