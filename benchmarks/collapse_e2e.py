@@ -126,11 +126,12 @@ def bench(
     runs = {"(a) forwards": forwards, "(b) collapse.run": analysis}
     if cli:
         runs["(c) probe collapse"] = command
-    # Warm-up on one batch (nnsight's wrapper, allocators, lazy imports, the LAPACK pool):
-    # the same code paths, without doubling the time of the large sizes.
+    # Warm-up on one sequence (nnsight's wrapper, allocators, lazy imports, the LAPACK pool):
+    # the same code paths, without adding a whole batch's run to the large sizes (8 x 2048
+    # is one batch).
     ids, mask = batches[0]
-    layer_values(probed, ids, PRESETS[variants[0]], capture, mask)
-    collapse.run(probed, variants="all", init="random", sequences=ids.shape[0], tokens=tokens)
+    layer_values(probed, ids[:1], PRESETS[variants[0]], capture, mask[:1])
+    collapse.run(probed, variants="all", init="random", sequences=1, tokens=tokens)
     times = {name: [] for name in runs}
     if probed.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(probed.device)

@@ -84,13 +84,41 @@ def norm_1inf(a: torch.Tensor) -> float:
     return math.sqrt(norm_1(a) * norm_inf(a))
 
 
+#: Entries of one row block of a head's product (_product_norms): 4 MiB of float64.
+_BLOCK_ENTRIES = 2**19
+
+
+def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
+    """(||a b||_1, ||a b||_inf) of a (n, d) by (d, m) product, float64, never forming it whole.
+
+    The n x m product of a head's low-rank factors (d = d_qk << n) is formed a block of rows
+    at a time into ``out`` (reused for every head): a fresh n x m float64 matrix per head
+    costs a page fault per 4 KiB and another pass through memory: for Llama-3.2-1B (n = 2048,
+    16 layers of 32 heads) the constants took 56 s that way and take 16.5 s this way on this
+    project's CPU.  Every entry is the same dot product as in the whole product; only the
+    order of the column sums' additions differs.
+    """
+    blocks = -(-a.shape[0] * b.shape[1] // _BLOCK_ENTRIES)  # of equal size, the last aside
+    rows = -(-a.shape[0] // blocks)
+    columns = torch.zeros(b.shape[1], dtype=torch.float64, device=a.device)
+    widest = torch.zeros((), dtype=torch.float64, device=a.device)
+    for start in range(0, a.shape[0], rows):
+        block = a[start : start + rows]
+        part = out.view(-1)[: block.shape[0] * b.shape[1]].view(block.shape[0], b.shape[1])
+        torch.matmul(block, b, out=part).abs_()
+        columns += part.sum(0)
+        widest = torch.maximum(widest, part.sum(1).max())
+    return float(columns.max()), float(widest)
+
+
 @cache
 def activation_lipschitz(name: str) -> float:
     """The largest |s'(x)| of a transformers activation, on a fine grid of [-20, 20]."""
     from transformers.activations import ACT2FN
 
     x = torch.linspace(-20, 20, 400_001, dtype=torch.float64, requires_grad=True)
-    ACT2FN[name](x).sum().backward()
+    with torch.enable_grad():  # also inside a caller's torch.no_grad()
+        ACT2FN[name](x).sum().backward()
     return float(x.grad.abs().max())
 
 
@@ -134,6 +162,7 @@ def layer_constants(probed) -> dict[str, Any]:
     mlp = _mlp(spec.name, config)
     lip = activation_lipschitz(_activation(config)) if mlp else float("nan")
     d = None
+    scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
         layer = layers[index]
         with torch.no_grad():
@@ -144,8 +173,15 @@ def layer_constants(probed) -> dict[str, Any]:
                 return out
             w_v, _, w_o, _ = _value_output(layer, spec.heads, config, H, kv)
             d = w_q.shape[-1]
-            heads_qk = [norm_1(w_q[h].double() @ w_k[h].double().T) for h in range(H)]
-            heads_vo = [norm_1inf(w_v[h].double() @ w_o[h].double()) for h in range(H)]
+            w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
+            if scratch is None:
+                scratch = torch.empty(
+                    _BLOCK_ENTRIES + w_q.shape[1], dtype=torch.float64, device=w_q.device
+                )
+            heads_qk = [_product_norms(w_q[h], w_k[h].T, scratch)[0] for h in range(H)]
+            heads_vo = [
+                math.sqrt(math.prod(_product_norms(w_v[h], w_o[h], scratch))) for h in range(H)
+            ]
             qk.append(max(heads_qk))
             vo.append(max(heads_vo))
             beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))

@@ -101,6 +101,28 @@ def test_constants_equal_an_independent_reference(family):
         np.testing.assert_allclose(found["lambda"], want["lambda"], rtol=RTOL, atol=0)
 
 
+@pytest.mark.parametrize("entries", [1, 7, 50, 10**6])
+@pytest.mark.parametrize("family", ["gpt2", "llama"])
+def test_constants_in_row_blocks_equal_the_reference(monkeypatch, family, entries):
+    """Each head's product formed a block of rows at a time (one row; uneven blocks; one
+    block), the same numbers as the whole product, to the rounding of the column sums."""
+    monkeypatch.setattr(theory, "_BLOCK_ENTRIES", entries)
+    model = tiny_model("gpt2", seed=3) if family == "gpt2" else tiny_spec_model("llama")
+    found = theory.layer_constants(probe.wrap(model))
+    act = "gelu_new" if family == "gpt2" else model.config.hidden_act
+    want = theory_numpy.constants(model, family, theory.activation_lipschitz(act))
+    for key in ("qk", "vo", "beta"):
+        np.testing.assert_allclose(found[key], want[key], rtol=RTOL, atol=0, err_msg=key)
+
+
+def test_constants_inside_no_grad():
+    """The activation's slope is measured with autograd, also inside a caller's no_grad."""
+    theory.activation_lipschitz.cache_clear()
+    with torch.no_grad():
+        found = theory.layer_constants(probe.wrap(tiny_model("bert", seed=3)))
+    assert found["lipschitz_activation"] == pytest.approx(1.1289, abs=1e-4)  # GELU's max slope
+
+
 @pytest.mark.parametrize("name", TINY)
 def test_every_family_gives_constants_or_says_why(name):
     found = theory.layer_constants(probe.wrap(family_model(name)))
