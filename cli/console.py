@@ -130,10 +130,15 @@ def _on_signal(signum, frame):
         raise Interrupted(code)
 
 
+#: Where the standard library's weakref callbacks live (WeakValueDictionary's and
+#: WeakSet's ``_remove``, ``finalize``): a signal there is inside a finaliser.
+_WEAKREF_FILES = ("weakref.py", "_weakrefset.py")
+
+
 def _in_finaliser(frame) -> bool:
     while frame is not None:
         code = frame.f_code
-        if code.co_name == "__del__" or code.co_filename.endswith("weakref.py"):
+        if code.co_name == "__del__" or code.co_filename.endswith(_WEAKREF_FILES):
             return True
         frame = frame.f_back
     return False

@@ -272,3 +272,38 @@ def test_early_interrupt_is_one_line(tmp_path):
         lines = err.strip().splitlines()
         assert len(lines) == 1 and INTERRUPTED.match(lines[-1]), context
         shutil.rmtree(tmp_path / "out", ignore_errors=True)
+
+
+def test_a_signal_in_a_weakset_callback_waits_for_a_safe_point():
+    """A signal landing in WeakSet's weakref callback (an object of a WeakSet collected) is
+    recorded, not raised there, where Python would print it and drop it; check_interrupt
+    raises it."""
+    import sys
+    import weakref
+
+    from probe.cli import console
+
+    class Item:
+        pass
+
+    frames = []
+
+    def spy(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("_weakrefset.py"):
+            frames.append(frame)
+
+    members, item = weakref.WeakSet(), Item()
+    members.add(item)
+    sys.setprofile(spy)
+    try:
+        del item  # WeakSet's _remove runs as the weakref callback
+    finally:
+        sys.setprofile(None)
+    assert frames and frames[0].f_code.co_name == "_remove"
+    try:
+        console._on_signal(signal.SIGTERM, frames[0])  # recorded, not raised
+        assert console.pending["code"] == 143
+        with pytest.raises(console.Interrupted):
+            console.check_interrupt()
+    finally:
+        console.pending["code"] = None

@@ -278,7 +278,8 @@ def _alarm(signum, frame):
 
 def _in_finaliser(frame) -> bool:
     while frame is not None:
-        if frame.f_code.co_name == "__del__" or frame.f_code.co_filename.endswith("weakref.py"):
+        name, file = frame.f_code.co_name, frame.f_code.co_filename
+        if name == "__del__" or file.endswith(("weakref.py", "_weakrefset.py")):
             return True
         frame = frame.f_back
     return False
