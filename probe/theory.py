@@ -104,7 +104,7 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple
     widest = torch.zeros((), dtype=torch.float64, device=a.device)
     for start in range(0, a.shape[0], rows):
         block = a[start : start + rows]
-        part = out.view(-1)[: block.shape[0] * b.shape[1]].view(block.shape[0], b.shape[1])
+        part = out[: block.shape[0] * b.shape[1]].view(block.shape[0], b.shape[1])
         torch.matmul(block, b, out=part).abs_()
         columns += part.sum(0)
         widest = torch.maximum(widest, part.sum(1).max())

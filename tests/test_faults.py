@@ -32,6 +32,7 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
@@ -278,10 +279,7 @@ def test_a_signal_in_a_weakset_callback_waits_for_a_safe_point():
     """A signal landing in WeakSet's weakref callback (an object of a WeakSet collected) is
     recorded, not raised there, where Python would print it and drop it; check_interrupt
     raises it."""
-    import sys
-    import weakref
-
-    from probe.cli import console
+    from cli import console
 
     class Item:
         pass

@@ -43,6 +43,7 @@ from typer.testing import CliRunner
 
 from cli import domains
 from cli.app import app
+from cli.console import _in_finaliser
 from tests.cli_world import copy_world
 
 LONG = os.environ.get("PROBE_FUZZ", "") == "long"
@@ -274,15 +275,6 @@ def _alarm(signum, frame):
         signal.setitimer(signal.ITIMER_REAL, 0.05)
         return
     raise Stopped
-
-
-def _in_finaliser(frame) -> bool:
-    while frame is not None:
-        name, file = frame.f_code.co_name, frame.f_code.co_filename
-        if name == "__del__" or file.endswith(("weakref.py", "_weakrefset.py")):
-            return True
-        frame = frame.f_back
-    return False
 
 
 def unquoted(text: str) -> str:
