@@ -27,7 +27,7 @@ numbers to pinned host memory.  On a CPU each layer is measured at once.
 from __future__ import annotations
 
 import json
-import shlex
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,13 +37,14 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import checks, memory, metrics, theory
+from probe import memory, metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
-from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
-from probe.load import ProbedModel, check_seed, load
+from probe.inputs import Encoded, check_input_kind, image_files, model_inputs, read_text
+from probe.load import ProbedModel
 from probe.metrics import effective_rank_method
-from probe.names import EFFECTIVE_RANK_METHODS, INITS, METRICS, SURGERIES
+from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
+from probe.request import Inputs, Model, coerce, dtype_name, reproduce
 from probe.results import ENGINE, settings_id, utc_now, versions
 from probe.trace import check_norm_variant, layer_values
 
@@ -70,7 +71,7 @@ def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
     if unknown or not names:
         choices = ", ".join(name.replace("_", "-") for name in METRICS)
         what = f"unknown metric {', '.join(unknown)}" if unknown else "no metric given"
-        raise ProbeError(f"{what}; --metrics takes all or a comma list of {choices}")
+        raise ProbeError(f"{what}; `metrics` takes all or a comma list of {choices}")
     return tuple(name for name in METRICS if name in names or name == "relative_residual")
 
 
@@ -92,24 +93,13 @@ def metrics_note(names: Sequence[str], method: str) -> str:
     return "; ".join(notes[name] for name in METRICS if name in names)
 
 
-def parse_inits(init: str | Sequence[str]) -> list[str]:
-    """``"both"``, one init, or a list -> inits in the order of probe.names.INITS."""
-    wanted = list(INITS) if init == "both" else [init] if isinstance(init, str) else list(init)
-    unknown = [name for name in wanted if name not in INITS]
-    if unknown or not wanted:
-        raise ProbeError(
-            f"unknown init {', '.join(unknown) or init!r}; choose pretrained, random or both"
-        )
-    return [name for name in INITS if name in wanted]
-
-
 @dataclass
 class Plan:
     """Everything a collapse run needs, checked and loaded, before any forward pass."""
 
     models: list[ProbedModel]
     variants: list[str]
-    inputs: Inputs
+    inputs: Encoded
     surgery: str
     batch_size: int
     command: str
@@ -131,44 +121,33 @@ class Plan:
 
 
 def prepare(
-    model: str | Path | ProbedModel | torch.nn.Module,
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
     *,
     variants: str | Sequence[str] = "all",
-    init: str | Sequence[str] = "both",
-    text: str | Path | None = None,
-    images: str | Path | None = None,
-    sequences: int | str = 32,
-    tokens: int = 128,
-    seed: int = 0,
-    device: str | None = None,
-    dtype: str | None = None,
-    batch_size: int = 16,
     surgery: str = "probe",
-    allow_missing_weights: bool = False,
     metrics: str | Sequence[str] | None = None,
     effective_rank: str = "auto",
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
-    device_map: str | dict | None = None,
-    max_memory: dict | None = None,
-    offload_folder: str | Path | None = None,
-    remote: bool | str = False,
+    **flat,
 ) -> Plan:
     """Check every setting, load the models and make the inputs; no forward pass yet.
 
-    Everything that can be wrong with a request (an unknown model, weights that do
-    not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
+    ``model`` and ``inputs`` are the request (:class:`probe.Model`, :class:`probe.Inputs`);
+    the flat form, a model name with the request's keywords (``init=``, ``tokens=``, ...),
+    is the same request.  Unset sizes default to the paper's 32 sequences of 128 tokens, in
+    batches of 16.  Everything that can be wrong with a request (an unknown model, weights
+    that do not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
     command probing several models fails before it computes anything.
     """
+    request, given = coerce(model, inputs, flat)
+    given = given.with_defaults(sequences=32, tokens=128, batch_size=16)
     names = (
         parse_variants(variants)
         if isinstance(variants, str)
         else parse_variants(",".join(variants) if variants else "")
     )
-    checks.integer("--batch-size", batch_size, 1)
-    checks.integer("--tokens", tokens, 2)
-    if sequences != "all":
-        checks.integer("--sequences", sequences, 1)
     if surgery not in SURGERIES:
         raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
     chosen = parse_metrics(metrics)
@@ -177,66 +156,51 @@ def prepare(
             f"unknown effective-rank method {effective_rank!r}; "
             f"choose {', '.join(EFFECTIVE_RANK_METHODS)}"
         )
-    check_seed(seed)
-    if text is not None:
-        read_text(text)  # a bad --text fails before any model is loaded
-    if images is not None:
-        image_files(images)  # and so does a bad --images
-    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
-    if remote:  # NDIF (True) or nnsight's local simulation of it ("local"); see probe.load
-        spread["remote"] = remote
-    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights, spread)
+    models = request.load()
     first = models[0]
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
-    check_input_kind(first, text, images)
+    check_input_kind(first, given.text, given.images)
+    tokens, batch_size = given.tokens, given.batch_size
     limit = first.adapter.max_tokens(first.config)
     if first.adapter.inputs == "ids" and limit is not None and tokens > limit:
         raise ProbeError(
-            f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
+            f"{first.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
         )
-    # "all": every image of --images, or as many sequences as the text holds (one per
+    # "all": every image of the folder, or as many sequences as the text holds (one per
     # `tokens` characters at most).
-    if sequences != "all":
-        most = sequences
-    elif images is not None:
-        most = len(image_files(images))
+    if given.sequences != "all":
+        most = given.sequences
+    elif given.images is not None:
+        most = len(image_files(given.images))
     else:
-        most = len(read_text(text)[0]) // tokens + 1
+        most = len(read_text(given.text)[0]) // tokens + 1
     memory.require_run(first, most, tokens, batch_size)
-    inputs = model_inputs(
-        first,
-        text=text,
-        images=images,
-        sequences=sequences,
-        tokens=tokens,
-        seed=seed,
-        warn=warn,
-    )
+    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
     settings = {
         "model": first.name,
         "init": [m.init for m in models],
         "variants": names,
         "surgery": surgery,
         "seed": first.seed,
-        "sequences": inputs.sequences,
-        "tokens": inputs.tokens,
-        "text": inputs.text_sha256 or inputs.text_source,
-        "dtype": str(first.dtype).removeprefix("torch."),
+        "sequences": encoded.sequences,
+        "tokens": encoded.tokens,
+        "text": encoded.text_sha256 or encoded.text_source,
+        "dtype": dtype_name(first.dtype),
         "device": first.device.type,
         "batch_size": batch_size,
-        "allow_missing_weights": allow_missing_weights,
+        "allow_missing_weights": request.allow_missing_weights,
         "metrics": list(chosen),
     }
     if "effective_rank" in chosen:  # what "auto" means at this size and device
         settings["effective_rank"] = effective_rank_method(
-            effective_rank, inputs.tokens, first.adapter.hidden_size(first.config), first.device
+            effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
         )
     if command is None:
-        command = _equivalent_command(model, settings, text, images, effective_rank)
+        command = _equivalent_command(request, given, settings, effective_rank)
     # The method as resolved here, not "auto": what the result's attrs state is what runs.
     method = settings.get("effective_rank", "exact")
-    return Plan(models, names, inputs, surgery, batch_size, command, settings, chosen, method)
+    return Plan(models, names, encoded, surgery, batch_size, command, settings, chosen, method)
 
 
 def execute(
@@ -407,7 +371,7 @@ def _check_finite(x: torch.Tensor, mask: torch.Tensor, layer: int) -> None:
         # The weights are finite (checked at load): the forward pass overflowed.
         raise ProbeError(
             f"layer {layer}'s token representations hold NaN or inf: the forward pass "
-            f"overflowed in {str(x.dtype).removeprefix('torch.')}; use --dtype float32 or float64"
+            f"overflowed in {str(x.dtype).removeprefix('torch.')}; use `dtype` float32 or float64"
         )
 
 
@@ -451,94 +415,53 @@ class _Reducer:
 
 
 def run(
-    model: str | Path | ProbedModel | torch.nn.Module,
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
     *,
     progress: Progress | None = None,
+    stream_to: str | Path | None = None,
     **options,
 ) -> xr.Dataset:
-    """Probe ``model`` and return the collapse Dataset (see the module docstring).
+    """Probe ``model`` on ``inputs`` and return the collapse Dataset (module docstring).
 
-    ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
-    :class:`~probe.load.ProbedModel` (then only its own init is run).  The
-    options are those of :func:`prepare`, and ``stream_to`` of :func:`execute`.
+    ``model``: a :class:`probe.Model`, or what one holds: a hub id, a local folder,
+    ``minilm``, an ``nn.Module`` or a loaded :class:`~probe.loading.ProbedModel` (then
+    only its own init is run).  The options are those of :func:`prepare`, and
+    ``stream_to`` of :func:`execute`.
     """
-    stream_to = options.pop("stream_to", None)
-    return execute(prepare(model, **options), progress, stream_to)
+    return execute(prepare(model, inputs, **options), progress, stream_to)
 
 
-def _equivalent_command(
-    model, settings: dict, text, images=None, effective_rank: str = "auto"
-) -> str:
+def _equivalent_command(request: Model, given: Inputs, settings: dict, method: str) -> str:
     """The CLI command with the same settings, for the "reproduce with" line of a library run."""
-    if isinstance(model, ProbedModel | torch.nn.Module):
+    if not isinstance(request.source, str | os.PathLike):
         return (
             "probe.analyses.collapse.run(<a model passed by the caller>, "
             + ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != "model")
             + ")"
         )
-    init = settings["init"]
-    args = [
-        "probe",
-        "collapse",
-        str(model),
-        "--init",
-        "both" if len(init) == 2 else init[0],
-        "--variants",
-        ",".join(settings["variants"]),
-        "--sequences",
-        str(settings["sequences"]),
-        "--tokens",
-        str(settings["tokens"]),
-        "--seed",
-        str(settings["seed"]),
-        "--dtype",
-        settings["dtype"],
-        "--batch-size",
-        str(settings["batch_size"]),
-    ]
-    if text is not None:
-        args += ["--text", str(text)]
-    if images is not None:
-        args += ["--images", str(images)]
+    own = ["--variants", ",".join(settings["variants"])]
     if settings["surgery"] != "probe":
-        args += ["--surgery", settings["surgery"]]
-    if settings["device"] != "cpu":
-        args += ["--device", settings["device"]]
-    if settings["allow_missing_weights"]:
-        args.append("--allow-missing-weights")
+        own += ["--surgery", settings["surgery"]]
     if tuple(settings["metrics"]) != METRICS:
-        args += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
-    if effective_rank != "auto" and "effective_rank" in settings:
-        args += ["--effective-rank", effective_rank]
-    return shlex.join(args)
+        own += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
+    if method != "auto" and "effective_rank" in settings:
+        own += ["--effective-rank", method]
+    return reproduce(
+        "collapse",
+        request,
+        given,
+        *own,
+        dtype=settings["dtype"],
+        sequences=settings["sequences"],
+        tokens=settings["tokens"],
+    )
 
 
 def _empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
     shape = (len(plan.variants), len(plan.models), plan.models[0].n_layers + 1, sequences)
     sizes = {"relative_residual": (len(metrics.FITS), len(metrics.NORMS))}
     return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
-
-
-def _load_all(model, inits, seed, device, dtype, allow_missing, spread=None) -> list[ProbedModel]:
-    if isinstance(model, ProbedModel):
-        if inits != [model.init]:
-            raise ProbeError(
-                f"this model is loaded with init {model.init!r}; pass init={model.init!r}"
-            )
-        return [model]
-    # Pretrained first: if its weights cannot be had, nothing runs.
-    return [
-        load(
-            model,
-            init=name,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            allow_missing_weights=allow_missing,
-            **(spread or {}),
-        )
-        for name in inits
-    ]
 
 
 def _dataset(
@@ -579,7 +502,7 @@ def _dataset(
         "config": config.to_json_string(use_diff=True),
         "weights": "; ".join(f"{m.init}: {m.weights}" for m in models),
         "weights_warning": "; ".join(
-            f"{m.init} weights come from an incomplete checkpoint (--allow-missing-weights): "
+            f"{m.init} weights come from an incomplete checkpoint (missing weights allowed): "
             "some tensors are at random init, see 'weights'"
             for m in models
             if m.incomplete
@@ -595,7 +518,7 @@ def _dataset(
         "seed": first.seed,
         "dtype": str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
-        # accelerate's placement where --device-map spread the model ({} when it did not).
+        # accelerate's placement where `device_map` spread the model ({} when it did not).
         "device_map": json.dumps({k: str(v) for k, v in (first.device_map or {}).items()}),
         **versions(),
         "command": plan.command,

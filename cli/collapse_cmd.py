@@ -14,6 +14,7 @@ from rich.table import Table
 
 from probe import distributed
 from probe.analyses import collapse
+from probe.request import Inputs, Model
 from probe.results import ENGINE, temp_beside
 
 from .console import Reporter, checked, command_line, err, named, out, warn
@@ -29,26 +30,37 @@ from .sharded import rank_warn, run_sharded
 
 
 def run_collapse(
-    models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options
+    models: list[str],
+    request: dict,
+    inputs: Inputs,
+    *,
+    metric: str,
+    norm: str,
+    fit: str,
+    out_dir: Path,
+    **options,
 ) -> None:
+    """Probe each of ``models`` with the same ``request`` (:class:`probe.Model`'s keywords)
+    on ``inputs``; ``options`` are the collapse analysis' own."""
     check_out_dir(out_dir)
     here = distributed.world()
     if here.parallel:  # started by torchrun: this process probes its share
-        options["device"] = distributed.device_for(options.get("device"), here)
-        with distributed.process_group(here, options.get("device")):
-            _run_sharded(models, here, metric, norm, fit, out_dir, options)
+        request = request | {"device": distributed.device_for(request.get("device"), here)}
+        with distributed.process_group(here, request["device"]):
+            _run_sharded(models, request, inputs, here, metric, norm, fit, out_dir, options)
         return
     with no_empty_folder(out_dir):
-        _run(models, metric=metric, norm=norm, fit=fit, out_dir=out_dir, **options)
+        _run(models, request, inputs, metric, norm, fit, out_dir, options)
 
 
-def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options):
+def _run(models, request, inputs, metric, norm, fit, out_dir: Path, options: dict) -> None:
     command = command_line()
     reporter = Reporter()
     plans = []
     for model in models:
-        with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
-            plans.append(collapse.prepare(model, warn=warn, command=command, **options))
+        with reporter.loading(f"loading {model} ({request['init']} weights)"):
+            given = Model(model, **request)
+            plans.append(collapse.prepare(given, inputs, warn=warn, command=command, **options))
     reporter.loaded()
     checked()
     results: list[tuple[xr.Dataset, Path]] = []
@@ -75,7 +87,7 @@ def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, 
             stream.unlink(missing_ok=True)
 
 
-def _run_sharded(models, here, metric, norm, fit, out_dir: Path, options: dict) -> None:
+def _run_sharded(models, request, inputs, here, metric, norm, fit, out_dir, options) -> None:
     """One rank of a torchrun job (:func:`cli.sharded.run_sharded`): every rank loads,
     checks and probes its share of every model's batches into a shard; rank 0 then merges
     the shards (``open_mfdataset``) and writes each result with its report, the comparison
@@ -87,9 +99,12 @@ def _run_sharded(models, here, metric, norm, fit, out_dir: Path, options: dict) 
     def work(folder: Path) -> None:
         reporter = Reporter()
         for model in models:
-            with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
+            with reporter.loading(f"loading {model} ({request['init']} weights)"):
+                given = Model(model, **request)
                 plans.append(
-                    collapse.prepare(model, warn=rank_warn(here), command=command, **options)
+                    collapse.prepare(
+                        given, inputs, warn=rank_warn(here), command=command, **options
+                    )
                 )
         reporter.loaded()
         if here.main:

@@ -40,6 +40,8 @@ _LAZY = {
     "NO_LN": "ablate",
     "VARIANTS": "ablate",
     "Ablation": "ablate",
+    "Model": "request",
+    "Inputs": "request",
     "ProbedModel": "load",
     "load": "load",
     "wrap": "load",
