@@ -223,14 +223,14 @@ def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_pat
             """
             import os
             if os.environ.get("RANK") == "1":
-                from probe.analyses import collapse
-                original = collapse._blocks
+                from probe.analyses import collapse_measure
+                original = collapse_measure.blocks
                 def broken(plan, batches, progress, part=(0, 1)):
                     for n, item in enumerate(original(plan, batches, progress)):
                         if n == len(batches) - 1:
                             raise RuntimeError("injected fault")
                         yield item
-                collapse._blocks = broken
+                collapse_measure.blocks = broken
             """
         )
     )
