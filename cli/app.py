@@ -28,10 +28,13 @@ from .domains import (
 from .options import (
     AllowMissingOption,
     BatchSizeOption,
+    DeviceMapOption,
     DeviceOption,
     DtypeOption,
     ImagesOption,
     InitOption,
+    MaxMemoryOption,
+    OffloadFolderOption,
     OutOption,
     QuietOption,
     RemoteOption,
@@ -39,9 +42,8 @@ from .options import (
     TextOption,
     TokensOption,
     inputs_request,
-    model_request,
+    models_request,
 )
-from .placement import DeviceMapOption, MaxMemoryOption, OffloadFolderOption
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -231,16 +233,20 @@ def collapse(
     if no_layernorm:
         chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
         chosen = ",".join([chosen, *names.NORM_VARIANTS])
-    if remote:
-        if _value(init) != "pretrained":
-            fail("--remote runs pretrained weights only; add --init pretrained")
-        if device_map is not None or device != "cpu":
-            fail("--remote runs on the service's devices; drop --device and --device-map")
-    request = model_request(init, seed, dtype, device, device_map, max_memory, offload_folder,
-                            remote, allow_missing_weights)  # fmt: skip
-    run_collapse(
+    requests = models_request(
         models,
-        request,
+        init=init,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_folder=offload_folder,
+        remote=remote,
+        allow_missing_weights=allow_missing_weights,
+    )
+    run_collapse(
+        requests,
         inputs_request(text, images, sequences, tokens, batch_size),
         variants=chosen,
         metric=metric_name,
@@ -299,12 +305,12 @@ def check(
     from rich.table import Table
 
     from probe.check import identities
-    from probe.request import Model
 
     init_name = _value(init)
     if init_name == "both":
         fail("--init is pretrained or random for probe check")
-    (probed,) = Model(model, **model_request(init_name, 0, dtype, device)).load(verify=False)
+    (request,) = models_request([model], init=init_name, seed=0, dtype=dtype, device=device)
+    (probed,) = request.load(verify=False)
     checked()  # the model is loaded: warnings held so far may show
     if probed.adapter.inputs == "ids":
         limit = probed.adapter.max_tokens(probed.config)

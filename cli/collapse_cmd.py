@@ -7,6 +7,7 @@ never leaves the first one's result behind with no index and no comparison.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import xarray as xr
@@ -30,8 +31,7 @@ from .sharded import rank_warn, run_sharded
 
 
 def run_collapse(
-    models: list[str],
-    request: dict,
+    models: list[Model],
     inputs: Inputs,
     *,
     metric: str,
@@ -40,27 +40,26 @@ def run_collapse(
     out_dir: Path,
     **options,
 ) -> None:
-    """Probe each of ``models`` with the same ``request`` (:class:`probe.Model`'s keywords)
-    on ``inputs``; ``options`` are the collapse analysis' own."""
+    """Probe each of ``models`` on ``inputs``; ``options`` are the collapse analysis' own."""
     check_out_dir(out_dir)
     here = distributed.world()
     if here.parallel:  # started by torchrun: this process probes its share
-        request = request | {"device": distributed.device_for(request.get("device"), here)}
-        with distributed.process_group(here, request["device"]):
-            _run_sharded(models, request, inputs, here, metric, norm, fit, out_dir, options)
+        device = distributed.device_for(models[0].device, here)
+        models = [replace(model, device=device) for model in models]
+        with distributed.process_group(here, device):
+            _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options)
         return
     with no_empty_folder(out_dir):
-        _run(models, request, inputs, metric, norm, fit, out_dir, options)
+        _run(models, inputs, metric, norm, fit, out_dir, options)
 
 
-def _run(models, request, inputs, metric, norm, fit, out_dir: Path, options: dict) -> None:
+def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> None:
     command = command_line()
     reporter = Reporter()
     plans = []
     for model in models:
-        with reporter.loading(f"loading {model} ({request['init']} weights)"):
-            given = Model(model, **request)
-            plans.append(collapse.prepare(given, inputs, warn=warn, command=command, **options))
+        with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
+            plans.append(collapse.prepare(model, inputs, warn=warn, command=command, **options))
     reporter.loaded()
     checked()
     results: list[tuple[xr.Dataset, Path]] = []
@@ -87,7 +86,7 @@ def _run(models, request, inputs, metric, norm, fit, out_dir: Path, options: dic
             stream.unlink(missing_ok=True)
 
 
-def _run_sharded(models, request, inputs, here, metric, norm, fit, out_dir, options) -> None:
+def _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options) -> None:
     """One rank of a torchrun job (:func:`cli.sharded.run_sharded`): every rank loads,
     checks and probes its share of every model's batches into a shard; rank 0 then merges
     the shards (``open_mfdataset``) and writes each result with its report, the comparison
@@ -99,11 +98,10 @@ def _run_sharded(models, request, inputs, here, metric, norm, fit, out_dir, opti
     def work(folder: Path) -> None:
         reporter = Reporter()
         for model in models:
-            with reporter.loading(f"loading {model} ({request['init']} weights)"):
-                given = Model(model, **request)
+            with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
                 plans.append(
                     collapse.prepare(
-                        given, inputs, warn=rank_warn(here), command=command, **options
+                        model, inputs, warn=rank_warn(here), command=command, **options
                     )
                 )
         reporter.loaded()
@@ -198,3 +196,8 @@ def print_table(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "me
         )
     if ds.attrs.get("weights_warning"):
         warn(str(ds.attrs["weights_warning"]))
+
+
+def _inits(model: Model) -> str:
+    """The weights a model loads, as the command line named them."""
+    return "both" if len(model.init) == 2 else model.init[0]

@@ -17,9 +17,10 @@ from typing import Annotated
 import typer
 
 from probe import names
+from probe.request import DEVICE_MAPS
 
-from .domains import Choice, Count, Device, ImageFolder, OutFolder, Seed, TextFile, option
-from .placement import placement
+from .console import fail
+from .domains import Choice, Count, Device, ImageFolder, OutFolder, Seed, Text, TextFile, option
 
 InitOption = Annotated[
     str,
@@ -79,6 +80,33 @@ AllowMissingOption = Annotated[
         "the result and report say so).",
     ),
 ]
+
+DeviceMapOption = Annotated[
+    str | None,
+    option(
+        "--device-map",
+        domain=Choice(DEVICE_MAPS),
+        help="Spread a model larger than one device over the GPUs, CPU and disk "
+        "(accelerate): auto, balanced or sequential.",
+    ),
+]
+MaxMemoryOption = Annotated[
+    str | None,
+    option(
+        "--max-memory",
+        domain=Text(),
+        help="With --device-map: memory per device, e.g. 0=20GiB,cpu=60GiB (the rest "
+        "goes to --offload-folder on disk).",
+    ),
+]
+OffloadFolderOption = Annotated[
+    Path | None,
+    option(
+        "--offload-folder",
+        domain=OutFolder(),
+        help="With --device-map: folder for weights offloaded to disk.",
+    ),
+]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 OutOption = Annotated[
     Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
@@ -98,18 +126,30 @@ def model_request(
 ) -> dict:
     """The keywords of :class:`probe.Model` (all but the model's name) from the options.
 
-    ``--device cpu`` is the command's default, not a choice against ``--device-map``: it
-    is passed on only where the user moved it off the CPU."""
-    spread = placement(device, device_map, max_memory, offload_folder)
+    The model checks how they combine (``--device`` with ``--device-map``, ``--remote``
+    with random weights, ...) when it is built, in the one line the library says; here only
+    ``--max-memory``'s text is read into accelerate's form, where it applies at all."""
+    if max_memory is not None and device_map is not None:
+        max_memory = memory(max_memory)
     return {
         "init": init,
         "seed": seed,
         "dtype": dtype,
-        "device": None if spread else device,
+        "device": device,
+        "device_map": device_map,
+        "max_memory": max_memory,
+        "offload_folder": offload_folder,
         "remote": remote,
         "allow_missing_weights": allow_missing_weights,
-        **spread,
     }
+
+
+def models_request(names: list[str], **options) -> list:
+    """One :class:`probe.Model` per name, all checked before anything is loaded."""
+    from probe.request import Model
+
+    request = model_request(**options)
+    return [Model(name, **request) for name in names]
 
 
 def inputs_request(
@@ -127,3 +167,14 @@ def inputs_request(
     return Inputs(
         text=text, images=images, sequences=sequences, tokens=tokens, batch_size=batch_size
     )
+
+
+def memory(text: str) -> dict:
+    """``0=20GiB,cpu=60GiB`` -> {0: "20GiB", "cpu": "60GiB"} (accelerate reads the sizes)."""
+    sizes: dict = {}
+    for item in text.split(","):
+        device, _, size = item.strip().partition("=")
+        if not device or not size:
+            fail(f"--max-memory takes DEVICE=SIZE pairs like 0=20GiB,cpu=60GiB, got {item!r}")
+        sizes[int(device) if device.isdigit() else device] = int(size) if size.isdigit() else size
+    return sizes

@@ -6,6 +6,7 @@ Dataset -> result file + report beside it -> index.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -24,18 +25,20 @@ from .domains import (
 )
 from .options import (
     BatchSizeOption,
+    DeviceMapOption,
     DeviceOption,
     DtypeOption,
     InitOption,
+    MaxMemoryOption,
+    OffloadFolderOption,
     OutOption,
     QuietOption,
     SeedOption,
     TextOption,
     TokensOption,
     inputs_request,
-    model_request,
+    models_request,
 )
-from .placement import DeviceMapOption, MaxMemoryOption, OffloadFolderOption
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -115,7 +118,16 @@ def paths(
 
     settings["quiet"] = quiet
     if mode != "count":  # checked before the folder: a bad request writes nothing
-        request = model_request(init, seed, dtype, device, device_map, max_memory, offload_folder)
+        (request,) = models_request(
+            [model],
+            init=init,
+            seed=seed,
+            dtype=dtype,
+            device=device,
+            device_map=device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
+        )
         given = inputs_request(text, None, sequences, tokens, batch_size)
     check_out_dir(out_dir)
     if mode == "count":
@@ -130,24 +142,24 @@ def paths(
 
     here = distributed.world()
     if here.parallel:  # started by torchrun: this process takes its share of the batches
-        request = request | {"device": distributed.device_for(request["device"], here)}
-        with distributed.process_group(here, request["device"]):
-            _run_sharded(mode, model, request, given, here, out_dir, options)
+        request = replace(request, device=distributed.device_for(request.device, here))
+        with distributed.process_group(here, request.device):
+            _run_sharded(mode, request, given, here, out_dir, options)
         return
     with no_empty_folder(out_dir):
-        _publish(_analyse(mode, model, request, given, options, warn), out_dir)
+        _publish(_analyse(mode, request, given, options, warn), out_dir)
 
 
-def _analyse(mode, model: str, request: dict, given, options: dict, warn_with, part=(0, 1)):
-    """The --sample or --decompose Dataset of ``model`` (of one part of a torchrun job)."""
+def _analyse(mode: str, request, given, options: dict, warn_with, part=(0, 1)) -> xr.Dataset:
+    """The --sample or --decompose Dataset of the ``request`` (:class:`probe.Model`) on
+    ``given`` (:class:`probe.Inputs`), of one part of a torchrun job."""
     from probe.analyses import paths as analysis
-    from probe.request import Model
 
     reporter = Reporter()
     with reporter.bar(0):
         run = analysis.sample if mode == "sample" else analysis.decompose
         return run(
-            Model(model, **request),
+            request,
             given,
             progress=reporter.update,
             warn=warn_with,
@@ -156,7 +168,7 @@ def _analyse(mode, model: str, request: dict, given, options: dict, warn_with, p
         )
 
 
-def _run_sharded(mode: str, model: str, request, given, here, out_dir: Path, options) -> None:
+def _run_sharded(mode: str, request, given, here, out_dir: Path, options) -> None:
     """One rank of a torchrun job (:func:`cli.sharded.run_sharded`).
 
     --decompose: each rank decomposes its share of the batches, and rank 0 concatenates the
@@ -172,7 +184,7 @@ def _run_sharded(mode: str, model: str, request, given, here, out_dir: Path, opt
 
     def work(folder: Path) -> None:
         part = (here.rank, here.size)
-        ds = _analyse(mode, model, request, given, options, rank_warn(here), part)
+        ds = _analyse(mode, request, given, options, rank_warn(here), part)
         if mode == "sample" or ds.sizes["sequence"]:  # a rank past the last batch has none
             save_result(ds, distributed.shard_path(folder, here.rank, 0))
 
