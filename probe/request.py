@@ -122,7 +122,7 @@ class Model:
         if self.remote not in (False, True, "local"):
             raise ProbeError(f"`remote` is True, False or 'local', got {self.remote!r}")
         if self.remote and self.init != ("pretrained",):
-            raise ProbeError("`remote` runs pretrained weights only; use init='pretrained'")
+            raise ProbeError("`remote` runs pretrained weights only; add `init` pretrained")
         if self.remote and (dm is not None or self.device not in (None, "cpu")):
             raise ProbeError(
                 "`remote` runs on the service's devices; drop `device` and `device_map`"
