@@ -21,7 +21,6 @@ import contextlib
 import copy
 import functools
 import importlib.util
-import io
 import json
 import logging
 import math
@@ -39,9 +38,10 @@ from typing import Any
 import torch
 
 from . import names
-from .errors import ProbeError
+from .errors import ProbeError, one_line
 from .models import Adapter, adapter_for
 from .names import INITS
+from .quiet import quiet
 
 DTYPES = {name: getattr(torch, name) for name in names.DTYPES}
 MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
@@ -361,7 +361,7 @@ def _remote(name, location, where, config, adapter, init, remote, dtype, device_
     # NDIF serves bfloat16 only; the local simulation runs the dtype asked for.
     torch_dtype = torch.bfloat16 if remote is True else _dtype(dtype)
     try:
-        with _quiet():
+        with quiet():
             hosted = TransformersModel(
                 str(location),
                 task=task,
@@ -370,7 +370,7 @@ def _remote(name, location, where, config, adapter, init, remote, dtype, device_
                 attn_implementation="eager",
             )
     except Exception as err:
-        raise ProbeError(f"cannot load {name} for --remote: {_one_line(err)}") from None
+        raise ProbeError(f"cannot load {name} for --remote: {one_line(err)}") from None
     lm = hosted._module
     base = lm.base_model
     if base is lm:
@@ -457,7 +457,7 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
         except (ValueError, TypeError, KeyError) as err:  # a size accelerate cannot read
             raise ProbeError(
                 f"cannot plan --device-map {device_map} with --max-memory {max_memory}: "
-                f"{_one_line(err)}"
+                f"{one_line(err)}"
             ) from None
     folder = offload_folder
     if "disk" in placed.values() and folder is None:
@@ -477,7 +477,7 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
         finally:
             hush.setLevel(level)
     except (ValueError, RuntimeError, OSError) as err:
-        raise ProbeError(f"cannot spread the model with --device-map: {_one_line(err)}") from None
+        raise ProbeError(f"cannot spread the model with --device-map: {one_line(err)}") from None
     model.hf_device_map = placed
     return model
 
@@ -690,15 +690,15 @@ def _config(name: str, location, prefer_bundled: bool):
     if isinstance(location, Path):
         refuse_custom_code(name, location)
     try:
-        with _quiet():
+        with quiet():
             config = AutoConfig.from_pretrained(
                 location, trust_remote_code=False, **_hub_kwargs(location)
             )
     except ValueError as err:  # an unknown model_type, say
-        raise ProbeError(f"cannot read the config of {name}: {_one_line(err)}") from None
+        raise ProbeError(f"cannot read the config of {name}: {one_line(err)}") from None
     except OSError as err:
         if isinstance(location, Path):
-            raise ProbeError(f"cannot read {location / 'config.json'}: {_one_line(err)}") from None
+            raise ProbeError(f"cannot read {location / 'config.json'}: {one_line(err)}") from None
         hint = (
             f"`--init random` works offline for {', '.join(sorted(bundled))}; "
             if location in bundled
@@ -737,7 +737,7 @@ def refuse_custom_code(name: str, folder: Path) -> None:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            raise ProbeError(f"cannot read {path}: {_one_line(err)}") from None
+            raise ProbeError(f"cannot read {path}: {one_line(err)}") from None
         if not isinstance(data, dict):
             raise ProbeError(f"{path} is not a JSON object; point to a save_pretrained folder")
         if data.get("auto_map"):
@@ -829,7 +829,7 @@ def _random_model(
         return cls._from_config(config, attn_implementation="eager", dtype=build_dtype)
 
     # Fresh weights from the seed, without disturbing the caller's RNG.
-    with torch.random.fork_rng(devices=forked), _quiet(), device:
+    with torch.random.fork_rng(devices=forked), quiet(), device:
         torch.manual_seed(seed)
         # Each layer's own constructor draws torch's default init, which the model's
         # _init_weights then draws again: half the build time of a large model.  The first
@@ -890,7 +890,7 @@ def _pretrained_model(
     """The base model with its checkpoint's weights, and a note on what did not load."""
     where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
     try:
-        with _quiet():
+        with quiet():
             model, info = model_class(adapter).from_pretrained(
                 location,
                 config=config,
@@ -904,7 +904,7 @@ def _pretrained_model(
             )
     except Exception as err:  # any failure to read weights: OSError, SafetensorError, ...
         raise ProbeError(
-            f"cannot load pretrained weights from {where} ({_one_line(err)}); "
+            f"cannot load pretrained weights from {where} ({one_line(err)}); "
             "use `--init random`, a complete save_pretrained folder, or the network"
         ) from None
     return model, _check_loading(model, info, adapter, where, allow_missing)
@@ -984,7 +984,7 @@ def _tokenizer(location):
     if isinstance(location, Path) and not any((location / f).is_file() for f in TOKENIZER_FILES):
         return None
     try:
-        with _quiet():
+        with quiet():
             tokenizer = AutoTokenizer.from_pretrained(
                 location, trust_remote_code=False, **_hub_kwargs(location)
             )
@@ -1003,13 +1003,13 @@ def _image_processor(location):
     from transformers import AutoImageProcessor
 
     try:
-        with _quiet():
+        with quiet():
             return AutoImageProcessor.from_pretrained(
                 location, trust_remote_code=False, use_fast=False
             )
     except Exception as err:  # a damaged processor file: say so rather than guess
         raise ProbeError(
-            f"cannot read the image processor in {location}: {_one_line(err)}"
+            f"cannot read the image processor in {location}: {one_line(err)}"
         ) from None
 
 
@@ -1027,24 +1027,3 @@ def _device(device) -> torch.device:
     from .checks import device as checked
 
     return torch.device(checked("cpu" if device is None else str(device)))
-
-
-def _one_line(err: BaseException) -> str:
-    text = " ".join(str(err).split())
-    return text[:300] + ("..." if len(text) > 300 else "")
-
-
-@contextlib.contextmanager
-def _quiet():
-    """Silence transformers' progress bars and advice while loading."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    logging.getLogger("huggingface_hub").setLevel(logging.ERROR)
-    try:
-        with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
-            warnings.simplefilter("ignore")
-            yield
-    finally:
-        hf_logging.set_verbosity(level)
