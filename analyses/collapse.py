@@ -41,7 +41,7 @@ from probe import checks, memory, metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
-from probe.load import ProbedModel, check_seed, load
+from probe.loading import ProbedModel, check_seed, load
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, INITS, METRICS, SURGERIES
 from probe.results import ENGINE, settings_id, utc_now, versions
@@ -459,7 +459,7 @@ def run(
     """Probe ``model`` and return the collapse Dataset (see the module docstring).
 
     ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
-    :class:`~probe.load.ProbedModel` (then only its own init is run).  The
+    :class:`~probe.loading.ProbedModel` (then only its own init is run).  The
     options are those of :func:`prepare`, and ``stream_to`` of :func:`execute`.
     """
     stream_to = options.pop("stream_to", None)

@@ -15,7 +15,7 @@ import torch
 from probe import checks, memory
 from probe.errors import ProbeError
 from probe.inputs import Inputs, make_inputs, read_text
-from probe.load import ProbedModel, _dtype, load, wrap
+from probe.loading import ProbedModel, as_dtype, load, wrap
 
 from .collapse import parse_inits
 
@@ -48,7 +48,7 @@ def load_models(model, init, seed, device, dtype, spread=None) -> list[ProbedMod
                 f"this model is loaded with init {model.init!r}; pass init={model.init!r}"
             )
         if model.device_map and (
-            device is not None or (dtype is not None and _dtype(dtype) != model.dtype)
+            device is not None or (dtype is not None and as_dtype(dtype) != model.dtype)
         ):
             raise ProbeError(
                 "this model is spread with a device_map and is not moved or converted; "
