@@ -39,7 +39,7 @@ from probe import memory, metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import check_input_kind, image_files, model_inputs, read_text
-from probe.load import ProbedModel
+from probe.loading import ProbedModel
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
 from probe.request import Inputs, Model, coerce, dtype_name, reproduce

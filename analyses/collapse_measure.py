@@ -25,7 +25,7 @@ from probe import metrics, theory
 from probe.ablate import PRESETS
 from probe.errors import ProbeError
 from probe.inputs import Encoded
-from probe.load import ProbedModel
+from probe.loading import ProbedModel
 from probe.names import METRICS
 from probe.trace import layer_values
 

@@ -14,7 +14,7 @@ import torch
 from probe import memory
 from probe.errors import ProbeError
 from probe.inputs import Encoded, make_inputs, passed_inputs
-from probe.load import ProbedModel
+from probe.loading import ProbedModel
 from probe.request import Inputs, Model, coerce, provenance
 
 

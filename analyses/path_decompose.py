@@ -69,7 +69,7 @@ import xarray as xr
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
 from probe.errors import ProbeError
-from probe.load import ProbedModel, onloaded
+from probe.loading import ProbedModel, onloaded
 from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 

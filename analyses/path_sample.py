@@ -41,7 +41,7 @@ import xarray as xr
 from probe import checks, metrics
 from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
-from probe.load import ProbedModel
+from probe.loading import ProbedModel
 from probe.names import ORDERS
 from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple

@@ -358,7 +358,7 @@ def list_models(
     """List the supported families and the bundled configs (or one family's spec)."""
     from rich.table import Table
 
-    from probe.load import MINILM_ALIASES, bundled_configs
+    from probe.loading import MINILM_ALIASES, bundled_configs
     from probe.models import ADAPTERS
 
     if family is not None:
@@ -383,7 +383,7 @@ def list_models(
 
     from transformers import AutoConfig
 
-    from probe.load import CONFIG_ALIASES
+    from probe.loading import CONFIG_ALIASES
 
     configs = Table(title="bundled configs (--init random works offline)")
     for column in ("name", "model_type", "layers", "heads", "hidden"):

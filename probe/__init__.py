@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from importlib import metadata
 
 from .errors import ProbeError
@@ -42,9 +41,9 @@ _LAZY = {
     "Ablation": "ablate",
     "Model": "request",
     "Inputs": "request",
-    "ProbedModel": "load",
-    "load": "load",
-    "wrap": "load",
+    "ProbedModel": "loading",
+    "load": "loading",
+    "wrap": "loading",
     "open_result": "results",
     "save_result": "results",
     "hidden_states": "trace",
@@ -56,6 +55,7 @@ _LAZY = {
     "paths": None,
     "names": None,
     "fastformer": None,
+    "loading": None,
 }
 
 __all__ = ["ProbeError", "__version__", *_LAZY]
@@ -72,23 +72,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-class _Probe(types.ModuleType):
-    """``probe.load`` is the loader function, also once the module ``probe.load`` is imported.
-
-    Importing a submodule sets it as an attribute of its package; for a name that is
-    both (``load``), the function wins, as it did when it was imported eagerly.  The
-    module itself stays in ``sys.modules["probe.load"]``.
-    """
-
-    def __setattr__(self, name: str, value) -> None:
-        if _LAZY.get(name) == name and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Probe
 
 
 def _is_the_cli() -> bool:

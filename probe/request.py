@@ -154,8 +154,7 @@ class Model:
     def load(self, verify: bool = True) -> list:
         """One :class:`~probe.loading.ProbedModel` per init, pretrained first (if its weights
         cannot be had, nothing runs)."""
-        from .load import ProbedModel, load, wrap
-        from .load import _dtype as to_dtype  # FIXME public name after the loading split
+        from .loading import ProbedModel, as_dtype, load, wrap
 
         source = self.source
         if isinstance(source, ProbedModel):
@@ -165,7 +164,7 @@ class Model:
                 )
             if source.device_map and (
                 self.device is not None
-                or (self.dtype is not None and to_dtype(self.dtype) != source.dtype)
+                or (self.dtype is not None and as_dtype(self.dtype) != source.dtype)
             ):
                 raise ProbeError(
                     "this model is spread with a device_map and is not moved or converted; "

@@ -267,7 +267,7 @@ def panel(
     caller already took from its own forward passes of these sequences (the collapse run
     does); a variant it lacks is traced here."""
     from .ablate import PRESETS
-    from .load import onloaded
+    from .loading import onloaded
     from .trace import layer_values
 
     with onloaded(probed.model):  # weights a device_map offloaded, read in for the constants
