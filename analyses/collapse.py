@@ -622,7 +622,7 @@ def _dataset(
     if theory_panel:
         panel = _theory(plan, measured)
     else:
-        panel = bounds.variables([{"init": m.init} for m in models], coords["layer"])
+        panel = bounds.empty(coords["init"], coords["layer"])
     ds = ds.assign(panel.data_vars)
     ds.attrs.update(panel.attrs)
     return ds

@@ -128,6 +128,12 @@ def variables(panels: Sequence[dict[str, Any]], layers: Sequence[int]) -> xr.Dat
     return ds
 
 
+def empty(inits: Sequence[str], layers: Sequence[int]) -> xr.Dataset:
+    """The variables with nothing measured (NaN; no bound is vacuous): a streamed result's
+    placeholders, which :meth:`probe.stream.SequenceWriter.fill` overwrites at the end."""
+    return variables([{"init": init} for init in inits], layers)
+
+
 def _lines(lines) -> str:
     return "\n".join(dict.fromkeys(lines))
 
