@@ -74,6 +74,7 @@ def stats(
 
 
 def has_data(values: np.ndarray) -> bool:
+    """Whether any value is finite (a variant not run for an init is NaN throughout)."""
     return bool(np.isfinite(values).any())
 
 
