@@ -35,7 +35,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import memory, metrics, theory
+from probe import bounds, memory, metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import check_input_kind, image_files, model_inputs, read_text
@@ -206,7 +206,7 @@ def execute(
             for start, block, panel in blocks:
                 writer.append(block)
                 measured = panel if start == 0 else measured
-            writer.set_attribute("theory", _theory(plan, measured))
+            writer.fill(_theory(plan, measured))
         return xr.open_dataset(stream_to, engine=ENGINE)
     data = measure.empty(plan, count)
     for start, block, panel in blocks:
@@ -217,8 +217,8 @@ def execute(
     return ds.assign_coords(sequence=first + np.arange(count))
 
 
-def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> str:
-    """The theory panel (a JSON attribute), from the residuals the run's first batch measured
+def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> xr.Dataset:
+    """The theory panel (result variables), from the residuals the run's first batch measured
     (``measured``) where it holds them, else from traces of its own (a shard of a torchrun
     run without the first batch, or a run without SAN, SAN+MLP or SAN+skip)."""
     return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
@@ -271,8 +271,8 @@ def _equivalent_command(request: Model, given: Inputs, settings: dict, method: s
 def _dataset(
     data, plan: Plan, world_size: int = 1, measured=None, theory_panel: bool = True
 ) -> xr.Dataset:
-    """The result Dataset; ``theory_panel=False`` leaves the panel's attribute empty (a
-    streamed result sets it once its first batch has run)."""
+    """The result Dataset; ``theory_panel=False`` leaves the panel's variables NaN (a
+    streamed result fills them in once its first batch has run)."""
     models, variants, inputs = plan.models, plan.variants, plan.inputs
     first = models[0]
     dims = ("variant", "init", "layer", "sequence")
@@ -312,9 +312,6 @@ def _dataset(
             if m.incomplete
         ),
         "inputs": inputs.kind,
-        # The paper's bounds from the model's own weights beside measured residuals
-        # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
-        "theory": _theory(plan, measured) if theory_panel else "",
         "text_source": inputs.text_source,
         "text_sha256": inputs.text_sha256,
         "sequences": inputs.sequences,
@@ -347,6 +344,14 @@ def _dataset(
         # Processes the run was split over (torchrun); the numbers do not depend on it.
         "world_size": int(world_size),
     }
+    # The paper's bounds from the model's own weights beside measured residuals
+    # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
+    if theory_panel:
+        panel = _theory(plan, measured)
+    else:
+        panel = bounds.empty(coords["init"], coords["layer"])
+    ds = ds.assign(panel.data_vars)
+    ds.attrs.update(panel.attrs)
     return ds
 
 

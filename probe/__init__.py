@@ -52,6 +52,7 @@ _LAZY = {
     "metrics": None,
     "theory": None,
     "plot": None,
+    "stats": None,
     "paths": None,
     "names": None,
     "fastformer": None,

@@ -49,7 +49,9 @@ from typing import Any
 
 import numpy as np
 import torch
+import xarray as xr
 
+from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 
 #: The MLP of each family whose weights probe reads for lambda: (first, second, layout).
@@ -248,8 +250,6 @@ def recursion(r0: np.ndarray, c: list[float], lam: list[float] | None = None) ->
         return np.exp(np.stack(log_r))
 
 
-#: The variants whose residuals the panel sets beside the bounds.
-PANEL_VARIANTS = ("SAN", "SAN+MLP", "SAN+skip")
 #: The panel measures the first this many sequences of a run's first batch.
 PANEL_SEQUENCES = 8
 
@@ -306,12 +306,10 @@ def panels(
     batch_size: int,
     sequences: int = PANEL_SEQUENCES,
     measured: list[dict[str, np.ndarray]] | None = None,
-) -> str:
-    """The theory panel of every init of a collapse run, as JSON (a result attribute), from
-    the first ``sequences`` sequences of its first batch; ``measured``: per model, what
-    :func:`panel` may take instead of tracing."""
-    import json
-
+) -> xr.Dataset:
+    """The theory panel of every init of a collapse run, as result variables
+    (:func:`probe.bounds.variables`), from the first ``sequences`` sequences of its first
+    batch; ``measured``: per model, what :func:`panel` may take instead of tracing."""
     _, ids, mask = next(iter(inputs.batches(min(batch_size, sequences))))
     found = []
     for index, probed in enumerate(models):
@@ -319,4 +317,4 @@ def panels(
             found.append(panel(probed, ids, mask, measured[index] if measured else None))
         except ProbeError as error:
             found.append({"init": probed.init, "missing": [str(error)]})
-    return json.dumps(found)
+    return variables(found, np.arange(models[0].n_layers + 1))

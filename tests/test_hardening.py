@@ -286,7 +286,7 @@ def test_progress_is_plain_lines_off_a_terminal_and_silent_with_quiet(tiny_folde
 def test_cli_choices_come_from_the_library():
     from cli import app as cli_app
     from cli.options import InitOption
-    from probe import names, plot
+    from probe import names, stats
     from probe.ablate import VARIANTS
     from probe.metrics import FITS, NORMS
 
@@ -295,7 +295,7 @@ def test_cli_choices_come_from_the_library():
     assert list(cli_app.Norm) == list(NORMS) == list(names.NORMS)
     assert list(cli_app.Fit) == list(FITS) == list(names.FITS)
     assert list(cli_app.Surgery) == list(names.SURGERIES)
-    assert VARIANTS == names.VARIANTS and plot.INITS == names.INITS
+    assert VARIANTS == names.VARIANTS and stats.INITS == names.INITS
 
 
 def test_paper_surgery_is_recorded_and_reported(tiny_folders, tmp_path):
