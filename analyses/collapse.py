@@ -42,7 +42,7 @@ from probe.inputs import check_input_kind, image_files, model_inputs, read_text
 from probe.loading import ProbedModel
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
-from probe.request import Inputs, Model, coerce, dtype_name, reproduce
+from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
 from probe.results import ENGINE, settings_id, utc_now, versions
 from probe.trace import check_norm_variant
 
@@ -301,24 +301,13 @@ def _dataset(
     adapter, config = first.adapter, first.config
     ds.attrs = {
         "analysis": "collapse",
-        "model": first.name,
-        "family": first.family,
-        "config": config.to_json_string(use_diff=True),
-        "weights": "; ".join(f"{m.init}: {m.weights}" for m in models),
+        **provenance(models, inputs),
         "weights_warning": "; ".join(
             f"{m.init} weights come from an incomplete checkpoint (missing weights allowed): "
             "some tensors are at random init, see 'weights'"
             for m in models
             if m.incomplete
         ),
-        "inputs": inputs.kind,
-        "text_source": inputs.text_source,
-        "text_sha256": inputs.text_sha256,
-        "sequences": inputs.sequences,
-        "tokens": inputs.tokens,
-        "seed": first.seed,
-        "dtype": str(first.dtype).removeprefix("torch."),
-        "device": str(first.device),
         # accelerate's placement where `device_map` spread the model ({} when it did not).
         "device_map": json.dumps({k: str(v) for k, v in (first.device_map or {}).items()}),
         **versions(),
@@ -329,9 +318,6 @@ def _dataset(
         "metrics_note": metrics_note(plan.metrics, plan.settings.get("effective_rank", "exact")),
         "surgery_note": _surgery_note(plan.surgery, adapter),
         "ablation_table": json.dumps(list(adapter.table)),
-        "n_layers": first.n_layers,
-        "n_heads": adapter.n_heads(config),
-        "hidden_size": adapter.hidden_size(config),
         "residual_stream": adapter.stream_note,
         "attention": first.attn_implementation,
         # 1 where a token attends only to earlier ones (decoders): their SAN collapses slower.
