@@ -9,8 +9,8 @@ import torch
 
 from probe import metrics
 from probe.linalg import gram, lapack, quadrature, top
+from tests.batches import as_tensor, assert_close, random_batch, torch_metrics
 from tests.reference import metrics_numpy as ref
-from tests.test_metrics import as_tensor, assert_close, random_batch, torch_metrics
 
 # ------------------------------------------------ accuracy against the float64 SVD oracle
 # probe.metrics avoids SVDs (probe.linalg's docstrings); these pin its accuracy to the oracle's on every
