@@ -1,4 +1,6 @@
-"""Tests for probe.metrics: hand-computed values, a NumPy oracle, properties, errors."""
+"""Tests for probe.metrics: hand-computed values, a NumPy oracle, properties, errors.
+
+The accuracy of the linear algebra under the metrics is pinned in tests/test_linalg.py."""
 
 from __future__ import annotations
 
@@ -13,66 +15,21 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from probe import metrics
+from tests.batches import (
+    as_tensor,
+    assert_close,
+    assert_metrics_close,
+    gaussian_batches,
+    integer_batches,
+    random_batch,
+    torch_metrics,
+)
 from tests.reference import metrics_numpy as ref
 
 PROPERTY = settings(max_examples=50, deadline=None)
 SCALAR_METRICS = ("effective_rank", "stable_rank", "cosine_similarity")
 # With ties s_1 = s_2 the rank-one fit is not unique; only these svd-fit norms stay defined.
 TIE_SAFE_NORMS = ("fro", "spectral")
-
-
-def as_tensor(a) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(a, dtype=np.float64))
-
-
-def assert_close(actual, expected, rtol=1e-10, atol=1e-12):
-    if isinstance(actual, torch.Tensor):
-        actual = actual.cpu().numpy()
-    np.testing.assert_allclose(actual, np.asarray(expected), rtol=rtol, atol=atol, equal_nan=True)
-
-
-def assert_metrics_close(actual: dict, expected: dict, rtol=1e-10, atol=1e-12):
-    assert set(actual) == set(expected)
-    for key in expected:
-        assert_close(actual[key], expected[key], rtol=rtol, atol=atol)
-
-
-def random_batch(rng, S, T, H, pad_prob=0.3):
-    """Gaussian tokens with a shared offset (so cosines are not ~0), NaN junk in padding."""
-    X = rng.standard_normal((S, T, H)) * rng.uniform(0.1, 3.0, (S, T, 1))
-    X += rng.standard_normal((S, 1, H))
-    mask = rng.random((S, T)) > pad_prob
-    for s in range(S):
-        if mask[s].sum() < 2:
-            mask[s, rng.choice(T, 2, replace=False)] = True
-    X[~mask] = np.nan
-    return X, mask
-
-
-@st.composite
-def gaussian_batches(draw, max_seq=3, max_tok=8, max_hidden=8):
-    S = draw(st.integers(1, max_seq))
-    T = draw(st.integers(2, max_tok))
-    H = draw(st.integers(1, max_hidden))
-    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
-    return random_batch(rng, S, T, H)
-
-
-@st.composite
-def integer_batches(draw):
-    """Small-integer entries: zero tokens, zero sequences, repeated tokens and ties are common."""
-    S = draw(st.integers(1, 3))
-    T = draw(st.integers(2, 6))
-    H = draw(st.integers(1, 5))
-    X = draw(hnp.arrays(np.float64, (S, T, H), elements=st.sampled_from([-2.0, -1.0, 0.0, 1.0])))
-    mask = np.zeros((S, T), dtype=bool)
-    for s in range(S):
-        mask[s, sorted(draw(st.sets(st.integers(0, T - 1), min_size=2, max_size=T)))] = True
-    return X, mask
-
-
-def torch_metrics(X, mask) -> dict:
-    return metrics.collapse_metrics(as_tensor(X), torch.as_tensor(mask))
 
 
 # --------------------------------------------------------------------------- hand-computed
@@ -504,73 +461,7 @@ def test_padding_may_hold_non_finite_values():
     assert all(torch.isfinite(v).all() for v in out.values())
 
 
-# ------------------------------------------------ accuracy against the float64 SVD oracle
-# probe.metrics avoids SVDs (module docstring); these pin its accuracy to the oracle's on every
-# metric, for random, nearly collapsed and nearly rank-one inputs, plain and padded.
-
-ACCURACY_SHAPES = [(3, 16, 40), (3, 40, 16), (2, 19, 30), (2, 128, 768)]  # <, >, odd k, bert
-SMALL_RATIO = 1e-6
-# Tokens around a common vector, at three distances: 1e-12 (nearly collapsed), 1e-7 (where a
-# float32 model's pure-attention layers end up: float32 rounding of the hidden states), 1e-3
-# (near the s_2 / s_1 = 1e-2 switch to the deflated spectrum, from both sides).
-NOISE = {"collapsed": 1e-12, "float32_floor": 1e-7, "partial": 1e-3}
-
-
-def accuracy_batch(rng, S, T, H, kind, padded):
-    if kind == "random":
-        X = rng.standard_normal((S, T, H)) * rng.uniform(0.1, 3.0, (S, T, 1))
-        X += rng.standard_normal((S, 1, H))
-    elif kind in NOISE:  # X = 1 x^T + noise: mean-fit ratios ~ the noise level
-        X = np.ones((S, T, 1)) * rng.standard_normal((S, 1, H))
-        X += NOISE[kind] * rng.standard_normal((S, T, H))
-    else:  # "rank_one": X = u v^T + 1e-12 noise, svd-fit ratios ~1e-12, mean-fit ones not
-        X = rng.standard_normal((S, T, 1)) * rng.standard_normal((S, 1, H))
-        X += 1e-12 * rng.standard_normal((S, T, H))
-    mask = np.ones((S, T), dtype=bool)
-    if padded:
-        mask = rng.random((S, T)) > 0.3
-        mask[:, rng.choice(T, 2, replace=False)] = True
-        X[~mask] = np.nan
-    return X, mask
-
-
-def assert_ratios_match(actual, expected):
-    actual = actual.cpu().numpy()
-    error = np.abs(actual - expected)
-    big = expected > SMALL_RATIO
-    # Above 1e-6: relative 1e-10.  The oracle's residual is exact to about eps ||X|| (a
-    # backward-stable SVD and a rounded subtraction), so a ratio r carries an error of a few
-    # eps / r relative, at most ~1e-10 at r = 1e-6; random inputs sit near 1e-15.
-    assert (error[big] <= 1e-10 * expected[big]).all(), error[big].max()
-    # Below 1e-6: absolute 1e-14, i.e. ~50 eps of ||X||: the best any float64 method
-    # (the oracle included) resolves, and still two digits of a 1e-12 ratio.
-    assert (error[~big] <= 1e-14).all(), error[~big].max()
-
-
-@pytest.mark.parametrize("path", ["dense", "krylov"])
-@pytest.mark.parametrize("padded", [False, True], ids=["plain", "padded"])
-@pytest.mark.parametrize("kind", ["random", *NOISE, "rank_one"])
-@pytest.mark.parametrize("shape", ACCURACY_SHAPES, ids=lambda s: "x".join(map(str, s)))
-def test_accuracy_against_svd_oracle(shape, kind, padded, path, monkeypatch):
-    # Both ways to the top singular pair and the residuals' spectral norms, at the same
-    # tolerances: dense eigensolves (a CPU at these k) and the Krylov loop (larger k, CUDA).
-    monkeypatch.setattr(metrics, "DENSE_UP_TO", metrics.DENSE_UP_TO if path == "dense" else 0)
-    X, mask = accuracy_batch(np.random.default_rng(11), *shape, kind, padded)
-    expected = ref.collapse_metrics(X, mask)
-    actual = torch_metrics(X, mask)
-    ratios = expected["relative_residual"]
-    mean, svd = metrics.FITS.index("mean"), metrics.FITS.index("svd")
-    if kind in NOISE:  # the inputs reach the regime they are meant to test
-        assert 0.01 * NOISE[kind] < ratios.max() < 100 * NOISE[kind]
-    if kind == "rank_one":
-        assert ratios[:, svd].max() < 1e-10 < ratios[:, mean].min()
-    assert_ratios_match(actual["relative_residual"], ratios)
-    # Effective and stable rank: relative 1e-8.  Their spectra are well conditioned (sums of
-    # s_i and s_i^2 dominated by the large ones); rounding moves them by ~1e-15 here.
-    for key in ("effective_rank", "stable_rank"):
-        assert_close(actual[key], expected[key], rtol=1e-8, atol=0)
-    # Cosine: a mean of T^2 dot products of unit vectors, each exact to ~H eps: absolute 1e-13.
-    assert_close(actual["cosine_similarity"], expected["cosine_similarity"], rtol=0, atol=1e-13)
+# ------------------------------------------------------- what is computed, and how it is asked
 
 
 @pytest.mark.parametrize(
@@ -594,35 +485,6 @@ def test_unknown_metric_name():
         metrics.collapse_metrics(torch.ones(1, 3, 2), metrics=[])
 
 
-# ------------------------------------------------------------------ how the work is split
-
-
-def test_lapack_split_does_not_change_any_bit():
-    # _lapack cuts a batch into one piece per thread; every matrix must come out exactly as it
-    # does alone, whatever batch it arrives in (so results do not depend on batch size).
-    rng = np.random.default_rng(5)
-    A = as_tensor(rng.standard_normal((7, 40, 60)))
-    G = A @ A.mT
-    whole = metrics._lapack(torch.linalg.eigvalsh, G)[0]
-    alone = torch.cat([metrics._lapack(torch.linalg.eigvalsh, g[None])[0] for g in G])
-    assert torch.equal(whole, alone)
-    first, second = metrics._lapack(torch.linalg.eigvalsh, G[:3], G[3:])
-    assert torch.equal(torch.cat([first, second]), whole)
-
-
-def test_same_batch_same_bits_and_batches_agree_to_rounding():
-    X, mask = random_batch(np.random.default_rng(8), 5, 24, 40)
-    whole = torch_metrics(X, mask)
-    again = torch_metrics(X, mask)  # reused buffers and the pool leave nothing behind
-    assert all(torch.equal(again[key], whole[key]) for key in whole)
-    for s in range(5):
-        alone = torch_metrics(X[s : s + 1], mask[s : s + 1])
-        # Matmuls and reductions may block a batch of one differently from a batch of five:
-        # rounding-level differences (a few eps of these O(1) values), nothing more.
-        for key, value in alone.items():
-            assert_close(value[0], whole[key][s].numpy(), rtol=1e-13, atol=1e-15)
-
-
 def test_input_is_not_modified():
     X, mask = random_batch(np.random.default_rng(9), 3, 10, 12)
     for dtype in (torch.float64, torch.float32):
@@ -632,61 +494,6 @@ def test_input_is_not_modified():
         metrics.residual(Xt, torch.as_tensor(mask), fit="svd")
         assert torch.equal(Xt.isnan(), before.isnan())
         assert torch.equal(Xt.nan_to_num(), before.nan_to_num())
-
-
-# ------------------------------------------------------- effective rank: exact and estimate
-
-
-def hidden_like(rng, S, T, H, kind):
-    """Spectra shaped like real hidden states: a Marchenko-Pastur bulk ("bulk"), the same under
-    a shared offset and three outlier directions ("outliers", what layers of a random or
-    pretrained model look like), that crushed to 1e-3 of a shared token ("partial") or to 1e-8
-    ("collapsed", erank ~ 1)."""
-    X = rng.standard_normal((S, T, H))
-    if kind != "bulk":
-        for weight in (30.0, 10.0, 5.0):
-            X += weight * rng.standard_normal((S, T, 1)) * rng.standard_normal((S, 1, H))
-        X += 20 * rng.standard_normal((S, 1, H))
-    shared = np.ones((S, T, 1)) * rng.standard_normal((S, 1, H))
-    if kind == "partial":
-        X = 10 * shared + 1e-3 * X
-    if kind == "collapsed":
-        X = shared + 1e-8 * X
-    return X
-
-
-@pytest.mark.parametrize("kind", ["bulk", "outliers", "partial", "collapsed"])
-@pytest.mark.parametrize("shape", [(2, 300, 400), (2, 400, 300)], ids=["wide", "tall"])
-def test_effective_rank_estimate_against_svd_oracle(shape, kind):
-    X, mask = hidden_like(np.random.default_rng(1), *shape, kind), None
-    if kind == "outliers":  # padded rows too: the estimate counts real tokens only
-        mask = np.ones(shape[:2], dtype=bool)
-        mask[:, -37:] = False
-        X[~mask] = np.nan
-    expected = ref.effective_rank(X, mask)
-    Xt, mt = as_tensor(X), None if mask is None else torch.as_tensor(mask)
-    estimate = metrics.effective_rank(Xt, mt, method="estimate").numpy()
-    # The stated accuracy: relative error within 2% per sequence (stochastic Lanczos quadrature
-    # with 16 probes; measured here: 0.02-0.1%); fully collapsed ones, all but s_1 counted
-    # exactly or negligible, to 1e-4.
-    tolerance = 1e-4 if kind == "collapsed" else 2e-2
-    np.testing.assert_allclose(estimate, expected, rtol=tolerance, atol=0)
-    # The exact method stays at today's tolerance at sizes "auto" leaves to the estimate.
-    exact = metrics.effective_rank(Xt, mt, method="exact")
-    assert_close(exact, expected, rtol=1e-8, atol=0)
-    # A sequence's estimate barely depends on the batch it came in: the probes are fixed, but a
-    # batch of one rounds its matmuls differently, which can tip a borderline Ritz pair in or
-    # out of the exactly counted top (measured: up to 4e-6), far below the estimate's own error.
-    alone = metrics.effective_rank(Xt[1:], None if mt is None else mt[1:], method="estimate")
-    assert_close(alone, estimate[1:], rtol=1e-4, atol=0)
-
-
-def test_effective_rank_estimate_is_not_exact():
-    # Guards against the estimate silently being the exact method: at k = 300 they differ.
-    X = as_tensor(hidden_like(np.random.default_rng(2), 1, 300, 400, "bulk"))
-    estimate = metrics.effective_rank(X, method="estimate")
-    exact = metrics.effective_rank(X, method="exact")
-    assert 1e-6 < abs(float(estimate / exact) - 1) < 2e-2
 
 
 def test_effective_rank_method_resolution():
@@ -700,39 +507,3 @@ def test_effective_rank_method_resolution():
     assert auto("estimate", 8, 8, "cpu") == "estimate"
     with pytest.raises(ValueError, match="unknown effective rank method 'svd'"):
         auto("svd", 8, 8, "cpu")
-
-
-@pytest.mark.parametrize("kind", ["outliers", "partial", "rank_one"])
-@pytest.mark.parametrize("shape", [(3, 60, 90), (3, 90, 60)], ids=["wide", "tall"])
-def test_residual_gram_frobenius_against_svd_oracle(shape, kind, monkeypatch):
-    # The estimate's control variate ||G_1||_F^2 = sum_{i>=2} s_i^4, formed through G_R as a
-    # difference of terms up to ||M||_F^2, or from R_1 itself where that cancels too much.
-    rng = np.random.default_rng(4)
-    if kind == "rank_one":  # u v^T with u far from uniform: R is large, R_1 tiny
-        X = rng.uniform(0.5, 1.5, shape[:2] + (1,)) * rng.standard_normal((shape[0], 1, shape[2]))
-        X += 1e-6 * rng.standard_normal(shape)
-    else:
-        X = hidden_like(rng, *shape, kind)
-    mask = np.ones(shape[:2], dtype=bool)
-    mask[1, -7:] = False  # one padded sequence
-    X[~mask] = np.nan
-    seen, cancelled = [], []
-    computed, direct = metrics._residual_fro2, metrics._Grams.fro2_residual
-
-    def spy_direct(grams):
-        value, size = direct(grams)
-        cancelled.append((value < metrics._CANCELLED * size).numpy())
-        return value, size
-
-    monkeypatch.setattr(metrics._Grams, "fro2_residual", spy_direct)
-    monkeypatch.setattr(metrics, "_residual_fro2", lambda *a: seen.append(computed(*a)) or seen[-1])
-    metrics.effective_rank(as_tensor(X), torch.as_tensor(mask), method="estimate")
-    expected = [
-        (ref.singular_values(ref.real_tokens(X, mask, s))[1:] ** 4).sum() for s in range(shape[0])
-    ]
-    # The rank-one inputs must take the fallback, and only they (s_2 / s_1 ~ 1e-6 there).
-    assert cancelled[0].all() if kind == "rank_one" else not cancelled[0].any()
-    # Through G_R: rounding ~eps ||M||_F^2, at most 1e8 eps of the value (_CANCELLED) and
-    # a few eps here, where the two are of one size (measured 2e-15-9e-15).  From R_1: its
-    # entries carry eps s_1, ~2e-10 of s_2 at s_2 / s_1 ~ 1e-6 (measured 1e-11-2e-11).
-    assert_close(seen[0], expected, rtol=1e-13 if kind != "rank_one" else 1e-10, atol=0)
