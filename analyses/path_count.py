@@ -47,13 +47,15 @@ def count(
     loaded model) reads the shape from its config; with neither, every preset.
     """
     if (layers is None) != (heads is None):
-        raise ProbeError("give --layers and --heads together")
+        raise ProbeError("give `layers` and `heads` together")
     if layers is not None and model is not None:
-        raise ProbeError("give either a MODEL or --layers/--heads, not both")
+        raise ProbeError("give either a model or `layers`/`heads`, not both")
     if layers is not None:
         if layers < 1 or heads < 1:
-            raise ProbeError(f"need --layers >= 1 and --heads >= 1, got {layers} and {heads}")
-        rows = [Preset(f"L={layers}, H={heads}", layers, heads, "given", "--layers/--heads")]
+            raise ProbeError(f"need `layers` >= 1 and `heads` >= 1, got {layers} and {heads}")
+        rows = [
+            Preset(f"L={layers}, H={heads}", layers, heads, "given", "layers and heads as given")
+        ]
     elif model is not None:
         rows = [model_shape(model)]
     else:
@@ -101,13 +103,13 @@ def model_shape(model) -> Preset:
         try:
             config, source = read_config(name, prefer_bundled=True)
         except ProbeError as err:
-            raise ProbeError(f"{err}; or give --layers L --heads H") from None
+            raise ProbeError(f"{err}; or give `layers` L `heads` H") from None
     else:
         source = "the loaded model's config"
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
     if source != "the loaded model's config":
-        check_config(name, config, adapter)  # what collapse refuses, --count refuses too
+        check_config(name, config, adapter)  # what collapse refuses, count refuses too
     return Preset(name, adapter.n_layers(config), adapter.n_heads(config), "model", source)
 
 

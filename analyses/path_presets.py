@@ -168,5 +168,5 @@ def shipped_presets() -> tuple[Preset, ...]:
 
 
 def all_presets() -> tuple[Preset, ...]:
-    """The hand-written presets, then one per shipped config (what ``paths --count`` counts)."""
+    """The hand-written presets, then one per shipped config (what ``count`` counts given no shape)."""
     return PRESETS + shipped_presets()

@@ -7,8 +7,8 @@ paths: for each length k = 0..L, ``n_paths`` uniform paths of length k, summed,
 full model's accuracy and the input-blind baselines are measured on the same
 evaluation set.
 
-Path-restricted evaluation follows the paper's rules by default (its
-``--no_sub_path`` runs): each path is a chain of single heads whose attention is
+Path-restricted evaluation follows the paper's rules by default (the runs of its
+``no_sub_path`` option): each path is a chain of single heads whose attention is
 recomputed from the path's own state (``path_attention="own"``), each head layer
 normalised by a LayerNorm without learned scale and shift, and one more such
 LayerNorm on the summed paths (``path_norm="paper"``).  ``"full"`` and
@@ -35,7 +35,7 @@ that runs the paper's value where there is one.
 
 ``run(task, **options)`` returns the Dataset; ``TASKS`` holds the defaults,
 ``PAPER`` the paper's values of the same settings, and ``QUICK`` the reduced
-sizes of ``--quick``.
+sizes of ``quick=True``.
 """
 
 from __future__ import annotations
@@ -91,10 +91,6 @@ PAPER: dict[str, dict] = {
                    lr=1e-5, batch_size=30, weight_decay=0.0, schedule="constant"),
 }  # fmt: skip
 
-#: The option that sets each setting, for the deviations' "runs the paper's" hint.
-_FLAGS = {"lr": "--lr", "weight_decay": "--weight-decay", "batch_size": "--batch-size",
-          "train": "--train", "eval": "--eval"}  # fmt: skip
-
 #: Why a default differs from the paper's value, where it does on purpose.
 _WHY = {
     "lr": "probe's default, because the paper's rate leaves the network far from trained "
@@ -102,7 +98,7 @@ _WHY = {
     "steps": "a round number of steps; the paper's script draws 300 points, start included",
 }
 
-#: --quick: the same experiment at a size that runs in well under a minute on one core.
+#: ``quick=True``: the same experiment at a size that runs in well under a minute on one core.
 QUICK: dict[str, dict] = {
     "sort": dict(train=300, eval=100, epochs=12),
     "convex-hull": dict(train=400, eval=100, epochs=6),
@@ -162,8 +158,7 @@ def deviations(
     for key, paper in PAPER[task].items():
         if key in opts and opts[key] != paper:
             why = f"; {_WHY[key]}" if key in _WHY and opts[key] == TASKS[task].get(key) else ""
-            flag = "--sequences" if (task, key) == ("memorization", "train") else None
-            hint = _flag_hint(key, paper, flag)
+            hint = _paper_hint(task, key, paper)
             lines.append(f"{key} {_show(opts[key])}: the paper's is {_show(paper)} ({hint}){why}")
     if task in ("sort", "memorization"):
         lines.append(
@@ -188,34 +183,37 @@ def deviations(
             "(88 sequences); probe scores them on the whole training set"
         )
     if task == "circle" and setup == "strict":
-        lines.append(f"--setup strict: {CIRCLE_WORDS['strict']} (`--setup paper` runs theirs)")
+        lines.append(f"`setup` strict: {CIRCLE_WORDS['strict']} (`setup` paper runs theirs)")
     if task != "circle":
         if sub_path:
             lines.append(
-                "--sub-path: each path's term of probe's exact decomposition (normalisation "
+                "`sub_path`: each path's term of probe's exact decomposition (normalisation "
                 "frozen at the full model's statistics), not the paper's chains of single heads "
-                "(--no-sub-path runs theirs)"
+                "(leaving out `sub_path` runs theirs)"
             )
         else:
             if path_attention == "full":
                 lines.append(
                     "paths use the full model's attention; the paper recomputes each path's "
-                    "attention from the path's own state (`--path-attention own`)"
+                    "attention from the path's own state (`path_attention` own)"
                 )
             if path_norm == "trained":
                 lines.append(
                     "paths use each layer's trained LayerNorm and nothing on their sum; the "
                     "paper normalises each head layer and the sum with LayerNorms without "
-                    "scale and shift (`--path-norm paper`)"
+                    "scale and shift (`path_norm` paper)"
                 )
     return lines
 
 
-def _flag_hint(key: str, paper, flag: str | None = None) -> str:
-    flag = flag or _FLAGS.get(key, f"--{key}")
+def _paper_hint(task: str, key: str, paper) -> str:
+    """The setting that runs the paper's value, named as the parameter of ``run`` (the
+    CLI shows its option: ``cli.console.in_cli_words``)."""
     if isinstance(paper, bool):
-        return f"`{flag if paper else '--no-' + flag.removeprefix('--')}` runs it"
-    return f"`{flag} {_show(paper)}` runs it"
+        if TASKS[task].get(key) == paper:  # the default is the paper's
+            return f"leaving out `{key}` runs it"
+        return f"`{key}` runs it" if paper else f"no `{key}` runs it"
+    return f"`{key}` {_show(paper)} runs it"
 
 
 def _show(value) -> str:
@@ -290,22 +288,22 @@ def run(
 def _rules(task, sub_path, path_attention, path_norm, setup):
     """The path rules and circle setup in force, refusing the ones that do not apply."""
     if setup is not None and setup not in TOY_SETUPS:
-        raise ProbeError(f"unknown --setup {setup!r}; choose paper or strict")
+        raise ProbeError(f"unknown `setup` {setup!r}; choose paper or strict")
     if path_attention is not None and path_attention not in PATH_ATTENTIONS:
-        raise ProbeError(f"unknown --path-attention {path_attention!r}; choose own or full")
+        raise ProbeError(f"unknown `path_attention` {path_attention!r}; choose own or full")
     if path_norm is not None and path_norm not in PATH_NORMS:
-        raise ProbeError(f"unknown --path-norm {path_norm!r}; choose paper or trained")
+        raise ProbeError(f"unknown `path_norm` {path_norm!r}; choose paper or trained")
     if task == "circle":
         if path_attention is not None or path_norm is not None:
-            raise ProbeError("--path-attention and --path-norm apply to the path tasks, not circle")
+            raise ProbeError("`path_attention` and `path_norm` apply to the path tasks, not circle")
         return None, None, setup or "paper"
     if setup is not None:
-        raise ProbeError("--setup applies to the circle only")
+        raise ProbeError("`setup` applies to the circle only")
     if sub_path:
         if path_attention is not None or path_norm is not None:
             raise ProbeError(
-                "--path-attention and --path-norm choose the rules of --no-sub-path chains; "
-                "--sub-path uses the full model's attention and frozen normalisation"
+                "`path_attention` and `path_norm` choose the rules of chains without `sub_path`; "
+                "`sub_path` uses the full model's attention and frozen normalisation"
             )
         return None, None, None
     return path_attention or "own", path_norm or "paper", None
@@ -319,10 +317,10 @@ def _hidden_sizes(value) -> tuple[int, ...]:
         try:
             value = [int(v) for v in value.split(",") if v.strip()]
         except ValueError:
-            raise ProbeError(f"--hidden {value!r}: give sizes like 32 or 32,128") from None
+            raise ProbeError(f"`hidden` {value!r}: give sizes like 32 or 32,128") from None
     sizes = tuple(int(v) for v in value)
     if not sizes or len(set(sizes)) != len(sizes):
-        raise ProbeError("--hidden: give one or more distinct sizes, like 32,128")
+        raise ProbeError("`hidden`: give one or more distinct sizes, like 32,128")
     return sizes
 
 
@@ -491,32 +489,32 @@ def _circle(opts, setup, seed, dev, progress) -> xr.Dataset:
 def _check(opts: dict, n_paths: int, repeats: int, device: str = "cpu", task: str = "") -> None:
     """Every size in its domain (``probe.checks``, the CLI's own), then memory."""
     for key, value in opts.items():
-        flag = f"--{key.replace('_', '-')}"
+        name = f"`{key}`"
         if isinstance(value, bool | str):
             continue
         if key == "lr":
-            checks.real("--lr", value, 0, MAX_LR, low_open=True)
+            checks.real(name, value, 0, MAX_LR, low_open=True)
         elif key in ("shift", "weight_decay", "box"):
-            checks.real(flag, value, 0, MAX_SHIFT, low_open=key == "box")
+            checks.real(name, value, 0, MAX_SHIFT, low_open=key == "box")
         elif key == "hidden":
             for size in value if isinstance(value, Sequence) else (value,):
-                checks.integer("--hidden", size, 1)
+                checks.integer(name, size, 1)
         elif isinstance(value, int | float):
-            checks.integer(flag, value, 1)
+            checks.integer(name, value, 1)
     for size in opts["hidden"] if isinstance(opts["hidden"], Sequence) else (opts["hidden"],):
         if size % opts["width"]:
-            raise ProbeError(f"--hidden {size} is not a multiple of --width {opts['width']}")
+            raise ProbeError(f"`hidden` {size} is not a multiple of `width` {opts['width']}")
     if opts.get("schedule", "constant") not in SCHEDULES:
         raise ProbeError(
-            f"unknown --schedule {opts['schedule']!r}; choose from {', '.join(SCHEDULES)}"
+            f"unknown `schedule` {opts['schedule']!r}; choose from {', '.join(SCHEDULES)}"
         )
-    checks.integer("--n-paths", n_paths, 1)
-    checks.integer("--repeats", repeats, 1)
+    checks.integer("`n_paths`", n_paths, 1)
+    checks.integer("`repeats`", repeats, 1)
     memory.require(
         _bytes(task, opts, n_paths, repeats),
         device,
         f"toy {task} with these sizes",
-        "use smaller --train, --eval, --hidden, --depth, --batch-size, --n-paths or --repeats",
+        "use smaller `train`, `eval`, `hidden`, `depth`, `batch_size`, `n_paths` or `repeats`",
     )
 
 

@@ -18,7 +18,7 @@ from rich.table import Table
 from probe.names import PATH_ATTENTIONS, PATH_NORMS, SCHEDULES, TOY_SETUPS
 
 from . import domains
-from .console import Reporter, command_line, named, out
+from .console import Reporter, command_line, in_cli_words, named, out
 from .domains import Count, OutFolder, Real, TextFile, option
 
 if TYPE_CHECKING:
@@ -170,7 +170,9 @@ def _print(ds: xr.Dataset) -> None:
     if gone:
         out.print(f"differences from the paper's run ({len(gone)}):")
         for line in gone:
-            out.print(f"  - {line}")
+            if a["task"] == "memorization":  # its --sequences sets the library's `train`
+                line = line.replace("`train`", "`sequences`")
+            out.print(f"  - {in_cli_words(line)}")
     out.print(f"time: {a['seconds']:.1f} s on {a['device']}")
 
 

@@ -30,7 +30,7 @@ LN-affine      yes        yes    affine: N(x) -> gamma x + beta
 no-LN          yes        yes    removed: N(x) -> x
 =============  =========  =====  ==========================
 
-The last two (``--no-layernorm``) measure what the paper's Section 3.3 says about
+The last two (``names.NORM_VARIANTS``) measure what the paper's Section 3.3 says about
 LayerNorm.  "Normalisation removed, affine kept" replaces a LayerNorm
 (x - mean) / sigma * gamma + beta by gamma * x + beta, an RMSNorm x / rms * w by
 w * x (Gemma's (1 + w) * x): the division by 1.  "Removed" makes every norm the
@@ -112,7 +112,7 @@ PRESETS: dict[str, Ablation] = dict(
     )
 )
 VARIANTS: tuple[str, ...] = names.VARIANTS
-#: Every variant a run may name: the paper's four, then ``--no-layernorm``'s two.
+#: Every variant a run may name: the paper's four, then the two LayerNorm variants.
 ALL_VARIANTS: tuple[str, ...] = names.VARIANTS + names.NORM_VARIANTS
 
 
@@ -133,5 +133,5 @@ def parse_variants(spec: str) -> list[str]:
 
 
 def variant_from_flags(no_skip: bool, no_mlp: bool) -> str:
-    """The one variant that ``--no-skip`` / ``--no-mlp`` select."""
+    """The one variant that ``no_skip`` / ``no_mlp`` select."""
     return Ablation(attn_skip=not no_skip, mlp=not no_mlp).name

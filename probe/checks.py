@@ -142,7 +142,7 @@ def _num(x) -> str:
     return f"{x:g}" if isinstance(x, float) else str(x)
 
 
-def device(value, option: str = "--device") -> str:
+def device(value, option: str = "`device`") -> str:
     """``cpu``, ``cuda`` or ``cuda:N`` for a device this machine has, else ProbeError.
 
     Other torch device types (mps, xpu, meta, ...) are refused: probe's kernels, memory
@@ -154,13 +154,13 @@ def device(value, option: str = "--device") -> str:
         raise ProbeError(f"unknown device {shown(text)} for {option}; use cpu, cuda or cuda:N")
     if match.group(1) == "cpu":
         if match.group(2) not in (None, "0"):
-            raise ProbeError(f"{option} {text}: there is one CPU device; use --device cpu")
+            raise ProbeError(f"{option} {text}: there is one CPU device; use {option} cpu")
         return "cpu"
     import torch
 
     if not torch.cuda.is_available():
         raise ProbeError(
-            f"{option} {text} asked for, but no CUDA device is available; use --device cpu"
+            f"{option} {text} asked for, but no CUDA device is available; use {option} cpu"
         )
     count = torch.cuda.device_count()
     if match.group(2) is not None and int(match.group(2)) >= count:
@@ -218,7 +218,7 @@ def readable_folder(path, option: str, what: str = "folder") -> Path:
     return path
 
 
-def writable_folder(path, option: str = "--out") -> Path:
+def writable_folder(path, option: str = "`out`") -> Path:
     """A folder results can be written to: existing and writable, or creatable.
 
     Nothing is created: a missing folder is made when the first result is put in place,

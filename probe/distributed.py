@@ -27,7 +27,7 @@ what a single-process run already does.  ``open_mfdataset`` concatenates the sha
 and ``to_netcdf`` then writes the one result chunk by chunk, so rank 0 never holds the whole
 corpus.  Zarr region writes would need a store pre-sized by one rank before the others
 write, a second storage engine as a dependency, and a conversion to netCDF at the end
-anyway.  The shards must sit on a file system every rank can see (the ``--out`` folder):
+anyway.  The shards must sit on a file system every rank can see (the results' folder):
 the usual case on one node, a shared file system across nodes.
 """
 
@@ -249,7 +249,7 @@ def _as_one_result(ds: xr.Dataset, world_size: int) -> xr.Dataset:
 
 def merge_parts(shards: Sequence[str | os.PathLike], world_size: int, name: str) -> xr.Dataset:
     """The parts of one run whose ``name`` variable each rank filled only where its share of
-    the batches reached, NaN elsewhere (``probe paths --sample``: a sampled path belongs to
+    the batches reached, NaN elsewhere (``paths.sample``: a sampled path belongs to
     the rank that holds its sequence).
 
     ``xarray.open_mfdataset`` stacks the parts along a new ``rank`` dimension; the reduction

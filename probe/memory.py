@@ -1,6 +1,6 @@
 """How much memory a run will need, against what the device has: refuse what cannot fit.
 
-Every command sizes its run before it allocates anything (``--tokens 10000000000`` once
+Every command sizes its run before it allocates anything (``tokens=10000000000`` once
 asked the allocator for 80 GB and died with a traceback).  The estimates are upper
 bounds of the largest things a run holds at once, in bytes:
 
@@ -179,5 +179,5 @@ def require_run(probed, sequences: int, tokens: int, batch: int, extra: int = 0)
         str(probed.device),
         f"{sequences} sequences of {tokens} tokens in batches of {min(batch, sequences)} "
         f"on {probed.name}",
-        "use fewer --sequences, --tokens or a smaller --batch-size",
+        "use fewer `sequences`, `tokens` or a smaller `batch_size`",
     )

@@ -14,7 +14,7 @@ A path is a tuple with one entry per layer, first layer first::
 coordinates) the same path is ``"s.3.s.0"``.  The attention product along a
 path, as the map it applies to the tokens, puts the latest layer on the left:
 P = A_{l_k} ... A_{l_1} (the paper's Section 2.2); the paper's notebook multiplies
-the other way, A_{l_1} ... A_{l_k}, and ``probe paths --sample`` measures both.
+the other way, A_{l_1} ... A_{l_k}, and ``paths.sample`` (probe.analyses) measures both.
 """
 
 from __future__ import annotations

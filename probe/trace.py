@@ -62,7 +62,7 @@ def check_norm_variant(probed: ProbedModel, ablation: Ablation) -> None:
     if ablation.norm != "kept" and not hasattr(probed.adapter, "norm_steps"):
         raise ProbeError(
             f"the LayerNorm variants (LN-affine, no-LN) need a family spec; the "
-            f"{probed.adapter.family} family has its own adapter: leave out --no-layernorm"
+            f"{probed.adapter.family} family has its own adapter: leave them out"
         )
 
 

@@ -125,7 +125,7 @@ def test_bad_input_is_one_clear_error():
     with pytest.raises(ProbeError, match=">= 1"):
         paths.count(layers=0, heads=2)
     with pytest.raises(
-        ProbeError, match="not in the local HuggingFace cache.*--layers L --heads H"
+        ProbeError, match="not in the local HuggingFace cache.*`layers` L `heads` H"
     ):
         paths.count("no-such-org/no-such-model")
 

@@ -30,10 +30,11 @@ def invoke(*args):
 def quick_runs(tmp_path_factory):
     """Each task once through the CLI with --quick; {task: (Dataset, html text)}."""
     out = tmp_path_factory.mktemp("toy")
-    runs = {}
+    runs = {"_stdout": {}}
     for task in TASKS:
         result = invoke("toy", task, "--quick", "--seed", 3, "--out", out)
         assert result.exit_code == 0, result.output
+        runs["_stdout"][task] = result.stdout
         (nc,) = out.glob(f"toy-{task}-seed3-quick-*.nc")  # the last part: a settings hash
         runs[task] = (open_result(nc), nc.with_suffix(".html").read_text())
     runs["_out"] = out
@@ -102,7 +103,7 @@ def test_circle_setups_share_one_network() -> None:
     assert np.array_equal(*same)
     assert not np.array_equal(paper.trajectory.sel(variant="SAN"),
                               strict.trajectory.sel(variant="SAN"))  # fmt: skip
-    assert any("--setup strict" in line for line in json.loads(strict.attrs["deviations"]))
+    assert any("`setup` strict" in line for line in json.loads(strict.attrs["deviations"]))
 
 
 def test_path_rules_are_recorded_and_change_the_numbers() -> None:
@@ -118,26 +119,36 @@ def test_path_rules_are_recorded_and_change_the_numbers() -> None:
     assert np.array_equal(paper.paths, probe_rules.paths)
     assert not np.array_equal(paper.accuracy, probe_rules.accuracy)
     gone = json.loads(probe_rules.attrs["deviations"])
-    assert any("--path-attention own" in line for line in gone)
-    assert any("--path-norm paper" in line for line in gone)
+    assert any("`path_attention` own" in line for line in gone)
+    assert any("`path_norm` paper" in line for line in gone)
     assert not any("path" in line for line in json.loads(paper.attrs["deviations"]))
 
 
 def test_deviations_name_the_flag_that_runs_the_papers_setting() -> None:
     gone = toy.deviations("sort", toy.settings("sort"), path_attention="own", path_norm="paper")
-    assert gone[0].startswith("lr 0.001: the paper's is 1e-05 (`--lr 1e-05` runs it)")
+    assert gone[0].startswith("lr 0.001: the paper's is 1e-05 (`lr` 1e-05 runs it)")
     theirs = toy.settings("sort", lr=1e-5)
     assert not any(line.startswith("lr") for line in toy.deviations("sort", theirs))
     hull = toy.deviations("convex-hull", toy.settings("convex-hull", box=1.0, shift=0.0,
                                                       weight_decay=0.0, schedule="constant"))  # fmt: skip
-    for flag in ("--box 10", "--shift 3.3", "--weight-decay 0.001", "--schedule steps"):
+    for flag in ("`box` 10", "`shift` 3.3", "`weight_decay` 0.001", "`schedule` steps"):
         assert any(flag in line for line in hull), flag
     memo = toy.deviations("memorization", toy.settings("memorization", positions=True))
-    assert any("`--no-positions` runs it" in line for line in memo)
+    assert any("leaving out `positions` runs it" in line for line in memo)
     assert any("RTE" in line for line in memo)
     # The circle at its defaults runs the paper's settings but one: the number of steps.
     circle = toy.deviations("circle", toy.settings("circle"), setup="paper")
     assert circle == [line for line in circle if line.startswith("steps 300")] and circle
+
+
+def test_the_cli_lists_the_deviations_with_its_flags(quick_runs) -> None:
+    """The library names the parameter that runs the paper's value; the command line shows
+    its option, memorization's --sequences included (it sets the library's ``train``)."""
+    printed = quick_runs["_stdout"]
+    assert "(--lr 1e-05 runs it)" in printed["sort"]
+    assert "train 24: the paper's is 500 (--sequences 500 runs it)" in printed["memorization"]
+    listed = [line for out in printed.values() for line in out.splitlines() if line[:4] == "  - "]
+    assert listed and not any("`" in line for line in listed)
 
 
 def test_index_lists_the_reports(quick_runs) -> None:

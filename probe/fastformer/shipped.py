@@ -1,7 +1,7 @@
 """The two small trained checkpoints that ship with probe, found by name offline.
 
 ``fastformer-tiny`` and its baseline ``gpt2-tiny`` were trained together by
-``probe fastformer train ... --baseline gpt2`` (same data, tokenizer, sizes,
+``probe fastformer train`` with the GPT-2 baseline (same data, tokenizer, sizes,
 steps); each folder holds the weights, the character tokenizer and
 ``training.json`` (the command line, the data's sha256, the final validation
 bits per character).  ``probe.load("fastformer-tiny")`` resolves here, like

@@ -86,34 +86,34 @@ class TrainSettings:
         if len(self.text) * self.val_fraction < self.context:
             raise ProbeError(
                 f"the text has {len(self.text)} characters: too short for a validation split of "
-                f"{self.val_fraction:.0%} holding one window of --context {self.context}"
+                f"{self.val_fraction:.0%} holding one window of `context` {self.context}"
             )
         self.check_memory()
 
     def check_options(self) -> None:
         """The checks that need no text: numbers, device, folders."""
         positive = {
-            "--hidden": self.hidden, "--layers": self.layers, "--heads": self.heads,
-            "--context": self.context, "--steps": self.steps, "--batch": self.batch,
+            "`hidden`": self.hidden, "`layers`": self.layers, "`heads`": self.heads,
+            "`context`": self.context, "`steps`": self.steps, "`batch`": self.batch,
         }  # fmt: skip
-        for flag, value in positive.items():
-            checks.integer(flag, value, 2 if flag == "--context" else 1)
-        for flag, value in {"--warmup": self.warmup, "--eval-every": self.eval_every}.items():
+        for name, value in positive.items():
+            checks.integer(name, value, 2 if name == "`context`" else 1)
+        for name, value in {"`warmup`": self.warmup, "`eval_every`": self.eval_every}.items():
             if value is not None:
-                checks.integer(flag, value, 0 if flag == "--warmup" else 1)
-        checks.integer("--seed", self.seed, 0, checks.MAX_SEED)
+                checks.integer(name, value, 0 if name == "`warmup`" else 1)
+        checks.integer("`seed`", self.seed, 0, checks.MAX_SEED)
         if self.hidden % self.heads:
-            raise ProbeError(f"--hidden {self.hidden} is not a multiple of --heads {self.heads}")
-        checks.real("--lr", self.lr, 0, MAX_LR, low_open=True)
-        checks.real("--dropout", self.dropout, 0, 1, high_open=True)
+            raise ProbeError(f"`hidden` {self.hidden} is not a multiple of `heads` {self.heads}")
+        checks.real("`lr`", self.lr, 0, MAX_LR, low_open=True)
+        checks.real("`dropout`", self.dropout, 0, 1, high_open=True)
         checks.device(self.device)
         if self.baseline not in (None, *BASELINES):
-            raise ProbeError(f"unknown --baseline {self.baseline!r}; choose {', '.join(BASELINES)}")
+            raise ProbeError(f"unknown `baseline` {self.baseline!r}; choose {', '.join(BASELINES)}")
         if self.baseline is not None:
             ours, theirs = Path(self.out).resolve(), baseline_folder(self).resolve()
             if ours == theirs or ours in theirs.parents or theirs in ours.parents:
                 raise ProbeError(
-                    f"--baseline-out {baseline_folder(self)} and --out {self.out} are the same "
+                    f"`baseline_out` {baseline_folder(self)} and `out` {self.out} are the same "
                     "folder or one holds the other; give the baseline a folder of its own"
                 )
 
@@ -137,7 +137,7 @@ class TrainSettings:
             need,
             self.device,
             f"training width {h}, depth {self.layers}, {self.steps} steps of {b} windows of {t}",
-            "use fewer --steps, --batch, --context, --hidden or --layers",
+            "use fewer `steps`, `batch`, `context`, `hidden` or `layers`",
         )
 
     @property
@@ -170,7 +170,7 @@ def _meta_parameters(build, settings: TrainSettings, vocab: int) -> int:
     if rough > 2**40:
         return rough
     # Both models are a stack of identical layers: one layer and two give the count of
-    # any depth, without building millions of layers (--layers 8637214 took minutes).
+    # any depth, without building millions of layers (layers=8637214 took minutes).
     one, two = (_built_parameters(build, replace(settings, layers=n), vocab) for n in (1, 2))
     return one + (layers - 1) * (two - one)
 
@@ -222,7 +222,7 @@ def batch_offsets(n_ids: int, settings: TrainSettings) -> torch.Tensor:
     gen = torch.Generator().manual_seed(settings.seed)
     high = n_ids - settings.context
     if high < 1:
-        raise ProbeError(f"the training split is shorter than --context {settings.context}")
+        raise ProbeError(f"the training split is shorter than `context` {settings.context}")
     return torch.randint(0, high + 1, (settings.steps, settings.batch), generator=gen)
 
 
@@ -316,7 +316,7 @@ def fit(
         if not torch.isfinite(loss):
             raise ProbeError(
                 f"{name}: training diverged (the loss became {loss.item()} at step {step + 1}); "
-                "nothing was saved; lower --lr"
+                "nothing was saved; lower `lr`"
             )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -332,7 +332,7 @@ def fit(
             if not math.isfinite(bits):
                 raise ProbeError(
                     f"{name}: training diverged (validation loss {bits} at step {step + 1}); "
-                    "nothing was saved; lower --lr"
+                    "nothing was saved; lower `lr`"
                 )
             curve.eval_steps.append(step + 1)
             curve.eval_seconds.append(time.perf_counter() - start)
@@ -395,7 +395,7 @@ def check_finite_weights(model, name: str) -> None:
     for key, tensor in model.state_dict().items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             raise ProbeError(
-                f"{name}: training diverged ({key} holds NaN or inf); nothing was saved; lower --lr"
+                f"{name}: training diverged ({key} holds NaN or inf); nothing was saved; lower `lr`"
             )
 
 

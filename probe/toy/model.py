@@ -27,7 +27,7 @@ Paths (Section 2.2 of the paper).  With skip connections and no MLP, layer l
 either passes its input through the skip or through one head, and the network
 unrolls into (H+1)^L paths.  Two ways to evaluate a set of paths:
 
-``sub_path=False`` (the paper's ``--no_sub_path``, its path figures): each path
+``sub_path=False`` (the paper's ``no_sub_path`` option, its path figures): each path
 is a pure chain of single heads.  At a skip layer the path bypasses the layer
 (x -> x); at a head layer
 

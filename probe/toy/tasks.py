@@ -89,9 +89,9 @@ def read_text(path: str | Path | None) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise ProbeError(f"--text {path}: no such file") from None
+        raise ProbeError(f"`text` {path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
-        raise ProbeError(f"--text {path}: cannot read UTF-8 text ({exc})") from None
+        raise ProbeError(f"`text` {path}: cannot read UTF-8 text ({exc})") from None
 
 
 def memorization_data(ids: np.ndarray, n: int, tokens: int, rng: np.random.Generator):

@@ -11,7 +11,7 @@ initial weights and dropout come from ``torch.manual_seed(seed)`` and the
 shuffled order from a generator seeded with it.
 
 ``previous_input=True`` is the circle's "+skip" training (the paper's
-``--circle_skip``): the network sees each batch plus the previous batch's
+``circle_skip`` option): the network sees each batch plus the previous batch's
 inputs (zeros for the first batch of an epoch), the residual across recurrent
 steps it is then run with.
 
@@ -121,7 +121,7 @@ def train(
             if not torch.isfinite(value):
                 raise ProbeError(
                     f"{label}: training diverged (the loss became {value.item()} in epoch "
-                    f"{epoch + 1}); nothing was saved; lower --lr"
+                    f"{epoch + 1}); nothing was saved; lower `lr`"
                 )
             opt.zero_grad()
             value.backward()
@@ -135,7 +135,7 @@ def train(
     for name, param in model.named_parameters():
         if not bool(torch.isfinite(param).all()):
             raise ProbeError(
-                f"{label}: training diverged ({name} holds NaN or inf); nothing was saved; lower --lr"
+                f"{label}: training diverged ({name} holds NaN or inf); nothing was saved; lower `lr`"
             )
     model.eval()
     return losses
