@@ -111,7 +111,7 @@ def test_sequences_all_takes_every_full_sequence(minilm_tokenizer, tmp_path):
     ids = minilm_tokenizer(text, add_special_tokens=False)["input_ids"]
     assert inputs.sequences == len(ids) // 16 == 11 and not said
     assert inputs.input_ids.flatten().tolist() == ids[: 11 * 16]
-    with pytest.raises(ProbeError, match="--sequences all needs a text and the model's tokenizer"):
+    with pytest.raises(ProbeError, match="`sequences` all needs a text and the model's tokenizer"):
         make_inputs(None, 50, sequences="all")
-    with pytest.raises(ProbeError, match="--sequences must be a number or 'all'"):
+    with pytest.raises(ProbeError, match="`sequences` must be a number or 'all'"):
         make_inputs(minilm_tokenizer, 30522, sequences="many")
