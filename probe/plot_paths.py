@@ -1,15 +1,15 @@
 """Figures of the path analyses: pure functions from an xarray.Dataset to a matplotlib Figure.
 
 * :func:`count_shares` — share of paths against path length, one line per
-  architecture (``probe paths --count``);
+  architecture (``paths.count``);
 * :func:`sample_ratios` — distance from rank one of attention products along
   sampled paths against depth, a box per depth and init, with the fitted decay
-  and a doubly exponential reference (``probe paths --sample``); by default the
+  and a doubly exponential reference (``paths.sample``); by default the
   paper's quantity: the distance to the best rank-one (SVD) fit of the product
   multiplied with the earliest layer on the left;
 * :func:`decompose_shares`, :func:`decompose_error` — how the residual stream
   splits over path lengths, and what keeping only short paths costs
-  (``probe paths --decompose``).
+  (``paths.decompose``).
 
 Like ``probe.plot`` nothing here does I/O or touches pyplot.
 """

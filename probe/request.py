@@ -9,7 +9,7 @@ takes these two values and only its own options beside them::
 
 Both are frozen and checked once, when they are built: a value outside its domain raises
 :class:`~probe.errors.ProbeError` with one line that names the parameter (written
-```name``` there; the command line shows its own spelling, ``--name``).  What can only be
+```name``` there; the command line shows the option it declares for it).  What can only be
 checked against a loaded model (its token limit, whether it reads text or images, memory)
 is checked by the analysis, before any forward pass.
 

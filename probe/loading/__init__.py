@@ -129,9 +129,9 @@ def load(
     check_seed(seed)
     torch_dtype = as_dtype(dtype)
     if device_map is not None and device not in (None, "cpu"):
-        raise ProbeError("use either --device or --device-map, not both")
+        raise ProbeError("use either `device` or `device_map`, not both")
     if device_map is None and (max_memory is not None or offload_folder is not None):
-        raise ProbeError("--max-memory and --offload-folder go with --device-map")
+        raise ProbeError("`max_memory` and `offload_folder` go with `device_map`")
     check_device_map(device_map)
     torch_device = as_device(device)
     name = str(name_or_path)

@@ -6,7 +6,7 @@
   ``trust_remote_code=False`` as well.
 * Missing, shape-mismatched and unexpected tensors inside the base model would run at
   random init; :func:`check_loading` refuses them unless the user opts in with
-  ``--allow-missing-weights``, and then the note (:data:`INCOMPLETE`) travels with the result.
+  ``allow_missing_weights=True``, and then the note (:data:`INCOMPLETE`) travels with the result.
 * NaN or inf in the weights would make every metric NaN; :func:`check_finite` names the
   first such tensor in state-dict order.
 """
@@ -68,7 +68,7 @@ def check_loading(model, info: dict, adapter: Adapter, where: str, allow_missing
     e.g. BERT's pooler) and tensors of task heads the base model has no place for
     (``cls.*``, ``lm_head.*``) are allowed and only recorded.  A missing,
     shape-mismatched or unexpected tensor *inside* the base model stops the run,
-    unless ``allow_missing`` (``--allow-missing-weights``) opts in; then the note
+    unless ``allow_missing`` (``allow_missing_weights=True``) opts in; then the note
     says so and ends up in the result and its report.
     """
     children = {child for child, _ in model.named_children()}
@@ -100,7 +100,7 @@ def check_loading(model, info: dict, adapter: Adapter, where: str, allow_missing
     if not allow_missing:
         raise ProbeError(
             f"the checkpoint in {where} does not fit the model: {summary}; those tensors "
-            "would run at random init. Fix the checkpoint, or pass --allow-missing-weights "
+            "would run at random init. Fix the checkpoint, or pass `allow_missing_weights` "
             "to probe it anyway (the result will say so)"
         )
     notes.insert(0, incomplete_note(summary))
@@ -112,7 +112,7 @@ INCOMPLETE = "INCOMPLETE CHECKPOINT"
 
 def incomplete_note(summary: str) -> str:
     """The note a result carries when it was run on a checkpoint that lacked tensors."""
-    return f"{INCOMPLETE} (--allow-missing-weights): {summary}; those tensors are at random init"
+    return f"{INCOMPLETE} (missing weights allowed): {summary}; those tensors are at random init"
 
 
 def _first_few(keys: list[str], n: int = 3) -> str:

@@ -54,7 +54,7 @@ class ProbedModel:
 
     @property
     def incomplete(self) -> bool:
-        """Loaded with --allow-missing-weights from a checkpoint that lacked tensors."""
+        """Loaded with ``allow_missing_weights=True`` from a checkpoint that lacked tensors."""
         return INCOMPLETE in self.weights
 
     @property

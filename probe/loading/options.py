@@ -20,7 +20,7 @@ MAX_SEED = 2**63 - 1
 def check_seed(seed: int) -> int:
     """Seeds are non-negative 64-bit integers (what torch's generators and netCDF hold)."""
     if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed <= MAX_SEED:
-        raise ProbeError(f"--seed must be an integer from 0 to {MAX_SEED}, got {seed!r}")
+        raise ProbeError(f"`seed` must be an integer from 0 to {MAX_SEED}, got {seed!r}")
     return seed
 
 

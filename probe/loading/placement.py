@@ -73,7 +73,7 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
             )
         except (ValueError, TypeError, KeyError) as err:  # a size accelerate cannot read
             raise ProbeError(
-                f"cannot plan --device-map {device_map} with --max-memory {max_memory}: "
+                f"cannot plan `device_map` {device_map} with `max_memory` {max_memory}: "
                 f"{one_line(err)}"
             ) from None
     folder = offload_folder
@@ -82,7 +82,7 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
         weakref.finalize(model, shutil.rmtree, folder, True)
     if placed.get("") == "disk":
         raise ProbeError(
-            "--max-memory leaves no room for any module in memory (all would go to the disk); "
+            "`max_memory` leaves no room for any module in memory (all would go to the disk); "
             "allow more memory"
         )
     try:
@@ -94,7 +94,7 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
         finally:
             hush.setLevel(level)
     except (ValueError, RuntimeError, OSError) as err:
-        raise ProbeError(f"cannot spread the model with --device-map: {one_line(err)}") from None
+        raise ProbeError(f"cannot spread the model with `device_map`: {one_line(err)}") from None
     model.hf_device_map = placed
     return model
 

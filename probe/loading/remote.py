@@ -30,9 +30,9 @@ def remote_model(
     if remote not in (True, "local"):
         raise ProbeError(f"remote is True (NDIF) or 'local' (its simulation), got {remote!r}")
     if init != "pretrained":
-        raise ProbeError("the remote service runs pretrained weights only; use --init pretrained")
+        raise ProbeError("the remote service runs pretrained weights only; use `init` pretrained")
     if device_map is not None:
-        raise ProbeError("--remote runs on the service's devices; drop --device-map")
+        raise ProbeError("`remote` runs on the service's devices; drop `device_map`")
     architectures = getattr(config, "architectures", None) or []
     task = next(
         (
@@ -50,19 +50,19 @@ def remote_model(
     if task is None:
         raise ProbeError(
             f"{name} is not a causal or masked language model checkpoint "
-            f"(architectures {architectures or 'unknown'}); --remote runs the models NDIF hosts"
+            f"(architectures {architectures or 'unknown'}); `remote` runs the models NDIF hosts"
         )
     if remote is True:
         from nnsight import CONFIG
 
         if not hub_reachable() or not host_reachable(CONFIG.API.HOST):
             raise ProbeError(
-                f"--remote needs the network: {CONFIG.API.HOST} (NDIF) or the HuggingFace hub "
+                f"`remote` needs the network: {CONFIG.API.HOST} (NDIF) or the HuggingFace hub "
                 "cannot be reached; run locally, or connect"
             )
         if not CONFIG.API.APIKEY:
             raise ProbeError(
-                "--remote needs an NDIF API key: set NDIF_API_KEY (get one at "
+                "`remote` needs an NDIF API key: set NDIF_API_KEY (get one at "
                 "https://login.ndif.us), or nnsight's CONFIG.set_default_api_key"
             )
     from nnsight.modeling.transformers import TransformersModel
@@ -79,7 +79,7 @@ def remote_model(
                 attn_implementation="eager",
             )
     except Exception as err:
-        raise ProbeError(f"cannot load {name} for --remote: {one_line(err)}") from None
+        raise ProbeError(f"cannot load {name} for `remote`: {one_line(err)}") from None
     lm = hosted._module
     base = lm.base_model
     if base is lm:

@@ -155,7 +155,7 @@ def config_at(name: str, location, prefer_bundled: bool):
         if isinstance(location, Path):
             raise ProbeError(f"cannot read {location / 'config.json'}: {one_line(err)}") from None
         hint = (
-            f"`--init random` works offline for {', '.join(sorted(bundled))}; "
+            f"`init` random works offline for {', '.join(sorted(bundled))}; "
             if location in bundled
             else ""
         )

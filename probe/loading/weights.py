@@ -151,6 +151,6 @@ def pretrained_model(
     except Exception as err:  # any failure to read weights: OSError, SafetensorError, ...
         raise ProbeError(
             f"cannot load pretrained weights from {where} ({one_line(err)}); "
-            "use `--init random`, a complete save_pretrained folder, or the network"
+            "use `init` random, a complete save_pretrained folder, or the network"
         ) from None
     return model, check_loading(model, info, adapter, where, allow_missing)

@@ -16,7 +16,7 @@ no MLP      ``y = a``: ffn, ffn_output and                    ``ffn`` and ``ffn_
                                                               LN stay, so ``y = LN_full(gelu(a) + a)``
 ==========  ================================================  ===============================================
 
-``--surgery paper`` (``Ablation(surgery="paper")``) applies the right-hand
+``Ablation(surgery="paper")`` (``surgery="paper"`` of an analysis) applies the right-hand
 column: for "no MLP" the adapter makes ``ffn`` and ``ffn_output`` return their
 inputs and leaves the rest running.  At random init this keeps SAN+skip near
 0.26-0.32 after 12 layers (the value in the paper's ALBERT figure), where
