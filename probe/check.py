@@ -31,9 +31,19 @@ import torch
 
 from .ablate import SAN, SAN_SKIP, TRANSFORMER
 from .errors import ProbeError
-from .models.base import _first
-from .models.spec import SpecAdapter, _resolve_module
+from .models.base import first
+from .models.spec import SpecAdapter
+from .models.weights import resolve_module
 
+#: The sources a passed self-test depends on besides the model's own (``verified_key``).
+CODE = (
+    "check.py",
+    "models/family.py",
+    "models/spec.py",
+    "models/weights.py",
+    "models/families.py",
+    "models/attention.py",
+)
 #: verify()'s allowance, in units of the dtype's machine epsilon times the values' scale.
 ULPS = 64
 
@@ -98,7 +108,7 @@ def verified_key(probed) -> str:
 
     sources = Path(__file__).parent
     code = hashlib.sha256()
-    for name in ("check.py", "models/spec.py", "models/families.py", "models/attention.py"):
+    for name in CODE:
         code.update((sources / name).read_bytes())
     # The model's own modelling code (an edited or patched install keeps its version number).
     code.update(Path(inspect.getfile(type(probed.model))).read_bytes())
@@ -217,7 +227,7 @@ def _final(probed, x):
     """The model's output from X_L through the modules after the last layer, if any run."""
     spec = getattr(probed.adapter, "spec", None)
     modules = [
-        _resolve_module(probed.model, path, missing_ok=True)
+        resolve_module(probed.model, path, missing_ok=True)
         for path in (spec.output_modules() if spec is not None else ())
     ]
     modules = [m for m in modules if m is not None]
@@ -242,14 +252,14 @@ def _ablated(probed, data, mask, ablation) -> Identity:
     except Exception as err:
         return Identity(name, float("inf"), 0.0, error=_one_line(err))
     norm = adapter.spec.norm
-    layers = _resolve_module(probed.model, adapter.spec.layers)
+    layers = resolve_module(probed.model, adapter.spec.layers)
     worst, scale, where = 0.0, 0.0, ""
     for layer in range(1, len(walked)):
         x, values = walked[layer - 1]["x"], walked[layer]
         expected = values["branch"] if ablation is SAN else x + values["branch"]
         if style == "post":
             with torch.no_grad():
-                expected = _resolve_module(layers[layer - 1], norm)(expected)
+                expected = resolve_module(layers[layer - 1], norm)(expected)
         d, s = _diff(values["x"], expected)
         scale = max(scale, s)
         if d > worst:
@@ -262,14 +272,14 @@ def _unchanged(probed, data, mask, clean: Identity) -> Identity:
     if clean.error:
         return Identity(name, float("inf"), 0.0, error="the clean run failed")
     try:
-        first = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
+        before = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
         _walk(probed, data, mask, SAN)
         again = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
     except Exception as err:
         return Identity(name, float("inf"), 0.0, error=_one_line(err))
     worst, scale = 0.0, 0.0
-    for a, b in zip(again, first, strict=True):
-        d, s = _diff(_first(a), _first(b))
+    for a, b in zip(again, before, strict=True):
+        d, s = _diff(first(a), first(b))
         worst, scale = max(worst, d), max(scale, s)
     return Identity(name, worst, scale)
 

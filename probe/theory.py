@@ -143,7 +143,8 @@ def layer_constants(probed) -> dict[str, Any]:
     product, ``c`` = 4 beta H / sqrt(d_qk) (gamma = 1), ``lambda`` (NaN where the family
     gives none); ``missing``: one line per constant the family cannot give.
     """
-    from .models.spec import SpecAdapter, _resolve_module, _value_output, query_key
+    from .models.spec import SpecAdapter
+    from .models.weights import query_key, resolve_module, value_output
 
     adapter, model, config = probed.adapter, probed.model, probed.config
     L = probed.n_layers
@@ -157,7 +158,7 @@ def layer_constants(probed) -> dict[str, Any]:
     spec = adapter.spec
     H = adapter.n_heads(config)
     kv = getattr(config, "num_key_value_heads", None) or H
-    layers = _resolve_module(model, spec.layers)
+    layers = resolve_module(model, spec.layers)
     qk, vo, beta, lam = [], [], [], []
     mlp = _mlp(spec.name, config)
     lip = activation_lipschitz(_activation(config)) if mlp else float("nan")
@@ -171,7 +172,7 @@ def layer_constants(probed) -> dict[str, Any]:
             except ProbeError as error:
                 out["missing"] = [f"beta: {error}"]
                 return out
-            w_v, _, w_o, _ = _value_output(layer, spec.heads, config, H, kv)
+            w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
             d = w_q.shape[-1]
             w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
             if scratch is None:
@@ -186,8 +187,8 @@ def layer_constants(probed) -> dict[str, Any]:
             vo.append(max(heads_vo))
             beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
             if mlp:
-                first = _resolve_module(layer, mlp[0]).weight.detach().double()
-                second = _resolve_module(layer, mlp[1]).weight.detach().double()
+                first = resolve_module(layer, mlp[0]).weight.detach().double()
+                second = resolve_module(layer, mlp[1]).weight.detach().double()
                 if mlp[2] == "linear":  # nn.Linear y = x W^T: the right factor is W^T
                     first, second = first.T, second.T
                 lam.append(lip * norm_1inf(first) * norm_1inf(second))

@@ -13,7 +13,7 @@ pick it up from the registry.  ``docs/adding-a-family.md`` walks through one.
 
 from __future__ import annotations
 
-from .spec import Family, Heads, Step, put, read, skip, zero
+from .family import Family, Heads, Step, put, read, skip, zero
 
 # --- builders for the common layouts ----------------------------------------------
 
