@@ -41,6 +41,7 @@ CODE = (
     "models/family.py",
     "models/spec.py",
     "models/weights.py",
+    "models/builders.py",
     "models/families.py",
     "models/attention.py",
 )
@@ -123,7 +124,8 @@ def verified_key(probed) -> str:
         "config": probed.config.to_json_string(use_diff=False),
         "spec": repr(probed.adapter.spec),
         "dtype": str(probed.dtype),
-        "attention": str(probed.attn_implementation),
+        # The attention asked for (what ran is known only after a run: see attention.ran).
+        "attention": str(getattr(probed.config, "_attn_implementation", "eager")),
         "device": probed.device.type,
         "versions": versions,
         "code": code.hexdigest(),

@@ -52,20 +52,6 @@ import torch
 
 from .errors import ProbeError
 
-#: The MLP of each family whose weights probe reads for lambda: (first, second, layout).
-MLP_WEIGHTS: dict[str, tuple[str, str, str]] = {
-    "bert": ("intermediate.dense", "output.dense", "linear"),
-    "roberta": ("intermediate.dense", "output.dense", "linear"),
-    "electra": ("intermediate.dense", "output.dense", "linear"),
-    "deberta-v2": ("intermediate.dense", "output.dense", "linear"),
-    "distilbert": ("ffn.lin1", "ffn.lin2", "linear"),
-    "gpt2": ("mlp.c_fc", "mlp.c_proj", "conv1d"),
-    "opt": ("fc1", "fc2", "linear"),
-    "vit": ("mlp.fc1", "mlp.fc2", "linear"),
-    "starcoder2": ("mlp.c_fc", "mlp.c_proj", "linear"),
-    "gptj": ("mlp.fc_in", "mlp.fc_out", "linear"),
-    "gpt-neox": ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "linear"),
-}
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
 
 
@@ -122,13 +108,9 @@ def activation_lipschitz(name: str) -> float:
     return float(x.grad.abs().max())
 
 
-def _mlp(name: str, config) -> tuple[str, str, str] | None:
-    if name == "t5" and not getattr(config, "is_gated_act", False):
-        return ("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo", "linear")
-    return MLP_WEIGHTS.get(name)
-
-
-def _activation(config) -> str:
+def _activation(config, mlp) -> str:
+    if mlp.activation:  # the family's entry names it where the config does not (BLOOM)
+        return mlp.activation
     for key in ("hidden_act", "activation_function", "dense_act_fn", "activation"):
         value = getattr(config, key, None)
         if isinstance(value, str):
@@ -160,8 +142,9 @@ def layer_constants(probed) -> dict[str, Any]:
     kv = getattr(config, "num_key_value_heads", None) or H
     layers = resolve_module(model, spec.layers)
     qk, vo, beta, lam = [], [], [], []
-    mlp = _mlp(spec.name, config)
-    lip = activation_lipschitz(_activation(config)) if mlp else float("nan")
+    mlp = spec.mlp_of(config)  # the family's entry says where its MLP is, or that it is gated
+    mlp = None if mlp.gated else mlp
+    lip = activation_lipschitz(_activation(config, mlp)) if mlp else float("nan")
     d = None
     scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
@@ -187,9 +170,9 @@ def layer_constants(probed) -> dict[str, Any]:
             vo.append(max(heads_vo))
             beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
             if mlp:
-                first = resolve_module(layer, mlp[0]).weight.detach().double()
-                second = resolve_module(layer, mlp[1]).weight.detach().double()
-                if mlp[2] == "linear":  # nn.Linear y = x W^T: the right factor is W^T
+                first = resolve_module(layer, mlp.first).weight.detach().double()
+                second = resolve_module(layer, mlp.second).weight.detach().double()
+                if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
                     first, second = first.T, second.T
                 lam.append(lip * norm_1inf(first) * norm_1inf(second))
     if not mlp:
@@ -202,10 +185,16 @@ def layer_constants(probed) -> dict[str, Any]:
     )
     if rotary or getattr(config, "rotary_dim", None) or getattr(config, "rotary_pct", None):
         notes.append("rotary position embeddings rotate queries and keys: W_QK ignores them")
-    if scale is not None or spec.name == "t5":
+    if scale is not None:
         notes.append("the attention's scale is not 1/sqrt(d_qk) in this family")
-    if spec.name == "t5" or getattr(config, "relative_attention", False):
+    if getattr(config, "relative_attention", False):
         notes.append("relative position terms add to the attention scores: W_QK leaves them out")
+    notes += [note for note in spec.score_notes if note not in notes]
+    if spec.qk_norms:
+        notes.append(
+            f"query/key norms ({', '.join(spec.qk_norms)}) rescale each token's queries and keys "
+            "inside the scores: W_QK leaves them out"
+        )
     out.update(
         qk=qk,
         vo=vo,

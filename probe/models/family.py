@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..ablate import Ablation
+from ..errors import ProbeError
 
 #: When a step applies: always (reads), or only under one of the two removals.
 WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed")
@@ -44,6 +45,10 @@ STYLES = ("pre", "post", "parallel", "sandwich")
 #: How a norm scales a token: LayerNorm centres it, the RMS norms do not; Gemma's
 #: RMSNorm multiplies by (1 + w) instead of w.
 NORM_KINDS = ("layernorm", "rms", "rms+1")
+#: How the attention's projections are laid out (see :class:`Heads`).
+LAYOUTS = ("linear", "fused", "neox", "conv1d", "falcon")
+#: How an MLP's two weight matrices are stored (see :class:`Mlp`).
+MLP_LAYOUTS = ("linear", "conv1d")
 
 
 @dataclass(frozen=True)
@@ -73,8 +78,12 @@ class Step:
     when: str = ""
 
     def __post_init__(self) -> None:
-        assert self.act in ACTS and self.when in WHEN, self
-        assert (self.act == "read") == bool(self.name), self
+        if self.act not in ACTS:
+            raise ProbeError(f"step at {self.site!r}: act {self.act!r} is not one of {ACTS}")
+        if self.when not in WHEN:
+            raise ProbeError(f"step at {self.site!r}: when {self.when!r} is not one of {WHEN}")
+        if (self.act == "read") != bool(self.name):
+            raise ProbeError(f"step at {self.site!r}: a read, and only a read, has a name")
 
     @property
     def module(self) -> str:
@@ -148,6 +157,28 @@ class Heads:
 
 
 @dataclass(frozen=True)
+class Mlp:
+    """The MLP's weights the theory panel reads for Corollary 3.2's Lipschitz constant.
+
+    A token-wise MLP x -> s(x A_1 + b_1) A_2 + b_2: ``first`` and ``second`` are the paths
+    (from the layer) of its two projections, ``layout`` ``linear`` (nn.Linear, y = x W^T)
+    or ``conv1d`` (GPT-2's Conv1D, y = x W); ``activation`` names s in transformers'
+    ``ACT2FN`` where the config does not (BLOOM's tanh GELU).  ``gated``: a gated MLP
+    (SwiGLU, GeGLU), which has no global Lipschitz constant (:data:`GATED_MLP`).
+    """
+
+    first: str = ""
+    second: str = ""
+    layout: str = "linear"
+    activation: str = ""
+    gated: bool = False
+
+
+#: A gated MLP, (s(x A) * (x B)) C: it grows quadratically, so no Lipschitz constant.
+GATED_MLP = Mlp(gated=True)
+
+
+@dataclass(frozen=True)
 class Family:
     """A model family as data (see the module docstring).
 
@@ -163,6 +194,8 @@ class Family:
     layers: str
     style: str | Callable[[Any], str]
     steps: tuple[Step, ...] | Callable[[Any], tuple[Step, ...]]
+    #: "" where the layer has no norm before its attention (OLMo2 normalises only the
+    #: sublayers' outputs): the path decomposition then freezes no norm on the heads' input.
     norm: str
     norm_kind: str
     heads: Heads | None
@@ -186,6 +219,17 @@ class Family:
     refuse: Callable[[Any], str] | None = None
     #: Where the family's operation names come from, for the one who must fix them.
     source_note: str = ""
+    #: The MLP's weights for the theory panel (a function of the config where it branches).
+    mlp: Mlp | Callable[[Any], Mlp] | None = None
+    #: Paths (from the layer) of the norms on the queries and keys inside the attention
+    #: (Qwen3, OLMo2): part of the scores, which the theory panel's W_QK leaves out.
+    qk_norms: tuple[str, ...] = ()
+    #: What else enters the attention scores that W_QK leaves out (a relative position
+    #: bias, ALiBi, another scale), one sentence each, for the theory panel.
+    score_notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        validate(self)
 
     def output_modules(self) -> tuple[str, ...]:
         return self.output or ((self.final_norm,) if self.final_norm else ())
@@ -195,3 +239,82 @@ class Family:
 
     def steps_of(self, config) -> tuple[Step, ...]:
         return self.steps(config) if callable(self.steps) else self.steps
+
+    def mlp_of(self, config) -> Mlp:
+        return self.mlp(config) if callable(self.mlp) else self.mlp
+
+
+def validate(family: Family) -> None:
+    """Refuse, in one line naming the family, an entry whose fields cannot mean anything.
+
+    Checked when the entry is made (at registration), so a misspelled layout or a norm
+    that no step reads fails on import with its name, not as a raw error inside a run.
+    What depends on the config (``steps`` or ``style`` as functions) is checked on every
+    model by the self-test (:mod:`probe.check`) instead.
+    """
+
+    def fail(what: str) -> None:
+        raise ProbeError(f"family entry {family.name!r}: {what}")
+
+    if not family.name or not family.model_types or not family.layers:
+        fail("name, model_types and layers must be given")
+    if not callable(family.style) and family.style not in STYLES:
+        fail(f"style {family.style!r} is not one of {', '.join(STYLES)}")
+    if family.norm_kind not in NORM_KINDS:
+        fail(f"norm_kind {family.norm_kind!r} is not one of {', '.join(NORM_KINDS)}")
+    heads = family.heads
+    if heads is not None:
+        if heads.layout not in LAYOUTS:
+            fail(f"Heads layout {heads.layout!r} is not one of {', '.join(LAYOUTS)}")
+        if not heads.value or not heads.output:
+            fail("Heads needs the value and the output projection's paths")
+    if family.output and family.final_norm and family.final_norm not in family.output:
+        fail(f"final_norm {family.final_norm!r} is not among the output modules {family.output}")
+    if family.inputs not in ("ids", "pixels"):
+        fail(f"inputs {family.inputs!r} is not ids or pixels")
+    _validate_mlp(family, fail)
+    if not callable(family.style) and family.style == "post" and not family.norm:
+        fail("a post-LN family needs its norm: the sublayer's norm after the residual sum")
+    if family.branch_norm and not callable(family.style) and family.style != "sandwich":
+        fail("branch_norm (a norm on the attention's output) belongs to the sandwich style")
+    if not callable(family.steps):
+        _validate_steps(family, family.steps, fail)
+
+
+def _validate_mlp(family: Family, fail) -> None:
+    mlp = family.mlp
+    if mlp is None:
+        fail("mlp is not given: Mlp(first, second) for a token-wise MLP, GATED_MLP for a gated one")
+    if callable(mlp):
+        return
+    if not isinstance(mlp, Mlp):
+        fail(f"mlp must be an Mlp, not {type(mlp).__name__}")
+    if not mlp.gated and not (mlp.first and mlp.second):
+        fail("Mlp needs the paths of its two projections (or GATED_MLP)")
+    if mlp.layout not in MLP_LAYOUTS:
+        fail(f"Mlp layout {mlp.layout!r} is not one of {', '.join(MLP_LAYOUTS)}")
+
+
+def _validate_steps(family: Family, steps: tuple[Step, ...], fail) -> None:
+    """The reads every analysis needs, each norm read where the entry says it is, and every
+    edit's value an earlier read."""
+    reads: dict[str, str] = {}
+    for step in steps:
+        if not isinstance(step, Step):
+            fail(f"steps must be Step values (read, zero, put, skip), not {step!r}")
+        missing = [ref for ref in step.refs() if ref not in reads]
+        if missing:
+            fail(f"the step `{step.describe()}` uses {', '.join(missing)} before it is read")
+        if step.act == "read":
+            reads[step.name] = step.module
+    for name in ("probs", "branch"):
+        if name not in reads:
+            fail(f"no step reads {name!r} (the attention probabilities and the attention branch)")
+    if family.norm and reads.get("norm", family.norm) != family.norm:
+        fail(f"norm is {family.norm!r} but the step reading 'norm' reads {reads['norm']!r}")
+    if family.norm and "norm" not in reads:
+        fail(f"norm is {family.norm!r} but no step reads its input as 'norm'")
+    if not family.norm and "norm" in reads:
+        fail(f"norm is '' (no norm before the attention) but a step reads {reads['norm']!r}")
+    if family.branch_norm and reads.get("branch_norm") != family.branch_norm:
+        fail(f"branch_norm is {family.branch_norm!r} but no step reads its input as 'branch_norm'")

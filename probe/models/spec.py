@@ -144,14 +144,18 @@ class SpecAdapter(Adapter):
 
     def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
         wanted = {"probs"} | ({"norm", "branch_norm"} if norms else set())
+        previous = None
         for i, values in enumerate(self.walk(root, ablation, frozenset(wanted))):
+            x, previous = previous, values["x"]
             if i == 0:
                 yield values
                 continue
+            # A layer without a norm before its attention (OLMo2): the heads read the layer's
+            # input itself, whose frozen "norm" is the identity (kind none, see layer_weights).
             yield {
                 "x": values["x"],
                 "attn": values["probs"],
-                "norm_input": values.get("norm") if norms else None,
+                "norm_input": values.get("norm", x) if norms else None,
                 "branch_norm_input": values.get("branch_norm") if norms else None,
             }
 
@@ -164,7 +168,8 @@ class SpecAdapter(Adapter):
         heads = self.n_heads(config)
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         w_v, b_v, w_o, b_o = value_output(layer, spec.heads, config, heads, kv_heads)
-        norm = resolve_module(layer, self.read_site(config, "norm") or spec.norm)
+        site = self.read_site(config, "norm") or spec.norm
+        norm = resolve_module(layer, site) if site else torch.nn.Identity()  # no norm: kind none
         gamma, beta, eps, kind = norm_params(norm, spec.norm_kind)
         extra = {}
         if branch := self.read_site(config, "branch_norm") or spec.branch_norm:
