@@ -375,6 +375,10 @@ def frozen_note(probed: ProbedModel) -> str:
         if post
         else "on the heads' input only (pre-LN, or parallel with the MLP removed)"
     )
+    # OLMo2: no norm before the attention, only the one on the heads' output.
+    output_only = all(w.kind == "none" and w.branch_gamma is not None for w in weights)
+    if output_only:
+        where = "on the heads' output before the residual sum (none on their input)"
     parts = [
         "SAN+skip variant (MLPs removed). Frozen from its real forward pass: the attention "
         f"probabilities of every head and the per-token {scale} of each layer's {name}, "
@@ -390,10 +394,10 @@ def frozen_note(probed: ProbedModel) -> str:
             "real run carries float32 rounding: reconstruction_error is ~1e-7 here, while the "
             "decomposition of the frozen network stays exact)"
         )
-    if any(w.kind == "none" for w in weights):
+    if any(w.kind == "none" for w in weights) and not output_only:
         bare = ", ".join(str(n) for n, w in enumerate(weights) if w.kind == "none")
         parts.append(f"; layer(s) {bare} have no norm before the attention (nothing frozen)")
-    if any(w.branch_gamma is not None for w in weights):
+    if any(w.branch_gamma is not None for w in weights) and not output_only:
         parts.append(
             "; the norm on the heads' output before the residual sum is frozen the same way"
         )

@@ -104,6 +104,7 @@ def verified_key(probed) -> str:
     import hashlib
     import inspect
     import json
+    import re
     from importlib import metadata
     from pathlib import Path
 
@@ -122,7 +123,8 @@ def verified_key(probed) -> str:
     parts = {
         "model": f"{type(probed.model).__module__}.{type(probed.model).__qualname__}",
         "config": probed.config.to_json_string(use_diff=False),
-        "spec": repr(probed.adapter.spec),
+        # A function's repr holds its address, which differs in every process: its name stays.
+        "spec": re.sub(r" at 0x[0-9a-f]+>", ">", repr(probed.adapter.spec)),
         "dtype": str(probed.dtype),
         # The attention asked for (what ran is known only after a run: see attention.ran).
         "attention": str(getattr(probed.config, "_attn_implementation", "eager")),
