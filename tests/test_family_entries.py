@@ -28,7 +28,8 @@ from probe.models import ADAPTERS, SpecAdapter
 from probe.models.family import GATED_MLP, LAYOUTS, Family, Heads, Mlp, Step, read, zero
 from probe.models.weights import is_norm
 from tests.reference.path_families import NoReference, reference_for
-from tests.reference.tiny import tiny_spec_config, tiny_spec_model
+from tests.reference.tiny import FAMILIES as ORIGINAL
+from tests.reference.tiny import tiny_model, tiny_spec_config, tiny_spec_model
 
 SPEC_FAMILIES = sorted(name for name, a in ADAPTERS.items() if isinstance(a, SpecAdapter))
 QK_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
@@ -102,9 +103,7 @@ def test_a_step_that_uses_a_value_before_it_is_read_is_refused():
 
 @pytest.mark.parametrize("name", SPEC_FAMILIES)
 def test_the_entry_names_the_query_key_norms_its_tiny_model_has(name):
-    model = tiny_spec_model(name) if name not in ("bert", "gpt2") else None
-    if model is None:
-        pytest.skip("BERT and GPT-2 have no query/key norms")
+    model = tiny_model(name) if name in ORIGINAL else tiny_spec_model(name)
     spec = ADAPTERS[name].spec
     layer = model.get_submodule(spec.layers)[0]
     found = {
