@@ -27,31 +27,27 @@ numbers to pinned host memory.  On a CPU each layer is measured at once.
 from __future__ import annotations
 
 import json
-import shlex
+import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 import xarray as xr
 
-from probe import checks, memory, metrics, theory
+from probe import bounds, memory, metrics, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
-from probe.inputs import Inputs, check_input_kind, image_files, model_inputs, read_text
-from probe.load import ProbedModel, check_seed, load
+from probe.inputs import check_input_kind, image_files, model_inputs, read_text
+from probe.loading import ProbedModel
 from probe.metrics import effective_rank_method
-from probe.names import EFFECTIVE_RANK_METHODS, INITS, METRICS, SURGERIES
+from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
+from probe.request import Inputs, Model, coerce, dtype_name, reproduce
 from probe.results import ENGINE, settings_id, utc_now, versions
-from probe.trace import check_norm_variant, layer_values
+from probe.trace import check_norm_variant
 
-Progress = Callable[[int, int, str], None]
-
-#: The metrics a run computes unless told otherwise: all of them (the effective rank by the
-#: method that fits the size, see probe.metrics).
-DEFAULT_METRICS: tuple[str, ...] = METRICS
+from . import collapse_measure as measure
+from .collapse_measure import DEFAULT_METRICS, Plan, Progress
 
 
 def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -70,7 +66,7 @@ def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
     if unknown or not names:
         choices = ", ".join(name.replace("_", "-") for name in METRICS)
         what = f"unknown metric {', '.join(unknown)}" if unknown else "no metric given"
-        raise ProbeError(f"{what}; --metrics takes all or a comma list of {choices}")
+        raise ProbeError(f"{what}; `metrics` takes all or a comma list of {choices}")
     return tuple(name for name in METRICS if name in names or name == "relative_residual")
 
 
@@ -92,83 +88,34 @@ def metrics_note(names: Sequence[str], method: str) -> str:
     return "; ".join(notes[name] for name in METRICS if name in names)
 
 
-def parse_inits(init: str | Sequence[str]) -> list[str]:
-    """``"both"``, one init, or a list -> inits in the order of probe.names.INITS."""
-    wanted = list(INITS) if init == "both" else [init] if isinstance(init, str) else list(init)
-    unknown = [name for name in wanted if name not in INITS]
-    if unknown or not wanted:
-        raise ProbeError(
-            f"unknown init {', '.join(unknown) or init!r}; choose pretrained, random or both"
-        )
-    return [name for name in INITS if name in wanted]
-
-
-@dataclass
-class Plan:
-    """Everything a collapse run needs, checked and loaded, before any forward pass."""
-
-    models: list[ProbedModel]
-    variants: list[str]
-    inputs: Inputs
-    surgery: str
-    batch_size: int
-    command: str
-    settings: dict = field(default_factory=dict)
-    metrics: tuple[str, ...] = DEFAULT_METRICS
-    effective_rank: str = "exact"  # as resolved from what was asked: exact or estimate
-
-    @property
-    def steps(self) -> int:
-        """Forward passes the run makes (variants x inits x batches), for progress bars."""
-        return self.steps_of((0, 1))
-
-    def steps_of(self, part: tuple[int, int]) -> int:
-        """Forward passes of one part ``(rank, world_size)`` of a data-parallel run."""
-        from probe.distributed import shard
-
-        start, stop = shard(-(-self.inputs.sequences // self.batch_size), *part)
-        return len(self.variants) * len(self.models) * (stop - start)
-
-
 def prepare(
-    model: str | Path | ProbedModel | torch.nn.Module,
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
     *,
     variants: str | Sequence[str] = "all",
-    init: str | Sequence[str] = "both",
-    text: str | Path | None = None,
-    images: str | Path | None = None,
-    sequences: int | str = 32,
-    tokens: int = 128,
-    seed: int = 0,
-    device: str | None = None,
-    dtype: str | None = None,
-    batch_size: int = 16,
     surgery: str = "probe",
-    allow_missing_weights: bool = False,
     metrics: str | Sequence[str] | None = None,
     effective_rank: str = "auto",
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
-    device_map: str | dict | None = None,
-    max_memory: dict | None = None,
-    offload_folder: str | Path | None = None,
-    remote: bool | str = False,
+    **flat,
 ) -> Plan:
     """Check every setting, load the models and make the inputs; no forward pass yet.
 
-    Everything that can be wrong with a request (an unknown model, weights that do
-    not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
+    ``model`` and ``inputs`` are the request (:class:`probe.Model`, :class:`probe.Inputs`);
+    the flat form, a model name with the request's keywords (``init=``, ``tokens=``, ...),
+    is the same request.  Unset sizes default to the paper's 32 sequences of 128 tokens, in
+    batches of 16.  Everything that can be wrong with a request (an unknown model, weights
+    that do not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
     command probing several models fails before it computes anything.
     """
+    request, given = coerce(model, inputs, flat)
+    given = given.with_defaults(sequences=32, tokens=128, batch_size=16)
     names = (
         parse_variants(variants)
         if isinstance(variants, str)
         else parse_variants(",".join(variants) if variants else "")
     )
-    checks.integer("--batch-size", batch_size, 1)
-    checks.integer("--tokens", tokens, 2)
-    if sequences != "all":
-        checks.integer("--sequences", sequences, 1)
     if surgery not in SURGERIES:
         raise ProbeError(f"unknown surgery {surgery!r}; choose {' or '.join(SURGERIES)}")
     chosen = parse_metrics(metrics)
@@ -177,66 +124,51 @@ def prepare(
             f"unknown effective-rank method {effective_rank!r}; "
             f"choose {', '.join(EFFECTIVE_RANK_METHODS)}"
         )
-    check_seed(seed)
-    if text is not None:
-        read_text(text)  # a bad --text fails before any model is loaded
-    if images is not None:
-        image_files(images)  # and so does a bad --images
-    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
-    if remote:  # NDIF (True) or nnsight's local simulation of it ("local"); see probe.load
-        spread["remote"] = remote
-    models = _load_all(model, parse_inits(init), seed, device, dtype, allow_missing_weights, spread)
+    models = request.load()
     first = models[0]
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
-    check_input_kind(first, text, images)
+    check_input_kind(first, given.text, given.images)
+    tokens, batch_size = given.tokens, given.batch_size
     limit = first.adapter.max_tokens(first.config)
     if first.adapter.inputs == "ids" and limit is not None and tokens > limit:
         raise ProbeError(
-            f"{first.name} takes at most {limit} tokens per sequence; use --tokens {limit} or fewer"
+            f"{first.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
         )
-    # "all": every image of --images, or as many sequences as the text holds (one per
+    # "all": every image of the folder, or as many sequences as the text holds (one per
     # `tokens` characters at most).
-    if sequences != "all":
-        most = sequences
-    elif images is not None:
-        most = len(image_files(images))
+    if given.sequences != "all":
+        most = given.sequences
+    elif given.images is not None:
+        most = len(image_files(given.images))
     else:
-        most = len(read_text(text)[0]) // tokens + 1
+        most = len(read_text(given.text)[0]) // tokens + 1
     memory.require_run(first, most, tokens, batch_size)
-    inputs = model_inputs(
-        first,
-        text=text,
-        images=images,
-        sequences=sequences,
-        tokens=tokens,
-        seed=seed,
-        warn=warn,
-    )
+    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
     settings = {
         "model": first.name,
         "init": [m.init for m in models],
         "variants": names,
         "surgery": surgery,
         "seed": first.seed,
-        "sequences": inputs.sequences,
-        "tokens": inputs.tokens,
-        "text": inputs.text_sha256 or inputs.text_source,
-        "dtype": str(first.dtype).removeprefix("torch."),
+        "sequences": encoded.sequences,
+        "tokens": encoded.tokens,
+        "text": encoded.text_sha256 or encoded.text_source,
+        "dtype": dtype_name(first.dtype),
         "device": first.device.type,
         "batch_size": batch_size,
-        "allow_missing_weights": allow_missing_weights,
+        "allow_missing_weights": request.allow_missing_weights,
         "metrics": list(chosen),
     }
     if "effective_rank" in chosen:  # what "auto" means at this size and device
         settings["effective_rank"] = effective_rank_method(
-            effective_rank, inputs.tokens, first.adapter.hidden_size(first.config), first.device
+            effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
         )
     if command is None:
-        command = _equivalent_command(model, settings, text, images, effective_rank)
+        command = _equivalent_command(request, given, settings, effective_rank)
     # The method as resolved here, not "auto": what the result's attrs state is what runs.
     method = settings.get("effective_rank", "exact")
-    return Plan(models, names, inputs, surgery, batch_size, command, settings, chosen, method)
+    return Plan(models, names, encoded, surgery, batch_size, command, settings, chosen, method)
 
 
 def execute(
@@ -264,19 +196,19 @@ def execute(
     mine = batches[slice(*shard(len(batches), rank, world_size))]
     first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
     count = sum(ids.shape[0] for _, ids, _ in mine)
-    blocks = _blocks(plan, mine, progress, part)
+    blocks = measure.blocks(plan, mine, progress, part)
     measured = None  # the theory panel's residuals, from the run's first batch
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        skeleton = _dataset(_empty(plan, 0), plan, world_size, theory_panel=False)
+        skeleton = _dataset(measure.empty(plan, 0), plan, world_size, theory_panel=False)
         with SequenceWriter(stream_to, skeleton, first=first) as writer:
             for start, block, panel in blocks:
                 writer.append(block)
                 measured = panel if start == 0 else measured
-            writer.set_attribute("theory", _theory(plan, measured))
+            writer.fill(_theory(plan, measured))
         return xr.open_dataset(stream_to, engine=ENGINE)
-    data = _empty(plan, count)
+    data = measure.empty(plan, count)
     for start, block, panel in blocks:
         measured = panel if start == 0 else measured
         for name, values in block.items():
@@ -285,267 +217,62 @@ def execute(
     return ds.assign_coords(sequence=first + np.arange(count))
 
 
-def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> str:
-    """The theory panel (a JSON attribute), from the residuals the run's first batch measured
+def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> xr.Dataset:
+    """The theory panel (result variables), from the residuals the run's first batch measured
     (``measured``) where it holds them, else from traces of its own (a shard of a torchrun
     run without the first batch, or a run without SAN, SAN+MLP or SAN+skip)."""
     return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
 
 
-def _blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int] = (0, 1)):
-    """(first sequence, results) of ``batches``: every variant and init of a batch at once.
-
-    On a CPU each layer is measured as it comes out of the trace.  On CUDA the layer loop
-    only keeps each layer's hidden states; once a batch's forwards are queued its layers are
-    measured on a side stream by a worker thread, while the next batch's forwards run, and
-    the batch's results are read (the only wait) just before the one after it starts."""
-    cuda = plan.models[0].device.type == "cuda"
-    worker = ThreadPoolExecutor(1, thread_name_prefix="probe-metrics") if cuda else None
-    done = [0]
-    pending = None  # (start, future) of the batch being measured on CUDA
-    try:
-        for start, ids, mask in batches:
-            # The run's first batch also measures the theory panel's sequences.
-            panel = min(ids.shape[0], theory.PANEL_SEQUENCES) if start == 0 else 0
-            runs = _run_batch(plan, ids, mask, progress, done, plan.steps_of(part), panel)
-            if worker is None:
-                yield start, *_block(plan, ids.shape[0], runs)
-                continue
-            ready = torch.cuda.Event()
-            # the batch's forwards, as queued on the model device's current stream
-            ready.record(torch.cuda.current_stream(plan.models[0].device))
-            future = worker.submit(_measure_cuda, plan, ids.shape[0], runs, ready)
-            if pending is not None:
-                yield pending[0], *pending[1].result()
-            pending = (start, future)
-        if pending is not None:
-            yield pending[0], *pending[1].result()
-    finally:
-        if worker is not None:
-            worker.shutdown(wait=True)
-
-
-def _run_batch(
-    plan: Plan, ids, mask, progress: Progress | None, done: list[int], steps: int, panel: int = 0
-) -> list:
-    """Every variant and init of one batch: [(variant, init, per-layer values, panel)].
-
-    ``panel``: for SAN, SAN+MLP and SAN+skip, also measure the theory panel's residual norms
-    of the first ``panel`` sequences (``theory.residual_norms``), so the panel needs no
-    forward passes of its own."""
-    L = plan.models[0].n_layers
-    cuda = plan.models[0].device.type == "cuda"
-    # X_0 is shared by a model's variants: one reducer per model keeps its metrics.
-    reducers = [_Reducer(L + 1, plan, cuda) for _ in plan.models]
-    runs = []
-    for i, variant in enumerate(plan.variants):
-        ablation = PRESETS[variant].with_surgery(plan.surgery)
-        tap = panel if variant in theory.PANEL_VARIANTS and plan.surgery == "probe" else 0
-        for j, probed in enumerate(plan.models):
-            reducers[j].panel = tap
-            runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask), tap))
-            done[0] += 1
-            if progress is not None:
-                progress(done[0], steps, f"{probed.name} · {probed.init} · {variant}")
-    return runs
-
-
-#: The key under which a layer's values carry the theory panel's residual norms.
-PANEL = "theory_panel"
-
-
-def _block(plan: Plan, sequences: int, runs: list) -> tuple[dict[str, np.ndarray], list | None]:
-    """A batch's results, and per model the theory panel's (layer, sequence) residuals by
-    variant (None when the batch measured none)."""
-    block = _empty(plan, sequences)
-    panel: list[dict[str, np.ndarray]] = [{} for _ in plan.models]
-    for i, j, per_layer, _ in runs:
-        for layer, values in enumerate(per_layer):
-            for name, value in values.items():
-                if name != PANEL:
-                    block[name][i, j, layer] = value.numpy()
-        if PANEL in per_layer[0]:
-            panel[j][plan.variants[i]] = np.stack([v[PANEL].numpy() for v in per_layer])
-    return block, panel if any(panel) else None
-
-
-def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np.ndarray]:
-    """A CUDA batch's metrics, on a side stream once its forwards are done (worker thread).
-
-    The values are copied into pinned host memory without blocking; the one wait is at the
-    end, for the whole batch, off the thread that queues the forwards."""
-    device = plan.models[0].device
-    side = torch.cuda.Stream(device)
-    measured = []
-    with torch.cuda.stream(side):
-        side.wait_event(ready)
-        for i, j, per_layer, tap in runs:
-            layers = []
-            for layer, (x, real) in enumerate(per_layer):
-                _check_finite(x, real, layer)  # waits for the device: off the forward's thread
-                values = metrics.collapse_metrics(x, real, plan.metrics, plan.effective_rank)
-                if tap:
-                    values[PANEL] = theory.residual_norms(x[:tap], real[:tap])
-                layers.append({name: _to_host(value) for name, value in values.items()})
-            measured.append((i, j, layers, tap))
-    side.synchronize()
-    return _block(plan, sequences, measured)
-
-
-def _to_host(value: torch.Tensor) -> torch.Tensor:
-    """A non-blocking copy into pinned host memory (readable once the stream is synced)."""
-    host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
-    return host.copy_(value, non_blocking=True)
-
-
-def _check_finite(x: torch.Tensor, mask: torch.Tensor, layer: int) -> None:
-    # One pass over the whole layer first (no copy); only a layer holding a non-finite value
-    # somewhere has its real tokens picked out (padding may hold anything).
-    if bool(torch.isfinite(x).all()):
-        return
-    if not bool(torch.isfinite(x[mask.bool()]).all()):
-        # The weights are finite (checked at load): the forward pass overflowed.
-        raise ProbeError(
-            f"layer {layer}'s token representations hold NaN or inf: the forward pass "
-            f"overflowed in {str(x.dtype).removeprefix('torch.')}; use --dtype float32 or float64"
-        )
-
-
-class _Reducer:
-    """The per-layer reduction inside the trace: only per-sequence numbers leave the model.
-
-    The stream starts at the embeddings X_0, which no ablation touches, so one reducer serves
-    all the variants of a batch and model: on a CPU X_0's metrics are computed once and reused
-    for as long as X_0 is exactly the same tensor (checked, never assumed).  On CUDA the
-    reducer keeps a copy of the layer (queued on the device, no wait) for ``_measure_cuda``.
-    """
-
-    def __init__(self, layers: int, plan: Plan, cuda: bool) -> None:
-        self.layers = layers
-        self.metrics, self.method = plan.metrics, plan.effective_rank
-        self.cuda = cuda
-        self.calls = 0
-        self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
-        #: Sequences whose theory-panel residual this trace also measures (0: none).
-        self.panel = 0
-
-    def __call__(self, x: torch.Tensor, mask: torch.Tensor):
-        layer, self.calls = self.calls % self.layers, self.calls + 1
-        if self.cuda:  # a copy: the forward may reuse the tensor's memory
-            return x.detach().clone(), mask.clone()
-        values = None
-        if layer == 0 and self.first is not None:
-            x0, mask0, cached = self.first
-            if torch.equal(x, x0) and torch.equal(mask, mask0):
-                values = cached
-        if values is None:
-            _check_finite(x, mask, layer)
-            values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
-            values = {name: value.cpu() for name, value in values.items()}
-            if layer == 0:
-                self.first = (x.clone(), mask.clone(), values)
-        if self.panel:
-            n = self.panel
-            values = {**values, PANEL: theory.residual_norms(x[:n], mask[:n]).cpu()}
-        return values
-
-
 def run(
-    model: str | Path | ProbedModel | torch.nn.Module,
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
     *,
     progress: Progress | None = None,
+    stream_to: str | Path | None = None,
     **options,
 ) -> xr.Dataset:
-    """Probe ``model`` and return the collapse Dataset (see the module docstring).
+    """Probe ``model`` on ``inputs`` and return the collapse Dataset (module docstring).
 
-    ``model`` is a hub id, a local folder, ``minilm``, or an already loaded
-    :class:`~probe.load.ProbedModel` (then only its own init is run).  The
-    options are those of :func:`prepare`, and ``stream_to`` of :func:`execute`.
+    ``model``: a :class:`probe.Model`, or what one holds: a hub id, a local folder,
+    ``minilm``, an ``nn.Module`` or a loaded :class:`~probe.loading.ProbedModel` (then
+    only its own init is run).  The options are those of :func:`prepare`, and
+    ``stream_to`` of :func:`execute`.
     """
-    stream_to = options.pop("stream_to", None)
-    return execute(prepare(model, **options), progress, stream_to)
+    return execute(prepare(model, inputs, **options), progress, stream_to)
 
 
-def _equivalent_command(
-    model, settings: dict, text, images=None, effective_rank: str = "auto"
-) -> str:
+def _equivalent_command(request: Model, given: Inputs, settings: dict, method: str) -> str:
     """The CLI command with the same settings, for the "reproduce with" line of a library run."""
-    if isinstance(model, ProbedModel | torch.nn.Module):
+    if not isinstance(request.source, str | os.PathLike):
         return (
             "probe.analyses.collapse.run(<a model passed by the caller>, "
             + ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != "model")
             + ")"
         )
-    init = settings["init"]
-    args = [
-        "probe",
-        "collapse",
-        str(model),
-        "--init",
-        "both" if len(init) == 2 else init[0],
-        "--variants",
-        ",".join(settings["variants"]),
-        "--sequences",
-        str(settings["sequences"]),
-        "--tokens",
-        str(settings["tokens"]),
-        "--seed",
-        str(settings["seed"]),
-        "--dtype",
-        settings["dtype"],
-        "--batch-size",
-        str(settings["batch_size"]),
-    ]
-    if text is not None:
-        args += ["--text", str(text)]
-    if images is not None:
-        args += ["--images", str(images)]
+    own = ["--variants", ",".join(settings["variants"])]
     if settings["surgery"] != "probe":
-        args += ["--surgery", settings["surgery"]]
-    if settings["device"] != "cpu":
-        args += ["--device", settings["device"]]
-    if settings["allow_missing_weights"]:
-        args.append("--allow-missing-weights")
+        own += ["--surgery", settings["surgery"]]
     if tuple(settings["metrics"]) != METRICS:
-        args += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
-    if effective_rank != "auto" and "effective_rank" in settings:
-        args += ["--effective-rank", effective_rank]
-    return shlex.join(args)
-
-
-def _empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
-    shape = (len(plan.variants), len(plan.models), plan.models[0].n_layers + 1, sequences)
-    sizes = {"relative_residual": (len(metrics.FITS), len(metrics.NORMS))}
-    return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
-
-
-def _load_all(model, inits, seed, device, dtype, allow_missing, spread=None) -> list[ProbedModel]:
-    if isinstance(model, ProbedModel):
-        if inits != [model.init]:
-            raise ProbeError(
-                f"this model is loaded with init {model.init!r}; pass init={model.init!r}"
-            )
-        return [model]
-    # Pretrained first: if its weights cannot be had, nothing runs.
-    return [
-        load(
-            model,
-            init=name,
-            seed=seed,
-            device=device,
-            dtype=dtype,
-            allow_missing_weights=allow_missing,
-            **(spread or {}),
-        )
-        for name in inits
-    ]
+        own += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
+    if method != "auto" and "effective_rank" in settings:
+        own += ["--effective-rank", method]
+    return reproduce(
+        "collapse",
+        request,
+        given,
+        *own,
+        dtype=settings["dtype"],
+        sequences=settings["sequences"],
+        tokens=settings["tokens"],
+    )
 
 
 def _dataset(
     data, plan: Plan, world_size: int = 1, measured=None, theory_panel: bool = True
 ) -> xr.Dataset:
-    """The result Dataset; ``theory_panel=False`` leaves the panel's attribute empty (a
-    streamed result sets it once its first batch has run)."""
+    """The result Dataset; ``theory_panel=False`` leaves the panel's variables NaN (a
+    streamed result fills them in once its first batch has run)."""
     models, variants, inputs = plan.models, plan.variants, plan.inputs
     first = models[0]
     dims = ("variant", "init", "layer", "sequence")
@@ -579,15 +306,12 @@ def _dataset(
         "config": config.to_json_string(use_diff=True),
         "weights": "; ".join(f"{m.init}: {m.weights}" for m in models),
         "weights_warning": "; ".join(
-            f"{m.init} weights come from an incomplete checkpoint (--allow-missing-weights): "
+            f"{m.init} weights come from an incomplete checkpoint (missing weights allowed): "
             "some tensors are at random init, see 'weights'"
             for m in models
             if m.incomplete
         ),
         "inputs": inputs.kind,
-        # The paper's bounds from the model's own weights beside measured residuals
-        # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
-        "theory": _theory(plan, measured) if theory_panel else "",
         "text_source": inputs.text_source,
         "text_sha256": inputs.text_sha256,
         "sequences": inputs.sequences,
@@ -595,7 +319,7 @@ def _dataset(
         "seed": first.seed,
         "dtype": str(first.dtype).removeprefix("torch."),
         "device": str(first.device),
-        # accelerate's placement where --device-map spread the model ({} when it did not).
+        # accelerate's placement where `device_map` spread the model ({} when it did not).
         "device_map": json.dumps({k: str(v) for k, v in (first.device_map or {}).items()}),
         **versions(),
         "command": plan.command,
@@ -620,6 +344,14 @@ def _dataset(
         # Processes the run was split over (torchrun); the numbers do not depend on it.
         "world_size": int(world_size),
     }
+    # The paper's bounds from the model's own weights beside measured residuals
+    # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
+    if theory_panel:
+        panel = _theory(plan, measured)
+    else:
+        panel = bounds.empty(coords["init"], coords["layer"])
+    ds = ds.assign(panel.data_vars)
+    ds.attrs.update(panel.attrs)
     return ds
 
 

@@ -88,10 +88,10 @@ def mean_length(layers: int, heads: int) -> float:
 def model_shape(model) -> Preset:
     """(L, H) from a model's config, offline where the config ships with probe.
 
-    A name resolves as in every other command (:func:`probe.load.read_config`): ``minilm``,
+    A name resolves as in every other command (:func:`probe.loading.read_config`): ``minilm``,
     the shipped checkpoints, local folders, bundled configs, then the local hub cache.
     """
-    from probe.load import check_config, read_config
+    from probe.loading import check_config, read_config
     from probe.models import adapter_for
 
     config = getattr(model, "config", None)

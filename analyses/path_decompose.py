@@ -69,55 +69,43 @@ import xarray as xr
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
 from probe.errors import ProbeError
-from probe.load import ProbedModel, onloaded
+from probe.loading import ProbedModel, onloaded
+from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 
-from .path_common import (
-    check_request,
-    check_run,
-    load_models,
-    model_attrs,
-    my_batches,
-    path_inputs,
-)
+from .path_common import check_run, model_attrs, my_batches, path_inputs, request_of
 
 NORMS = ("fro", "l1inf")
 Progress = Callable[[int, int, str], None]
 
 
 def decompose(
-    model: str | Path | ProbedModel | torch.nn.Module,
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
     *,
-    init: str = "both",
-    text: str | Path | None = None,
-    sequences: int = 8,
-    tokens: int = 128,
-    seed: int = 0,
-    device: str | None = None,
-    dtype: str | None = "float64",
-    batch_size: int = 4,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
-    device_map: str | dict | None = None,
-    max_memory: dict | None = None,
-    offload_folder: str | Path | None = None,
     part: tuple[int, int] = (0, 1),
+    **flat,
 ) -> xr.Dataset:
     """The path-length decomposition Dataset of ``model`` (see the module docstring).
 
-    ``device_map``, ``max_memory``, ``offload_folder``: as in ``probe.load``.
+    ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
+    unset, the model runs in float64 on 8 sequences of 128 tokens in batches of 4.
     ``part=(rank, world_size)``: decompose only this rank's share of the batches
     (:func:`path_common.my_batches`) and return those sequences, with their global numbers;
     the parts of all ranks, concatenated along ``sequence`` in rank order, are the
     single-process result bit for bit.
     """
-    check_request(text, sequences, tokens, batch_size, seed)
-    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
-    models = load_models(model, init, seed, device, dtype, spread)
+    request, given = request_of(
+        model, inputs, flat, sequences=8, tokens=128, batch_size=4, dtype="float64"
+    )
+    models = request.load()
+    sequences, tokens, batch_size = given.sequences, given.tokens, given.batch_size
     first = models[0]
     if first.adapter.not_decomposable:
-        raise ProbeError(f"--decompose: {first.adapter.not_decomposable}")
+        raise ProbeError(f"path decomposition: {first.adapter.not_decomposable}")
     L = first.n_layers
     hidden, batch = first.adapter.hidden_size(first.config), min(batch_size, sequences)
     # The programme holds every path length's term of a layer (float64), three times over
@@ -125,7 +113,7 @@ def decompose(
     terms = 3 * (L + 1) * batch * tokens * hidden * 8
     results = len(models) * (L + 1) * (L + 1) * sequences * 2 * len(NORMS) * 8
     check_run(first, sequences, tokens, batch, terms + results)
-    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
+    inputs = path_inputs(first, given, request.seed, warn)
     with onloaded(first.model):  # weights a device_map offloaded are read in for the block
         has_lm = first.adapter.lm_head(first.model) is not None
     S, K, N = inputs.sequences, L + 1, len(NORMS)
@@ -240,7 +228,7 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
         if not all(bool(torch.isfinite(v).all()) for v in r.values() if torch.is_tensor(v)):
             raise ProbeError(
                 f"{probed.name} ({probed.init}, {probed.dtype}): layer {n} of the SAN+skip run "
-                "holds NaN or inf (the forward pass overflowed); use --dtype float64"
+                "holds NaN or inf (the forward pass overflowed); use `dtype` float64"
             )
     xs = [r["x"].to(torch.float64) for r in reads]
     layers = [

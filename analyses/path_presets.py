@@ -136,11 +136,11 @@ PRESETS: tuple[Preset, ...] = (
 def shipped_presets() -> tuple[Preset, ...]:
     """One entry per config shipped with probe, (L, H) read from the file itself.
 
-    The file is read as every command reads it (``probe.load.read_config``), and L, H
+    The file is read as every command reads it (``probe.loading.read_config``), and L, H
     through the family's adapter, so ``n_layer``, ``num_layers`` and ``num_hidden_layers``
     all mean the same.  Configs a hand-written entry stands for are left out.
     """
-    from probe.load import bundled_configs, read_config
+    from probe.loading import bundled_configs, read_config
     from probe.models import adapter_for
 
     covered = {hub_id for preset in PRESETS for hub_id in preset.configs}

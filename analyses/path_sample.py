@@ -41,56 +41,42 @@ import xarray as xr
 from probe import checks, metrics
 from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
-from probe.load import ProbedModel
+from probe.loading import ProbedModel
 from probe.names import ORDERS
 from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple
+from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 
-from .path_common import (
-    check_request,
-    check_run,
-    load_models,
-    model_attrs,
-    my_batches,
-    path_inputs,
-)
+from .path_common import check_run, model_attrs, my_batches, path_inputs, request_of
 
 Progress = Callable[[int, int, str], None]
 
 
 def sample(
-    model: str | Path | ProbedModel | torch.nn.Module,
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
     *,
     samples: int = 100,
-    init: str = "both",
-    text: str | Path | None = None,
-    sequences: int = 32,
-    tokens: int = 128,
-    seed: int = 0,
-    device: str | None = None,
-    dtype: str | None = None,
-    batch_size: int = 8,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
-    device_map: str | dict | None = None,
-    max_memory: dict | None = None,
-    offload_folder: str | Path | None = None,
     part: tuple[int, int] = (0, 1),
+    **flat,
 ) -> xr.Dataset:
     """Distance from rank one of attention products along sampled paths (module docstring).
 
-    ``device_map``, ``max_memory``, ``offload_folder``: as in ``probe.load``.
+    ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
+    unset sizes default to 32 sequences of 128 tokens in batches of 8.
     ``part=(rank, world_size)``: compute only the samples whose sequence lies in this rank's
     share of the batches (:func:`path_common.my_batches`); the others stay NaN, and the
     parts of all ranks, reduced over ranks with NaN skipped, are the single-process result
     bit for bit (``probe.distributed.merge_parts``).
     """
-    checks.integer("--samples", samples, 1)
-    check_request(text, sequences, tokens, batch_size, seed)
-    spread = {"device_map": device_map, "max_memory": max_memory, "offload_folder": offload_folder}
-    models = load_models(model, init, seed, device, dtype, spread)
+    request, given = request_of(model, inputs, flat, sequences=32, tokens=128, batch_size=8)
+    checks.integer("`samples`", samples, 1)
+    models = request.load()
+    sequences, tokens, batch_size = given.sequences, given.tokens, given.batch_size
     first = models[0]
     L, H = first.n_layers, first.adapter.path_heads(first.config)
     per_batch = min(batch_size, sequences)
@@ -98,9 +84,9 @@ def sample(
     drawn_bytes = L * samples * (tokens * tokens * (8 + first.dtype.itemsize) + 64)
     result_bytes = len(models) * L * samples * len(metrics.FITS) * len(metrics.NORMS) * 8
     check_run(first, sequences, tokens, per_batch, drawn_bytes + result_bytes)
-    inputs = path_inputs(first, text=text, sequences=sequences, tokens=tokens, seed=seed, warn=warn)
+    inputs = path_inputs(first, given, request.seed, warn)
     _check_samples(samples, L, H, inputs.sequences)
-    drawn = draw(L, H, samples, inputs.sequences, seed)
+    drawn = draw(L, H, samples, inputs.sequences, request.seed)
     shape = (len(models), len(ORDERS), L, samples, len(metrics.FITS), len(metrics.NORMS))
     ratio = np.full(shape, np.nan)
     chunks = my_batches(inputs, batch_size, part)
@@ -121,7 +107,7 @@ def sample(
                         raise ProbeError(
                             f"{probed.name} ({probed.init}, {first.dtype}): its attention "
                             "probabilities hold NaN or inf (the forward pass overflowed); "
-                            "use --dtype float32 or float64"
+                            "use `dtype` float32 or float64"
                         )
                     values = metrics.collapse_metrics(products)["relative_residual"]
                     for (d, s, _, _), value in zip(mine, values.cpu().numpy(), strict=True):
@@ -141,9 +127,9 @@ def _check_samples(samples: int, layers: int, heads: int, sequences: int) -> Non
     pairs = fewest * sequences
     if samples > pairs:
         raise ProbeError(
-            f"--samples {samples} is more than the {pairs} distinct (path, sequence) pairs of "
-            f"depth {depth} ({fewest} paths x {sequences} sequences); use --samples {pairs} "
-            "or fewer, or more --sequences"
+            f"`samples` {samples} is more than the {pairs} distinct (path, sequence) pairs of "
+            f"depth {depth} ({fewest} paths x {sequences} sequences); use `samples` {pairs} "
+            "or fewer, or more `sequences`"
         )
 
 

@@ -19,6 +19,13 @@ grows, so run one size per process to compare sizes) and the command's own peak,
 peak allocated by (b).  Goals (issue 17): (b) at most 1.3x (a) at every size on a CPU with the
 default metrics; the command at 32 x 128 at most 1.5x, its fixed cost at most 3 s.
 
+``--cli`` also prints the command's fixed cost beyond its libraries' import floor (issue 26):
+``probe collapse bert-base-uncased --init random --sequences 2 --tokens 16`` against
+``python -c "import torch, transformers, nnsight, xarray, matplotlib.pyplot; from transformers
+import BertModel"``, both fresh processes, interleaved ``--repeats`` times; the goal is at most
+2 s (probe's own imports, the model build, the self-test, the theory constants, the figures
+and the writes).
+
 The Llama size builds the shipped Llama-3.2-1B config (hidden 2048, 16 layers) at random init;
 where probe.load cannot build it, it prints one line saying it is skipped.
 
@@ -149,6 +156,30 @@ def bench(
     return medians
 
 
+#: What every collapse command imports before probe does anything of its own (issue 26).
+IMPORT_FLOOR = (
+    "import torch, transformers, nnsight, xarray, matplotlib.pyplot; "
+    "from transformers import BertModel"
+)
+
+
+def fixed_cost(repeats: int) -> tuple[float, float]:
+    """Medians of (the smallest bert-base command, the import floor), in fresh processes."""
+    probe_command = os.path.join(os.path.dirname(sys.executable), "probe")
+    times: dict[str, list[float]] = {"command": [], "floor": []}
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as out:
+            for name, argv in (
+                ("command", [probe_command, "collapse", "bert-base-uncased", "--init", "random",
+                             "--sequences", "2", "--tokens", "16", "--quiet", "--out", out]),
+                ("floor", [sys.executable, "-c", IMPORT_FLOOR]),
+            ):  # fmt: skip
+                start = time.perf_counter()
+                subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+                times[name].append(time.perf_counter() - start)
+    return statistics.median(times["command"]), statistics.median(times["floor"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"from {', '.join(SIZES)}")
@@ -166,6 +197,14 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown size {', '.join(unknown)}; choose from {', '.join(SIZES)}")
 
+    if args.cli:
+        job, floor = fixed_cost(args.repeats)
+        print(
+            f"fixed cost  probe collapse bert-base 2 x 16 {job:.2f} s, import floor {floor:.2f} s, "
+            f"beyond the floor {job - floor:.2f} s (goal 2 s; median of {args.repeats}, load "
+            f"average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
     for device in [d.strip() for d in args.device.split(",") if d.strip()]:
         for name in sizes:
             model, sequences, tokens = SIZES[name]

@@ -99,7 +99,7 @@ def _load(name: str, layers: int | None, device: str):
 
     from transformers import AutoConfig, AutoModel
 
-    from probe.load import bundled_configs
+    from probe.loading import bundled_configs
 
     config = AutoConfig.for_model(**json.loads(bundled_configs()[name].read_text()))
     config.num_hidden_layers = layers

@@ -17,19 +17,33 @@ from probe.ablate import parse_variants
 
 from .console import OneLineErrors, checked, fail, out
 from .domains import (
+    Choice,
     CommaList,
     Count,
-    Device,
     Family,
-    ImageFolder,
     ModelName,
-    OutFolder,
-    Seed,
-    TextFile,
     argument,
     option,
 )
-from .placement import DeviceMapOption, MaxMemoryOption, OffloadFolderOption, placement
+from .options import (
+    AllowMissingOption,
+    BatchSizeOption,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    ImagesOption,
+    InitOption,
+    MaxMemoryOption,
+    OffloadFolderOption,
+    OutOption,
+    QuietOption,
+    RemoteOption,
+    SeedOption,
+    TextOption,
+    TokensOption,
+    inputs_request,
+    models_request,
+)
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -44,24 +58,16 @@ app = typer.Typer(
 DEFAULT_OUT = Path("probe-reports")
 
 
-def _choices(name: str, values, extra=()) -> type[Enum]:
-    """A typer choice type built from the library's own tuple (CLI spelling: - for _)."""
-    spelled = [v.replace("_", "-") for v in (*values, *extra)]
-    return Enum(name, {v: v for v in spelled}, type=str)
+def _choices(values) -> tuple[str, ...]:
+    """The CLI's spelling of one of the library's tuples of names (- for _)."""
+    return tuple(v.replace("_", "-") for v in values)
 
 
-Init = _choices("Init", names.INITS, ("both",))
-Dtype = _choices("Dtype", names.DTYPES)
-Metric = _choices("Metric", names.METRICS)
-Norm = _choices("Norm", names.NORMS)
-Fit = _choices("Fit", names.FITS)
-Surgery = _choices("Surgery", names.SURGERIES)
-ErankMethod = _choices("ErankMethod", names.EFFECTIVE_RANK_METHODS)
-
-OutDir = Annotated[
-    Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
-]
-Quiet = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+Metric = _choices(names.METRICS)
+Norm = _choices(names.NORMS)
+Fit = _choices(names.FITS)
+Surgery = _choices(names.SURGERIES)
+ErankMethod = _choices(names.EFFECTIVE_RANK_METHODS)
 
 
 def _version(value: bool) -> None:
@@ -129,23 +135,9 @@ def collapse(
             "layers reduced to its scale and shift (LN-affine) and removed (no-LN).",
         ),
     ] = False,
-    init: Annotated[Init, typer.Option(help="Weights: pretrained, random, or both.")] = "both",
-    text: Annotated[
-        Path | None,
-        option(
-            "--text",
-            domain=TextFile(),
-            help="UTF-8 text cut into sequences [default: the built-in sample text].",
-        ),
-    ] = None,
-    images: Annotated[
-        Path | None,
-        option(
-            "--images",
-            domain=ImageFolder(),
-            help="A folder of images, for an image model (ViT) [default: seeded noise images].",
-        ),
-    ] = None,
+    init: InitOption = "both",
+    text: TextOption = None,
+    images: ImagesOption = None,
     sequences: Annotated[
         str,
         option(
@@ -155,11 +147,9 @@ def collapse(
             "(every image of --images).",
         ),
     ] = "32",
-    tokens: Annotated[
-        int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")
-    ] = 128,
+    tokens: TokensOption = 128,
     metric: Annotated[
-        Metric, typer.Option(help="Metric shown in the printed table.")
+        str, option("--metric", domain=Choice(Metric), help="Metric shown in the printed table.")
     ] = "relative-residual",
     metrics: Annotated[
         str,
@@ -175,65 +165,50 @@ def collapse(
         ),
     ] = "all",
     effective_rank: Annotated[
-        ErankMethod,
-        typer.Option(
+        str,
+        option(
+            "--effective-rank",
+            domain=Choice(ErankMethod),
             help="Effective rank from the full spectrum (exact), by stochastic Lanczos "
-            "quadrature (estimate), or whichever costs less at the size and device (auto)."
+            "quadrature (estimate), or whichever costs less at the size and device (auto).",
         ),
     ] = "auto",
     norm: Annotated[
-        Norm | None,
-        typer.Option(
-            help="Norm of the relative residual in the table [default: l1inf, the paper's]."
+        str | None,
+        option(
+            "--norm",
+            domain=Choice(Norm),
+            help="Norm of the relative residual in the table [default: l1inf, the paper's].",
         ),
     ] = None,
     fit: Annotated[
-        Fit | None,
-        typer.Option(
-            help="Residual to the token mean (the paper's, default) or to the best rank-one fit."
+        str | None,
+        option(
+            "--fit",
+            domain=Choice(Fit),
+            help="Residual to the token mean (the paper's, default) or to the best rank-one fit.",
         ),
     ] = None,
-    seed: Annotated[
-        int, option("--seed", domain=Seed(), help="Seed for random init and synthetic inputs.")
-    ] = 0,
-    device: Annotated[
-        str, option("--device", domain=Device(), help="Where the model runs.")
-    ] = "cpu",
+    seed: SeedOption = 0,
+    device: DeviceOption = "cpu",
     device_map: DeviceMapOption = None,
     max_memory: MaxMemoryOption = None,
     offload_folder: OffloadFolderOption = None,
-    remote: Annotated[
-        bool,
-        typer.Option(
-            "--remote",
-            help="Run on NDIF through nnsight's remote backend (pretrained models it hosts, "
-            "bfloat16; needs NDIF_API_KEY and the network).",
-        ),
-    ] = False,
-    dtype: Annotated[
-        Dtype,
-        typer.Option(help="Precision of the model run (float64 shows the collapse past 1e-7)."),
-    ] = "float32",
-    batch_size: Annotated[
-        int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
-    ] = 16,
+    remote: RemoteOption = False,
+    dtype: DtypeOption = "float32",
+    batch_size: BatchSizeOption = 16,
     surgery: Annotated[
-        Surgery,
-        typer.Option(
+        str,
+        option(
+            "--surgery",
+            domain=Choice(Surgery),
             help="probe: the same ablation definitions for every family; paper: per family, "
-            "the surgery the paper's code applied (differs for ALBERT without MLP)."
+            "the surgery the paper's code applied (differs for ALBERT without MLP).",
         ),
     ] = "probe",
-    allow_missing_weights: Annotated[
-        bool,
-        typer.Option(
-            "--allow-missing-weights",
-            help="Probe a checkpoint that lacks tensors (they stay at random init; "
-            "the result and report say so).",
-        ),
-    ] = False,
-    quiet: Quiet = False,
-    out_dir: OutDir = DEFAULT_OUT,
+    allow_missing_weights: AllowMissingOption = False,
+    quiet: QuietOption = False,
+    out_dir: OutOption = DEFAULT_OUT,
 ) -> None:
     """Measure rank collapse per layer for the paper's four variants."""
     from probe.ablate import variant_from_flags
@@ -258,34 +233,29 @@ def collapse(
     if no_layernorm:
         chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
         chosen = ",".join([chosen, *names.NORM_VARIANTS])
-    spread = placement(device, device_map, max_memory, offload_folder)
-    if remote:
-        if _value(init) != "pretrained":
-            fail("--remote runs pretrained weights only; add --init pretrained")
-        if device_map is not None or device != "cpu":
-            fail("--remote runs on the service's devices; drop --device and --device-map")
-        spread["remote"] = True
-    run_collapse(
+    requests = models_request(
         models,
+        init=init,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_folder=offload_folder,
+        remote=remote,
+        allow_missing_weights=allow_missing_weights,
+    )
+    run_collapse(
+        requests,
+        inputs_request(text, images, sequences, tokens, batch_size),
         variants=chosen,
-        init=_value(init),
-        text=text,
-        images=images,
-        sequences=sequences if sequences == "all" else int(sequences),
-        tokens=tokens,
         metric=metric_name,
         norm=_value(norm) if norm is not None else "l1inf",
         fit=_value(fit) if fit is not None else "mean",
-        seed=seed,
-        device=device,
-        dtype=_value(dtype),
-        batch_size=batch_size,
         surgery=_value(surgery),
         metrics=metrics,
         effective_rank=_value(effective_rank),
-        allow_missing_weights=allow_missing_weights,
         out_dir=out_dir,
-        **spread,
     )
 
 
@@ -325,26 +295,22 @@ def check(
     model: Annotated[
         str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")
     ],
-    init: Annotated[Init, typer.Option(help="Weights: pretrained or random.")] = "random",
-    dtype: Annotated[Dtype, typer.Option(help="Precision of the check.")] = "float64",
-    device: Annotated[
-        str, option("--device", domain=Device(), help="Where the model runs.")
-    ] = "cpu",
-    tokens: Annotated[
-        int, option("--tokens", domain=Count(2), help="Tokens of the one test sequence.")
-    ] = 8,
+    init: InitOption = "random",
+    dtype: DtypeOption = "float64",
+    device: DeviceOption = "cpu",
+    tokens: TokensOption = 8,
 ) -> None:
     """Check that probe's ablations are exact on MODEL: the self-test identities, layer by layer."""
     import torch
     from rich.table import Table
 
     from probe.check import identities
-    from probe.load import load
 
     init_name = _value(init)
     if init_name == "both":
         fail("--init is pretrained or random for probe check")
-    probed = load(model, init=init_name, dtype=_value(dtype), device=device, verify=False)
+    (request,) = models_request([model], init=init_name, seed=0, dtype=dtype, device=device)
+    (probed,) = request.load(verify=False)
     checked()  # the model is loaded: warnings held so far may show
     if probed.adapter.inputs == "ids":
         limit = probed.adapter.max_tokens(probed.config)
@@ -392,7 +358,7 @@ def list_models(
     """List the supported families and the bundled configs (or one family's spec)."""
     from rich.table import Table
 
-    from probe.load import MINILM_ALIASES, bundled_configs
+    from probe.loading import MINILM_ALIASES, bundled_configs
     from probe.models import ADAPTERS
 
     if family is not None:
@@ -417,7 +383,7 @@ def list_models(
 
     from transformers import AutoConfig
 
-    from probe.load import CONFIG_ALIASES
+    from probe.loading import CONFIG_ALIASES
 
     configs = Table(title="bundled configs (--init random works offline)")
     for column in ("name", "model_type", "layers", "heads", "hidden"):

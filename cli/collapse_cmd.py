@@ -7,6 +7,7 @@ never leaves the first one's result behind with no index and no comparison.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import xarray as xr
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from probe import distributed
 from probe.analyses import collapse
+from probe.request import Inputs, Model
 from probe.results import ENGINE, temp_beside
 
 from .console import Reporter, checked, command_line, err, named, out, warn
@@ -29,26 +31,35 @@ from .sharded import rank_warn, run_sharded
 
 
 def run_collapse(
-    models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options
+    models: list[Model],
+    inputs: Inputs,
+    *,
+    metric: str,
+    norm: str,
+    fit: str,
+    out_dir: Path,
+    **options,
 ) -> None:
+    """Probe each of ``models`` on ``inputs``; ``options`` are the collapse analysis' own."""
     check_out_dir(out_dir)
     here = distributed.world()
     if here.parallel:  # started by torchrun: this process probes its share
-        options["device"] = distributed.device_for(options.get("device"), here)
-        with distributed.process_group(here, options.get("device")):
-            _run_sharded(models, here, metric, norm, fit, out_dir, options)
+        device = distributed.device_for(models[0].device, here)
+        models = [replace(model, device=device) for model in models]
+        with distributed.process_group(here, device):
+            _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options)
         return
     with no_empty_folder(out_dir):
-        _run(models, metric=metric, norm=norm, fit=fit, out_dir=out_dir, **options)
+        _run(models, inputs, metric, norm, fit, out_dir, options)
 
 
-def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, **options):
+def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> None:
     command = command_line()
     reporter = Reporter()
     plans = []
     for model in models:
-        with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
-            plans.append(collapse.prepare(model, warn=warn, command=command, **options))
+        with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
+            plans.append(collapse.prepare(model, inputs, warn=warn, command=command, **options))
     reporter.loaded()
     checked()
     results: list[tuple[xr.Dataset, Path]] = []
@@ -75,7 +86,7 @@ def _run(models: list[str], *, metric: str, norm: str, fit: str, out_dir: Path, 
             stream.unlink(missing_ok=True)
 
 
-def _run_sharded(models, here, metric, norm, fit, out_dir: Path, options: dict) -> None:
+def _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options) -> None:
     """One rank of a torchrun job (:func:`cli.sharded.run_sharded`): every rank loads,
     checks and probes its share of every model's batches into a shard; rank 0 then merges
     the shards (``open_mfdataset``) and writes each result with its report, the comparison
@@ -87,9 +98,11 @@ def _run_sharded(models, here, metric, norm, fit, out_dir: Path, options: dict) 
     def work(folder: Path) -> None:
         reporter = Reporter()
         for model in models:
-            with reporter.loading(f"loading {model} ({options.get('init', 'both')} weights)"):
+            with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
                 plans.append(
-                    collapse.prepare(model, warn=rank_warn(here), command=command, **options)
+                    collapse.prepare(
+                        model, inputs, warn=rank_warn(here), command=command, **options
+                    )
                 )
         reporter.loaded()
         if here.main:
@@ -183,3 +196,8 @@ def print_table(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "me
         )
     if ds.attrs.get("weights_warning"):
         warn(str(ds.attrs["weights_warning"]))
+
+
+def _inits(model: Model) -> str:
+    """The weights a model loads, as the command line named them."""
+    return "both" if len(model.init) == 2 else model.init[0]

@@ -9,6 +9,7 @@ result never appears without its report.
 
 from __future__ import annotations
 
+import re
 import shlex
 import signal
 import sys
@@ -38,15 +39,28 @@ written: list[Path] = []
 settings = {"quiet": False}
 
 
+#: A library parameter as the library's messages name it: `tokens`, `batch_size`.
+_PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
+#: Parameters the command line spells otherwise than --name-with-dashes.
+_SPELLED = {"source": "MODEL", "ids": "token ids"}
+
+
+def in_cli_words(message: str) -> str:
+    """A library message as the command line says it: each `parameter` becomes its option
+    (``--batch-size``), so the library never names the CLI's flags and the user still reads
+    the flag they typed."""
+    return _PARAMETER.sub(lambda m: _SPELLED.get(m[1], "--" + m[1].replace("_", "-")), str(message))
+
+
 def fail(message: str, code: int = USAGE):
     """Print ``probe: error: message`` on one line and exit."""
-    err.print(f"probe: error: {' '.join(str(message).split())}", markup=False)
+    err.print(f"probe: error: {' '.join(in_cli_words(message).split())}", markup=False)
     raise SystemExit(code)
 
 
 def warn(message: str) -> None:
     """A warning line; held while the command still checks its input (see ``checked``)."""
-    say(f"probe: warning: {message}")
+    say(f"probe: warning: {in_cli_words(message)}")
 
 
 def say(line: str) -> None:

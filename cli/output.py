@@ -96,7 +96,7 @@ def write_pair(
 def write_report(ds: xr.Dataset, nc: Path, out_dir: Path) -> Path:
     """Render the report of an existing result file into ``out_dir``."""
     name = nc.stem
-    rel = Path(_relative(nc, out_dir))
+    rel = Path(relative_to_folder(nc, out_dir))
     return write_page(out_dir / f"{name}.html", render(ds, result_file=str(rel)))
 
 
@@ -104,7 +104,8 @@ def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> N
     """The comparison's first table on the terminal (the report opens with the same)."""
     from rich.table import Table
 
-    from probe.plot import VARIANTS, comparison_rows
+    from probe.names import VARIANTS
+    from probe.stats import comparison_rows
 
     from .console import out
 
@@ -133,7 +134,9 @@ def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> N
 
 def write_comparison(datasets: list[xr.Dataset], files: list[Path], out_dir: Path) -> Path:
     name = comparison_name(datasets)
-    html = render_comparison(datasets, [_relative(f, out_dir) for f in files], created=utc_now())
+    html = render_comparison(
+        datasets, [relative_to_folder(f, out_dir) for f in files], created=utc_now()
+    )
     return write_page(out_dir / f"{name}.html", html)
 
 
@@ -154,7 +157,8 @@ def write_page(path: Path, page: str) -> Path:
     return path
 
 
-def _relative(path: Path, folder: Path) -> str:
+def relative_to_folder(path: Path, folder: Path) -> str:
+    """``path`` as a report in ``folder`` links it: relative where it lies below, else a URI."""
     try:
         return Path(path).resolve().relative_to(Path(folder).resolve()).as_posix()
     except ValueError:

@@ -6,29 +6,39 @@ Dataset -> result file + report beside it -> index.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
-from probe import names
 from probe.errors import ProbeError
 from probe.paths import MAX_SHAPE
 
 from .console import Reporter, command_line, named, out, settings, warn
 from .domains import (
-    Choice,
     Count,
-    Device,
     ModelName,
-    OutFolder,
-    Seed,
-    TextFile,
     argument,
     option,
 )
-from .placement import DeviceMapOption, MaxMemoryOption, OffloadFolderOption, placement
+from .options import (
+    BatchSizeOption,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    InitOption,
+    MaxMemoryOption,
+    OffloadFolderOption,
+    OutOption,
+    QuietOption,
+    SeedOption,
+    TextOption,
+    TokensOption,
+    inputs_request,
+    models_request,
+)
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -64,22 +74,8 @@ def paths(
     samples: Annotated[
         int, option("--samples", domain=Count(1), help="--sample: paths per depth.")
     ] = 100,
-    init: Annotated[
-        str,
-        option(
-            "--init",
-            domain=Choice((*names.INITS, "both")),
-            help="Weights: pretrained, random, or both.",
-        ),
-    ] = "both",
-    text: Annotated[
-        Path | None,
-        option(
-            "--text",
-            domain=TextFile(),
-            help="UTF-8 text cut into sequences [default: the built-in sample text].",
-        ),
-    ] = None,
+    init: InitOption = "both",
+    text: TextOption = None,
     sequences: Annotated[
         int | None,
         option(
@@ -88,34 +84,16 @@ def paths(
             help="Number of sequences [default: 32 for --sample, 8 for --decompose].",
         ),
     ] = None,
-    tokens: Annotated[
-        int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")
-    ] = 128,
-    seed: Annotated[
-        int,
-        option("--seed", domain=Seed(), help="Seed for init, sampling and synthetic inputs."),
-    ] = 0,
-    device: Annotated[
-        str, option("--device", domain=Device(), help="Where the model runs.")
-    ] = "cpu",
+    tokens: TokensOption = 128,
+    seed: SeedOption = 0,
+    device: DeviceOption = "cpu",
     device_map: DeviceMapOption = None,
     max_memory: MaxMemoryOption = None,
     offload_folder: OffloadFolderOption = None,
-    dtype: Annotated[
-        str | None,
-        option(
-            "--dtype",
-            domain=Choice(names.DTYPES),
-            help="Precision of the model run [default: float32 for --sample, float64 otherwise].",
-        ),
-    ] = None,
-    batch_size: Annotated[
-        int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
-    ] = 8,
-    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")] = False,
-    out_dir: Annotated[
-        Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
-    ] = Path("probe-reports"),
+    dtype: DtypeOption = None,
+    batch_size: BatchSizeOption = 8,
+    quiet: QuietOption = False,
+    out_dir: OutOption = Path("probe-reports"),
 ) -> None:
     """Attention paths: --count, --sample MODEL or --decompose MODEL."""
 
@@ -139,7 +117,18 @@ def paths(
     from .output import check_out_dir, no_empty_folder  # not at the top: keeps --help fast
 
     settings["quiet"] = quiet
-    spread = placement(device, device_map, max_memory, offload_folder)
+    if mode != "count":  # checked before the folder: a bad request writes nothing
+        (request,) = models_request(
+            [model],
+            init=init,
+            seed=seed,
+            dtype=dtype,
+            device=device,
+            device_map=device_map,
+            max_memory=max_memory,
+            offload_folder=offload_folder,
+        )
+        given = inputs_request(text, None, sequences, tokens, batch_size)
     check_out_dir(out_dir)
     if mode == "count":
         with no_empty_folder(out_dir):
@@ -148,37 +137,38 @@ def paths(
             ds = analysis.count(model, layers=layers, heads=heads, command=command_line())
             _publish(ds, out_dir)
         return
-    options = dict(init=init, text=text, tokens=tokens, seed=seed, device=device,
-                   batch_size=batch_size, command=command_line(), **spread)  # fmt: skip
-    if sequences is not None:
-        options["sequences"] = sequences
-    if dtype is not None:
-        options["dtype"] = dtype
-    if mode == "sample":
-        options["samples"] = samples
+    options = {"command": command_line()} | ({"samples": samples} if mode == "sample" else {})
     from probe import distributed
 
     here = distributed.world()
     if here.parallel:  # started by torchrun: this process takes its share of the batches
-        options["device"] = distributed.device_for(device, here)
-        with distributed.process_group(here, options["device"]):
-            _run_sharded(mode, model, here, out_dir, options)
+        request = replace(request, device=distributed.device_for(request.device, here))
+        with distributed.process_group(here, request.device):
+            _run_sharded(mode, request, given, here, out_dir, options)
         return
     with no_empty_folder(out_dir):
-        _publish(_analyse(mode, model, options, warn), out_dir)
+        _publish(_analyse(mode, request, given, options, warn), out_dir)
 
 
-def _analyse(mode: str, model: str, options: dict, warn_with, part=(0, 1)) -> xr.Dataset:
-    """The --sample or --decompose Dataset of ``model`` (of one part of a torchrun job)."""
+def _analyse(mode: str, request, given, options: dict, warn_with, part=(0, 1)) -> xr.Dataset:
+    """The --sample or --decompose Dataset of the ``request`` (:class:`probe.Model`) on
+    ``given`` (:class:`probe.Inputs`), of one part of a torchrun job."""
     from probe.analyses import paths as analysis
 
     reporter = Reporter()
     with reporter.bar(0):
         run = analysis.sample if mode == "sample" else analysis.decompose
-        return run(model, progress=reporter.update, warn=warn_with, part=part, **options)
+        return run(
+            request,
+            given,
+            progress=reporter.update,
+            warn=warn_with,
+            part=part,
+            **options,
+        )
 
 
-def _run_sharded(mode: str, model: str, here, out_dir: Path, options: dict) -> None:
+def _run_sharded(mode: str, request, given, here, out_dir: Path, options) -> None:
     """One rank of a torchrun job (:func:`cli.sharded.run_sharded`).
 
     --decompose: each rank decomposes its share of the batches, and rank 0 concatenates the
@@ -194,7 +184,7 @@ def _run_sharded(mode: str, model: str, here, out_dir: Path, options: dict) -> N
 
     def work(folder: Path) -> None:
         part = (here.rank, here.size)
-        ds = _analyse(mode, model, options, rank_warn(here), part)
+        ds = _analyse(mode, request, given, options, rank_warn(here), part)
         if mode == "sample" or ds.sizes["sequence"]:  # a rank past the last batch has none
             save_result(ds, distributed.shard_path(folder, here.rank, 0))
 

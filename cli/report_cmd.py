@@ -155,10 +155,10 @@ def _rendered(ds, result: Path, folder: Path) -> tuple[Path, str]:
     """
     from probe.reports import render
 
-    from .output import _relative
+    from .output import relative_to_folder
 
     try:
-        page = render(ds, result_file=_relative(result, folder))
+        page = render(ds, result_file=relative_to_folder(result, folder))
     except ProbeError:
         raise
     except Exception as err:  # KeyError, ValueError, TypeError, ... from a damaged file

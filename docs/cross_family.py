@@ -17,7 +17,8 @@ from pathlib import Path
 import xarray as xr
 
 from probe.names import VARIANTS
-from probe.plot import across_models, comparison_rows
+from probe.plot import across_models
+from probe.stats import comparison_rows
 
 
 def markdown_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> str:

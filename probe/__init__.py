@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 import sys
-import types
 from importlib import metadata
 
 from .errors import ProbeError
@@ -40,9 +39,11 @@ _LAZY = {
     "NO_LN": "ablate",
     "VARIANTS": "ablate",
     "Ablation": "ablate",
-    "ProbedModel": "load",
-    "load": "load",
-    "wrap": "load",
+    "Model": "request",
+    "Inputs": "request",
+    "ProbedModel": "loading",
+    "load": "loading",
+    "wrap": "loading",
     "open_result": "results",
     "save_result": "results",
     "hidden_states": "trace",
@@ -51,9 +52,11 @@ _LAZY = {
     "metrics": None,
     "theory": None,
     "plot": None,
+    "stats": None,
     "paths": None,
     "names": None,
     "fastformer": None,
+    "loading": None,
 }
 
 __all__ = ["ProbeError", "__version__", *_LAZY]
@@ -70,23 +73,6 @@ def __getattr__(name: str):
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
-
-
-class _Probe(types.ModuleType):
-    """``probe.load`` is the loader function, also once the module ``probe.load`` is imported.
-
-    Importing a submodule sets it as an attribute of its package; for a name that is
-    both (``load``), the function wins, as it did when it was imported eagerly.  The
-    module itself stays in ``sys.modules["probe.load"]``.
-    """
-
-    def __setattr__(self, name: str, value) -> None:
-        if _LAZY.get(name) == name and isinstance(value, types.ModuleType):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Probe
 
 
 def _is_the_cli() -> bool:

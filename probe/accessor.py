@@ -16,7 +16,7 @@ import io
 import xarray as xr
 from matplotlib.figure import Figure
 
-from . import plot
+from . import plot, stats
 
 
 @xr.register_dataset_accessor("probe")
@@ -29,7 +29,7 @@ class ProbeAccessor:
         return plot.collapse(self._ds, log=log, **kwargs)
 
     def summary(self, threshold: float = 1e-3) -> dict:
-        return plot.summarise(self._ds, threshold=threshold)
+        return stats.summarise(self._ds, threshold=threshold)
 
     def _repr_html_(self) -> str:
         ds = self._ds

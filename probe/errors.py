@@ -9,3 +9,9 @@ with code 2; library users get an ordinary exception.
 
 class ProbeError(ValueError):
     """A usage error: one line, saying what went wrong and how to go on."""
+
+
+def one_line(err: BaseException) -> str:
+    """``err``'s message on one line of at most 300 characters, to quote inside a ProbeError."""
+    text = " ".join(str(err).split())
+    return text[:300] + ("..." if len(text) > 300 else "")

@@ -1,7 +1,7 @@
 """Inputs: sequences of exactly ``tokens`` real tokens, as in the paper.
 
 The paper probes 32 sequences of 128 tokens with no padding.  probe tokenizes a
-text (``--text FILE``, or the sample text written for this project) without
+text (```text` FILE``, or the sample text written for this project) without
 special tokens and cuts it into consecutive chunks of ``tokens`` ids.  The text is
 tokenized once per run, in batches of large pieces (a fast tokenizer works on a batch in
 parallel), and only as far as the sequences asked for need: a 32-sequence run over a large
@@ -57,7 +57,10 @@ def tokenize(tokenizer, body: str, needed: int | None = None) -> list[int]:
 
 
 @dataclass(frozen=True)
-class Inputs:
+class Encoded:
+    """The inputs as the model reads them: what a :class:`probe.request.Inputs` asked for,
+    tokenized or read (``model_inputs``)."""
+
     #: Token ids (sequence, token) int64, or an image family's pixels (sequence, channel, h, w).
     input_ids: torch.Tensor
     attention_mask: torch.Tensor  # (sequence, token) int64, 1 = real token
@@ -91,7 +94,7 @@ def read_text(path: str | Path | None) -> tuple[str, str]:
         return sample_text(), SAMPLE
     path = Path(path)
     if path.is_dir():
-        raise ProbeError(f"--text {path} is a directory; give a UTF-8 text file")
+        raise ProbeError(f"`text` {path} is a directory; give a UTF-8 text file")
     if not path.is_file():
         raise ProbeError(f"no such text file: {path}")
     try:
@@ -114,7 +117,7 @@ def make_inputs(
     tokens: int = 128,
     seed: int = 0,
     warn=None,
-) -> Inputs:
+) -> Encoded:
     """Token ids (sequence, token) from a text, or seeded synthetic ids without a tokenizer.
 
     ``sequences="all"`` takes every full sequence of the text (it needs a tokenizer).
@@ -123,22 +126,22 @@ def make_inputs(
     if every:
         if tokenizer is None:
             raise ProbeError(
-                "--sequences all needs a text and the model's tokenizer; give a number instead"
+                "`sequences` all needs a text and the model's tokenizer; give a number instead"
             )
         sequences = 1
     elif not isinstance(sequences, int):
-        raise ProbeError(f"--sequences must be a number or 'all', got {sequences!r}")
+        raise ProbeError(f"`sequences` must be a number or 'all', got {sequences!r}")
     if sequences < 1 or tokens < 2:
-        raise ProbeError("need --sequences >= 1 and --tokens >= 2 (the metrics compare tokens)")
+        raise ProbeError("need `sequences` >= 1 and `tokens` >= 2 (the metrics compare tokens)")
     if tokenizer is None:
         if text is not None:
             raise ProbeError(
-                "--text needs the model's tokenizer, and none could be loaded; "
-                "use a local folder with tokenizer files, or drop --text for synthetic ids"
+                "`text` needs the model's tokenizer, and none could be loaded; "
+                "use a local folder with tokenizer files, or drop `text` for synthetic ids"
             )
         generator = torch.Generator().manual_seed(seed)
         ids = torch.randint(0, vocab_size, (sequences, tokens), generator=generator)
-        return Inputs(
+        return Encoded(
             ids, torch.ones_like(ids), "synthetic ids", f"uniform token ids, seed {seed}", ""
         )
 
@@ -148,7 +151,7 @@ def make_inputs(
     if available == 0:
         raise ProbeError(
             f"{source} has {len(ids)} tokens, fewer than one sequence of {tokens}; "
-            "use a longer text or a smaller --tokens"
+            "use a longer text or a smaller `tokens`"
         )
     if every:
         sequences = available
@@ -166,7 +169,7 @@ def make_inputs(
             "the tokenizer does not belong to this model"
         )
     digest = hashlib.sha256(body.encode("utf-8")).hexdigest()
-    return Inputs(chunk, torch.ones_like(chunk), "tokenizer", source, digest)
+    return Encoded(chunk, torch.ones_like(chunk), "tokenizer", source, digest)
 
 
 IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm")
@@ -185,7 +188,7 @@ def make_image_inputs(
     sequences: int | str = 32,
     seed: int = 0,
     warn=None,
-) -> Inputs:
+) -> Encoded:
     """Pixels (image, channel, h, w) for an image family, through the model's image processor.
 
     ``images``: a folder of image files, taken in name order (``sequences="all"``: every
@@ -195,9 +198,9 @@ def make_image_inputs(
     size = config.image_size
     if images is None:
         if sequences == "all":
-            raise ProbeError("--sequences all needs --images DIR; give a number instead")
+            raise ProbeError("`sequences` all needs `images` DIR; give a number instead")
         if not isinstance(sequences, int) or sequences < 1:
-            raise ProbeError(f"--sequences must be a positive number or 'all', got {sequences!r}")
+            raise ProbeError(f"`sequences` must be a positive number or 'all', got {sequences!r}")
         import numpy as np
 
         rng = np.random.default_rng(seed)
@@ -217,18 +220,18 @@ def make_image_inputs(
             hasher.update(f.read_bytes())
         kind, source, digest = "images", str(images), hasher.hexdigest()
     mask = torch.ones(pixels.shape[0], image_tokens(config), dtype=torch.long)
-    return Inputs(pixels, mask, kind, source, digest)
+    return Encoded(pixels, mask, kind, source, digest)
 
 
 def image_files(folder: str | Path) -> list[Path]:
-    """The image files of ``--images DIR``, in name order; a clear error for anything else."""
+    """The image files of ```images` DIR``, in name order; a clear error for anything else."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise ProbeError(f"--images {folder} is not a folder; give a folder of image files")
+        raise ProbeError(f"`images` {folder} is not a folder; give a folder of image files")
     files = sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise ProbeError(
-            f"--images {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}); "
+            f"`images` {folder} holds no image files ({', '.join(IMAGE_SUFFIXES)}); "
             "give a folder of images"
         )
     return files
@@ -241,44 +244,75 @@ def _open_image(path: Path):
         with Image.open(path) as image:
             return image.convert("RGB")
     except (OSError, UnidentifiedImageError) as err:
-        raise ProbeError(f"cannot read the image {path}: {err}; remove it from --images") from None
+        raise ProbeError(f"cannot read the image {path}: {err}; remove it from `images`") from None
 
 
 def check_input_kind(probed, text, images) -> None:
-    """--text for a text model, --images for an image model; a clear line otherwise."""
+    """`text` for a text model, `images` for an image model; a clear line otherwise."""
     if probed.adapter.inputs == "pixels" and text is not None:
-        raise ProbeError(f"{probed.name} reads images, not text; use --images DIR")
+        raise ProbeError(f"{probed.name} reads images, not text; use `images` DIR")
     if probed.adapter.inputs != "pixels" and images is not None:
-        raise ProbeError(f"{probed.name} reads text, not images; use --text FILE")
+        raise ProbeError(f"{probed.name} reads text, not images; use `text` FILE")
 
 
-def model_inputs(
-    probed,
-    *,
-    text: str | Path | None = None,
-    images: str | Path | None = None,
-    sequences: int | str = 32,
-    tokens: int = 128,
-    seed: int = 0,
-    warn=None,
-) -> Inputs:
-    """The inputs a probed model reads: token ids from a text, or images (see above)."""
-    check_input_kind(probed, text, images)
+def model_inputs(probed, given, *, seed: int = 0, warn=None) -> Encoded:
+    """The inputs a probed model reads (``given``: a :class:`probe.request.Inputs`): token
+    ids from a text, images, or the ids or pixels the caller passed (see above)."""
+    check_input_kind(probed, given.text, given.images)
+    if given.ids is not None:
+        return passed_inputs(probed, given.ids)
     if probed.adapter.inputs == "pixels":
         return make_image_inputs(
             probed.config,
             probed.image_processor,
-            images=images,
-            sequences=sequences,
+            images=given.images,
+            sequences=given.sequences,
             seed=seed,
             warn=warn,
         )
     return make_inputs(
         probed.tokenizer,
         probed.config.vocab_size,
-        text=text,
-        sequences=sequences,
-        tokens=tokens,
+        text=given.text,
+        sequences=given.sequences,
+        tokens=given.tokens,
         seed=seed,
         warn=warn,
+    )
+
+
+def passed_inputs(probed, ids: torch.Tensor) -> Encoded:
+    """Token ids (sequence, token) or an image model's pixels (sequence, channel, h, w) that
+    the caller holds, used as they are; every token is real."""
+    config = probed.config
+    if probed.adapter.inputs == "pixels":
+        shape = (config.num_channels, config.image_size, config.image_size)
+        if ids.dim() != 4 or tuple(ids.shape[1:]) != shape:
+            raise ProbeError(
+                f"{probed.name} reads pixels of shape (sequence, {', '.join(map(str, shape))}); "
+                f"`ids` has shape {tuple(ids.shape)}"
+            )
+        tokens = (config.image_size // config.patch_size) ** 2 + 1  # the patches and [CLS]
+        pixels = ids.detach().to(dtype=probed.dtype, device="cpu")
+        mask = torch.ones(ids.shape[0], tokens, dtype=torch.long)
+        digest = hashlib.sha256(pixels.float().numpy().tobytes()).hexdigest()
+        return Encoded(
+            pixels, mask, "pixels passed by the caller", "pixels passed by the caller", digest
+        )
+    if ids.dim() != 2 or ids.dtype.is_floating_point or ids.dtype == torch.bool:
+        raise ProbeError(
+            f"`ids` must be integer token ids of shape (sequence, token); got {ids.dtype} "
+            f"of shape {tuple(ids.shape)}"
+        )
+    vocab = config.vocab_size
+    if int(ids.min()) < 0 or int(ids.max()) >= vocab:
+        raise ProbeError(f"`ids` must lie in [0, {vocab}) for {probed.name}'s vocabulary")
+    chunk = ids.detach().to(dtype=torch.long, device="cpu")
+    digest = hashlib.sha256(chunk.numpy().tobytes()).hexdigest()
+    return Encoded(
+        chunk,
+        torch.ones_like(chunk),
+        "ids passed by the caller",
+        "ids passed by the caller",
+        digest,
     )

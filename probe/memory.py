@@ -112,10 +112,10 @@ def parameters(config) -> int:
     import torch
     from transformers import AutoModel
 
-    from .load import _quiet  # transformers' chatter while building
+    from .quiet import quiet  # transformers' chatter while building
 
     try:
-        with _quiet(), torch.device("meta"):
+        with quiet(), torch.device("meta"):
             model = AutoModel.from_config(config, trust_remote_code=False)
     except Exception as err:  # ValueError, TypeError, AttributeError from a model's __init__
         text = " ".join(str(err).split())[:300]

@@ -2,12 +2,13 @@
 
 `collapse` is the paper's figure (Dong, Cordonnier & Loukas 2021, fig. 2): the
 relative residual r = ||res(X_l)|| / ||X_l|| against depth, one line per
-ablation variant. `collapse_order` and `fit_order` read the *order* of the
-collapse off the same numbers: a slope of 1 in log r(l+1) vs log r(l) is plain
-exponential decay, a slope of 3 is the cubic per-layer contraction that makes
-pure attention lose rank doubly exponentially. `metric` draws the other
-per-layer metrics, `comparison` puts several models side by side and
-`summarise` returns the numbers the reports turn into prose.
+ablation variant. `collapse_order` reads the *order* of the collapse off the
+same numbers: a slope of 1 in log r(l+1) vs log r(l) is plain exponential decay,
+a slope of 3 is the cubic per-layer contraction that makes pure attention lose
+rank doubly exponentially. `metric` draws the other per-layer metrics,
+`comparison` and `across_models` put several models side by side.  The numbers
+behind the lines (means over sequences, the fitted order, the summaries the
+reports turn into prose) come from ``probe.stats``.
 
 Nothing here does I/O or touches pyplot: figures are built from
 matplotlib.figure.Figure (so pyplot's figure manager never holds them) and the
@@ -17,7 +18,6 @@ seaborn style is applied through context managers, which restore rcParams.
 from __future__ import annotations
 
 import re
-import warnings
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
@@ -29,8 +29,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatterSciNotation, MaxNLocator
 
-from .names import INITS, VARIANTS
 from .names import PLAIN_METRICS as METRICS
+from .names import VARIANTS
+from .stats import FIT_FLOOR_FACTOR, FIT_UPPER, eps, fit_order, has_data, ordered, pick_init, stats
 
 # seaborn's "colorblind" palette, written out so the report needs neither seaborn nor scipy
 # (tests/test_plot.py checks it against seaborn).
@@ -74,11 +75,6 @@ LINESTYLES = {"SAN+MLP": "--"}
 _OTHER_COLOUR = "#7f7f7f"
 _REFERENCE_COLOUR = "#555555"
 
-# Only pairs with r in [FIT_FLOOR_FACTOR * eps, FIT_UPPER] enter the order fit:
-# below, r is rounding noise; above, the cubic term does not dominate yet.
-FIT_FLOOR_FACTOR = 10.0
-FIT_UPPER = 0.5
-
 _NORM_SUBSCRIPTS = {"l1inf": r"1,\infty", "fro": "F", "spectral": "2", "l1": "1", "linf": r"\infty"}
 _FIT_WORDS = {"mean": "residual to the token mean", "svd": "residual to the best rank-one fit"}
 _METRIC_WORDS = {
@@ -94,17 +90,6 @@ def colour(variant: str) -> str:
     return COLOURS.get(variant, _OTHER_COLOUR)
 
 
-def eps(ds: xr.Dataset) -> float:
-    """Machine epsilon of the dtype the probe ran in: below it r is zero for all purposes."""
-    name = str(ds.attrs.get("dtype", "float64"))
-    if name == "bfloat16":  # unknown to NumPy: 8 significant bits
-        return 2.0**-7
-    try:
-        return float(np.finfo(name).eps)
-    except (TypeError, ValueError):  # an edited or foreign result: float64's
-        return float(np.finfo(np.float64).eps)
-
-
 def metric_label(name: str, norm: str = "l1inf") -> str:
     """Axis label for a metric; the relative residual names its norm."""
     if name != "relative_residual":
@@ -118,44 +103,6 @@ def describe_selection(name: str, norm: str, fit: str) -> str:
     if name != "relative_residual":
         return _METRIC_WORDS.get(name, name)
     return f"{_FIT_WORDS.get(fit, fit)}, {norm} norm"
-
-
-def ordered(values: Sequence, canonical: Sequence[str]) -> list[str]:
-    """Coordinate values in the canonical order, unknown ones appended as they come."""
-    present = [str(v) for v in values]
-    return [v for v in canonical if v in present] + [v for v in present if v not in canonical]
-
-
-def stats(
-    ds: xr.Dataset, name: str = "relative_residual", norm: str = "l1inf", fit: str = "mean"
-) -> xr.Dataset:
-    """Mean, standard deviation (ddof 0, like seaborn's "sd") and count over sequences.
-
-    Returns a Dataset with variables mean, std, count over (variant, init, layer),
-    variants and inits in canonical order, layers sorted. NaN entries are skipped.
-    """
-    da = ds[name]
-    if "norm" in da.dims:
-        da = da.sel(norm=norm)
-    if "fit" in da.dims:
-        da = da.sel(fit=fit)
-    da = da.sortby("layer").sel(
-        variant=ordered(da.variant.values, VARIANTS), init=ordered(da.init.values, INITS)
-    )
-    # All-NaN slices (a variant not run for an init) are expected, not worth a warning.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return xr.Dataset(
-            {
-                "mean": da.mean("sequence", skipna=True),
-                "std": da.std("sequence", skipna=True, ddof=0),
-                "count": da.count("sequence"),
-            }
-        )
-
-
-def has_data(values: np.ndarray) -> bool:
-    return bool(np.isfinite(values).any())
 
 
 _SUPERSCRIPT = str.maketrans("0123456789-+", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺")
@@ -189,16 +136,17 @@ def log_axis(ax: Axes, axis: str = "y") -> None:
 
 
 def _model_title(ds: xr.Dataset) -> str:
-    return _plain(str(ds.attrs.get("model", "model")))
+    return plain(str(ds.attrs.get("model", "model")))
 
 
-def _plain(text: str) -> str:
+def plain(text: str) -> str:
     """Escape '$' so model names are never parsed as mathtext."""
     return text.replace("$", r"\$")
 
 
 @contextmanager
-def _style() -> Iterator[None]:
+def styled() -> Iterator[None]:
+    """Draw inside this to get the STYLE rcParams (seaborn's look) for the figures made."""
     # Context managers restore rcParams on exit, so no global state leaks.
     with mpl.rc_context(STYLE):
         yield
@@ -285,7 +233,7 @@ def _panels(
     st = stats(ds, name, norm, fit)
     inits = list(st.init.values)
     floor = eps(ds)
-    with _style():
+    with styled():
         fig = Figure(figsize=(1.0 + 4.6 * len(inits), 4.0), layout="constrained")
         axes = list(fig.subplots(1, len(inits), sharey=True, squeeze=False)[0])
         wanted = []
@@ -293,7 +241,7 @@ def _panels(
             one = st.sel(init=init)
             _draw_variants(ax, one, log, floor)
             wanted.append(_finish_axes(ax, one, name, log, floor))
-            ax.set_title(f"init: {_plain(str(init))}")
+            ax.set_title(f"init: {plain(str(init))}")
         _share_limits(axes, wanted, [floor] * len(axes))
         axes[0].set_ylabel(metric_label(name, norm))
         fig.suptitle(title)
@@ -327,38 +275,6 @@ def metric(ds: xr.Dataset, name: str) -> Figure:
     return _panels(ds, name, "l1inf", "mean", False, title)[0]
 
 
-def fit_order(
-    ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean", upper: float = FIT_UPPER
-) -> xr.DataArray:
-    """Least-squares slope of log r(l+1) against log r(l), per (variant, init).
-
-    r is the mean relative residual over sequences. Only consecutive pairs whose
-    both ends lie in [FIT_FLOOR_FACTOR * eps, upper] count; with fewer than two
-    such pairs (or no spread in r(l)) the order is NaN.
-    """
-    st = stats(ds, "relative_residual", norm, fit)
-    low = FIT_FLOOR_FACTOR * eps(ds)
-    out = np.full((st.sizes["variant"], st.sizes["init"]), np.nan)
-    for i, variant in enumerate(st.variant.values):
-        for j, init in enumerate(st.init.values):
-            m = st["mean"].sel(variant=variant, init=init).values.astype(float)
-            x, y = m[:-1], m[1:]
-            with np.errstate(invalid="ignore"):
-                ok = (x >= low) & (x <= upper) & (y >= low) & (y <= upper)
-            if ok.sum() < 2:
-                continue
-            lx, ly = np.log(x[ok]), np.log(y[ok])
-            if np.ptp(lx) > 0:
-                out[i, j] = np.polyfit(lx, ly, 1)[0]
-    return xr.DataArray(
-        out,
-        coords={"variant": st.variant.values, "init": st.init.values},
-        dims=("variant", "init"),
-        name="order",
-        attrs={"norm": norm, "fit": fit, "floor": low, "upper": upper},
-    )
-
-
 def _order_label(variant: str, order: float) -> str:
     return f"{variant}: slope {order:.2f}" if np.isfinite(order) else f"{variant}: slope n/a"
 
@@ -375,7 +291,7 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
     floor = eps(ds)
     fit_low = FIT_FLOOR_FACTOR * floor
     inits = list(st.init.values)
-    with _style():
+    with styled():
         fig = Figure(figsize=(1.0 + 4.4 * len(inits), 4.8), layout="constrained")
         axes = list(fig.subplots(1, len(inits), squeeze=False)[0])
         for ax, init in zip(axes, inits, strict=True):
@@ -439,7 +355,7 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
             ax.set_aspect("equal", adjustable="box")
             ax.set_xlabel("r at layer l")
             ax.set_ylabel("r at layer l+1")
-            ax.set_title(f"init: {_plain(str(init))}")
+            ax.set_title(f"init: {plain(str(init))}")
             # Upper left is y > x at small r: empty unless r grows, so the legend hides nothing.
             ax.legend(loc="upper left", fontsize="small")
         fig.suptitle(
@@ -463,7 +379,7 @@ def comparison(
     """
     if not datasets:
         raise ValueError("comparison needs at least one dataset")
-    with _style():
+    with styled():
         # At most six panels a row, so many models wrap instead of making a strip.
         cols = min(len(datasets), 6)
         rows = -(-len(datasets) // cols)
@@ -480,7 +396,7 @@ def comparison(
             # Each model is clipped at its own dtype's floor (float32 and float64 may mix).
             _draw_variants(ax, one, log, eps(ds))
             wanted.append(_finish_axes(ax, one, metric, log, eps(ds)))
-            ax.set_title(f"{_model_title(ds)}\ninit: {_plain(chosen)}", fontsize="medium")
+            ax.set_title(f"{_model_title(ds)}\ninit: {plain(chosen)}", fontsize="medium")
         _share_limits(axes, wanted, [eps(ds) for ds in datasets])
         axes[0].set_xlim(0, max(int(ds.layer.max()) for ds in datasets))
         axes[0].set_ylabel(metric_label(metric, norm))
@@ -507,7 +423,7 @@ def across_models(
     if len(datasets) > 10:  # seaborn's color_palette("tab20", n): tab20's colours, cycled
         tab20 = mpl.colormaps["tab20"].colors
         palette = [to_hex(tab20[i % len(tab20)]) for i in range(len(datasets))]
-    with _style():
+    with styled():
         cols = 2 if len(present) == 4 else len(present)  # four variants: a 2 x 2 grid
         rows = -(-len(present) // cols)
         fig = Figure(figsize=(3.0 + 4.2 * cols, 0.6 + 3.4 * rows), layout="constrained")
@@ -551,75 +467,3 @@ def across_models(
             title="dashed: causal",
         )
     return fig
-
-
-def pick_init(ds: xr.Dataset, init: str | None) -> str:
-    """The init a comparison panel shows (see `comparison`)."""
-    present = ordered(ds.init.values, INITS)
-    if init is None:
-        return "pretrained" if "pretrained" in present else present[0]
-    if init not in present:
-        raise ValueError(f"{ds.attrs.get('model', 'dataset')!r} has no init {init!r}")
-    return init
-
-
-def summarise(
-    ds: xr.Dataset, threshold: float = 1e-3, norm: str = "l1inf", fit: str = "mean"
-) -> dict[str, dict[str, dict]]:
-    """Numbers for the report's prose, as {variant: {init: {...}}} of plain Python values.
-
-    Per variant and init with data: "first_below" (first layer whose mean r is
-    under `threshold`, None if never), "final" (mean r at the last layer with
-    data), "final_layer", and "order" (`fit_order`, None where undefined).
-    """
-    st = stats(ds, "relative_residual", norm, fit)
-    orders = fit_order(ds, norm, fit)
-    layers = st.layer.values
-    out: dict[str, dict[str, dict]] = {}
-    for variant in st.variant.values:
-        for init in st.init.values:
-            m = st["mean"].sel(variant=variant, init=init).values.astype(float)
-            finite = np.isfinite(m)
-            if not finite.any():
-                continue
-            below = np.flatnonzero(finite & (m < threshold))
-            last = np.flatnonzero(finite)[-1]
-            order = float(orders.sel(variant=variant, init=init))
-            out.setdefault(str(variant), {})[str(init)] = {
-                "first_below": int(layers[below[0]]) if below.size else None,
-                "final": float(m[last]),
-                "final_layer": int(layers[last]),
-                "order": order if np.isfinite(order) else None,
-            }
-    return out
-
-
-def comparison_rows(
-    datasets: Sequence[xr.Dataset], threshold: float = 1e-3, norm: str = "l1inf", fit: str = "mean"
-) -> list[dict]:
-    """One row per model and init for the table that opens a comparison.
-
-    "final": {variant: mean r at the last layer}; "san_below": the first layer where the
-    SAN's mean r is under ``threshold`` (None: never within the model's depth); "order":
-    the SAN's fitted order of collapse (slope of log r(l+1) on log r(l), None if undefined).
-    """
-    rows = []
-    for ds in datasets:
-        found = summarise(ds, threshold, norm, fit)
-        inits = ordered(dict.fromkeys(i for v in found.values() for i in v), INITS)
-        for init in inits:
-            san = found.get("SAN", {}).get(init, {})
-            rows.append(
-                {
-                    "model": str(ds.attrs.get("model", "?")),
-                    "family": str(ds.attrs.get("family", "")),
-                    "init": init,
-                    "layers": int(ds.sizes.get("layer", 1)) - 1,
-                    "final": {
-                        v: found[v][init]["final"] for v in VARIANTS if init in found.get(v, {})
-                    },
-                    "san_below": san.get("first_below"),
-                    "order": san.get("order"),
-                }
-            )
-    return rows

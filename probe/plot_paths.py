@@ -25,7 +25,9 @@ from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
-from .plot import INITS, _plain, _style, eps, log_axis, ordered
+from .names import INITS
+from .plot import log_axis, plain, styled
+from .stats import eps, ordered
 
 _INIT_COLOURS = {"pretrained": to_hex(sns.color_palette("colorblind")[0]), "random": "#d55e00"}
 _REFERENCE = "#555555"
@@ -62,7 +64,7 @@ def count_shares(ds: xr.Dataset) -> Figure:
         one = ds.sel(architecture=name)
         shapes.setdefault((int(one.layers), int(one.heads)), []).append(str(name))
     palette = sns.color_palette("husl", len(shapes))
-    with _style():
+    with styled():
         fig = Figure(figsize=(8.0, 4.6), layout="constrained")
         ax = fig.subplots()
         for i, ((layers, heads), names) in enumerate(shapes.items()):
@@ -77,7 +79,7 @@ def count_shares(ds: xr.Dataset) -> Figure:
                 color=to_hex(palette[i]),
                 linestyle="--" if groups == {"today"} else "-",
                 linewidth=1.5,
-                label=f"{_plain(names[0])}{more} (L={layers}, H={heads})",
+                label=f"{plain(names[0])}{more} (L={layers}, H={heads})",
             )
         _shifted_log_axis(ax, int(ds.path_length.max()))
         ax.set_xlabel("path length k (log axis at k + 1)")
@@ -154,7 +156,7 @@ def sample_ratios(
     depth = ds.depth.values
     floor = eps(ds)
     width = 0.8 / len(inits)
-    with _style():
+    with styled():
         fig = Figure(figsize=(max(6.0, 0.45 * len(depth) + 3), 4.4), layout="constrained")
         ax = fig.subplots()
         for i, init in enumerate(inits):
@@ -210,7 +212,7 @@ def sample_ratios(
             else r"$P = A_{l_d} \cdots A_{l_1}$"
         )
         ax.set_title(
-            f"{_plain(str(ds.attrs.get('model', '')))}: attention products along paths, {product}"
+            f"{plain(str(ds.attrs.get('model', '')))}: attention products along paths, {product}"
         )
         fig.legend(loc="outside lower center", ncols=2, fontsize="small")
     return fig
@@ -225,7 +227,7 @@ def decompose_shares(ds: xr.Dataset, init: str, norm: str = "fro") -> Figure:
     last = int(ds.layer.max())
     share = one["output_share"].mean("sequence").values
     k = ds.path_length.values
-    with _style():
+    with styled():
         fig = Figure(figsize=(7.0, 4.2), layout="constrained")
         ax = fig.subplots()
         ax.plot(k + 1, share, marker="o", color=init_colour(init), label="norm share (this model)")
@@ -241,7 +243,7 @@ def decompose_shares(ds: xr.Dataset, init: str, norm: str = "fro") -> Figure:
         log_axis(ax)
         ax.set_xlabel("path length k (log axis at k + 1)")
         ax.set_ylabel(f"share of the output ({norm} norm)")
-        ax.set_title(f"{_plain(str(ds.attrs.get('model', '')))} ({init}): where the output lives")
+        ax.set_title(f"{plain(str(ds.attrs.get('model', '')))} ({init}): where the output lives")
         ax.legend(fontsize="small")
     return fig
 
@@ -251,7 +253,7 @@ def decompose_error(ds: xr.Dataset, norm: str = "fro") -> Figure:
     inits = ordered(ds.init.values, INITS)
     k = ds.path_length.values
     task = "loss" if "loss" in ds else "cosine"
-    with _style():
+    with styled():
         fig = Figure(figsize=(10.0, 4.0), layout="constrained")
         left, right = fig.subplots(1, 2)
         for init in inits:
@@ -283,7 +285,7 @@ def decompose_layers(ds: xr.Dataset, norm: str = "fro") -> Figure:
     """Effective path length of the residual stream after each layer, against the count mean."""
     inits = ordered(ds.init.values, INITS)
     layers = ds.layer.values
-    with _style():
+    with styled():
         fig = Figure(figsize=(7.0, 4.0), layout="constrained")
         ax = fig.subplots()
         for init in inits:

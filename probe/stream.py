@@ -8,8 +8,10 @@ file is the same netCDF a finished in-memory run saves: ``probe.open_result`` an
 it as usual.
 
 The skeleton (coordinates, attributes, empty variables) is written first, to a temporary
-file beside the target; the target appears, by an atomic rename, only when every batch is
-in.  An interrupted or failed run leaves no half-written result behind.
+file beside the target; variables without a ``sequence`` dimension that are known only once
+the batches have run (the theory panel) are placeholders in it, filled in at the end.  The
+target appears, by an atomic rename, only when every batch is in.  An interrupted or failed
+run leaves no half-written result behind.
 
 A shard of a data-parallel run (:mod:`probe.distributed`) starts at a global sequence
 number ``first``: its ``sequence`` coordinate holds the numbers those sequences have in the
@@ -100,6 +102,19 @@ class SequenceWriter:
         """Set (or replace) a global attribute of the result before it is published: one
         known only once the batches have run."""
         self._file.attrs[name] = value
+
+    def fill(self, values: xr.Dataset) -> None:
+        """Write variables without a ``sequence`` dimension, and attributes, known only once
+        the batches have run (the theory panel).  Each variable is one of the skeleton's
+        placeholders, of its dims and shape; its values are stored as the skeleton's
+        encoding has them (a bool as netCDF's int8)."""
+        for name, variable in values.data_vars.items():
+            target = self._file.variables[name]
+            if SEQUENCE in target.dimensions or variable.dims != target.dimensions:
+                raise ValueError(f"{name} is not a placeholder of dims {variable.dims}")
+            target[...] = np.asarray(variable.values).astype(target.dtype)
+        for name, value in netcdf_safe(values.attrs).items():
+            self.set_attribute(name, value)
 
     def close(self) -> Path:
         """Finish the file and publish it at ``path``."""

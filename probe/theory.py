@@ -49,7 +49,9 @@ from typing import Any
 
 import numpy as np
 import torch
+import xarray as xr
 
+from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
@@ -238,8 +240,6 @@ def recursion(r0: np.ndarray, c: list[float], lam: list[float] | None = None) ->
         return np.exp(np.stack(log_r))
 
 
-#: The variants whose residuals the panel sets beside the bounds.
-PANEL_VARIANTS = ("SAN", "SAN+MLP", "SAN+skip")
 #: The panel measures the first this many sequences of a run's first batch.
 PANEL_SEQUENCES = 8
 
@@ -257,7 +257,7 @@ def panel(
     caller already took from its own forward passes of these sequences (the collapse run
     does); a variant it lacks is traced here."""
     from .ablate import PRESETS
-    from .load import onloaded
+    from .loading import onloaded
     from .trace import layer_values
 
     with onloaded(probed.model):  # weights a device_map offloaded, read in for the constants
@@ -296,12 +296,10 @@ def panels(
     batch_size: int,
     sequences: int = PANEL_SEQUENCES,
     measured: list[dict[str, np.ndarray]] | None = None,
-) -> str:
-    """The theory panel of every init of a collapse run, as JSON (a result attribute), from
-    the first ``sequences`` sequences of its first batch; ``measured``: per model, what
-    :func:`panel` may take instead of tracing."""
-    import json
-
+) -> xr.Dataset:
+    """The theory panel of every init of a collapse run, as result variables
+    (:func:`probe.bounds.variables`), from the first ``sequences`` sequences of its first
+    batch; ``measured``: per model, what :func:`panel` may take instead of tracing."""
     _, ids, mask = next(iter(inputs.batches(min(batch_size, sequences))))
     found = []
     for index, probed in enumerate(models):
@@ -309,4 +307,4 @@ def panels(
             found.append(panel(probed, ids, mask, measured[index] if measured else None))
         except ProbeError as error:
             found.append({"init": probed.init, "missing": [str(error)]})
-    return json.dumps(found)
+    return variables(found, np.arange(models[0].n_layers + 1))

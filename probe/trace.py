@@ -17,7 +17,7 @@ import torch
 
 from .ablate import TRANSFORMER, Ablation
 from .errors import ProbeError
-from .load import ProbedModel
+from .loading import ProbedModel
 
 Reduce = Callable[[torch.Tensor, torch.Tensor], Any]
 

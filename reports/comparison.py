@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 import xarray as xr
 
-from probe.plot import INITS, VARIANTS, across_models, comparison, ordered, summarise
+from probe.names import INITS, VARIANTS
+from probe.plot import across_models, comparison
+from probe.stats import ordered, summarise
 
 from .figures import Figures
 from .naming import report_name

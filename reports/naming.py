@@ -9,7 +9,7 @@ from collections.abc import Sequence
 import xarray as xr
 
 from probe.names import INITS
-from probe.plot import ordered
+from probe.stats import ordered
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _MAX_PART = 60

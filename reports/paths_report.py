@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import xarray as xr
 
-from probe.plot import INITS, ordered
+from probe.names import INITS
 from probe.plot_paths import (
     count_shares,
     decompose_error,
@@ -18,6 +18,7 @@ from probe.plot_paths import (
     sample_ratios,
 )
 from probe.results import attrs_id
+from probe.stats import ordered
 
 from .figures import Figures, numbers
 from .naming import model_stem

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import xarray as xr
 
-from probe.plot import ordered
+from probe.stats import ordered
 
 from .page import esc
 

@@ -10,22 +10,9 @@ from __future__ import annotations
 
 import xarray as xr
 
-from probe.plot import (
-    FIT_FLOOR_FACTOR,
-    FIT_UPPER,
-    INITS,
-    METRICS,
-    VARIANTS,
-    collapse,
-    collapse_order,
-    describe_selection,
-    eps,
-    fit_order,
-    metric,
-    ordered,
-    stats,
-    summarise,
-)
+from probe.names import INITS, VARIANTS
+from probe.plot import METRICS, collapse, collapse_order, describe_selection, metric
+from probe.stats import FIT_FLOOR_FACTOR, FIT_UPPER, eps, fit_order, ordered, stats, summarise
 
 from .figures import Figures, numbers
 from .naming import report_name, settings_summary

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from probe.plot import VARIANTS, colour, ordered, stats
+from probe.names import VARIANTS
+from probe.plot import colour
+from probe.stats import ordered, stats
 
 from .page import esc
 
@@ -149,7 +151,7 @@ def final_table(datasets: Sequence[xr.Dataset], norm: str = "l1inf", fit: str = 
 def family_table(datasets: Sequence[xr.Dataset], threshold: float = 1e-3) -> str:
     """The comparison's first table: per model, r after the last layer for each variant, the
     depth at which SAN falls below ``threshold``, and the SAN's fitted order of collapse."""
-    from probe.plot import comparison_rows
+    from probe.stats import comparison_rows
 
     rows = comparison_rows(datasets, threshold)
     variants = ordered(dict.fromkeys(v for row in rows for v in row["final"]), VARIANTS)

@@ -1,4 +1,4 @@
-"""The generated paragraph: the figure's story in words, from `probe.plot.summarise`.
+"""The generated paragraph: the figure's story in words, from `probe.stats.summarise`.
 
 Plain text out; the caller escapes it (variant and init names come from the
 data). One sentence per init, variants in the order of the figure's legend.
@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from probe.plot import INITS, VARIANTS, ordered
+from probe.names import INITS, VARIANTS
+from probe.stats import ordered
 
 
 def threshold_text(value: float) -> str:

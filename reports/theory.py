@@ -1,21 +1,23 @@
 """The collapse report's theory panel: the paper's bounds beside the measured residual.
 
-The numbers come from the result's ``theory`` attribute (``probe.theory.panels``,
-computed from the model's own weights when the run was made); this module only draws
-them: one axis per init, the measured ||res(X_l)||_{1,inf} of SAN, SAN+MLP and SAN+skip
-(median over the panel's sequences) as solid lines, the bound of Theorem 2.2 and of
-Corollary 3.2 dashed in the colour of the variant each bounds, on a log axis.
+The numbers are the result's theory variables (``probe.bounds``: ``bound``, ``beta``,
+``lambda_mlp``, ..., computed by ``probe.theory.panels`` from the model's own weights when
+the run was made; a result written before them has them converted from its old ``theory``
+attribute); this module only draws them: one axis per init, the measured
+||res(X_l)||_{1,inf} of SAN, SAN+MLP and SAN+skip (median over the panel's sequences) as
+solid lines, the bound of Theorem 2.2 and of Corollary 3.2 dashed in the colour of the
+variant each bounds, on a log axis.
 """
 
 from __future__ import annotations
 
-import json
 import math
 
 import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from probe.bounds import MISSING, NOTES, from_attribute, lines
 from probe.plot import colour, log_axis
 
 from .figures import Figures, numbers
@@ -29,31 +31,41 @@ CAVEATS = (
     "SAN+skip is drawn measured only. A bound is vacuous at a layer where it is not "
     "below the input's own residual ‖res(X_0)‖."
 )
+#: The per-layer constants of the table, in its column order.
+_CONSTANTS = ("qk_norm", "vo_norm", "beta", "contraction", "lambda_mlp")
 
 
-def _figure(panels: list[dict]) -> Figure:
-    fig = Figure(figsize=(5.2 * len(panels), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(panels), squeeze=False)[0]
-    for ax, found in zip(axes, panels, strict=True):
-        for name, values in found["measured"].items():
-            ax.plot(range(len(values)), values, color=colour(name), label=f"{name}, measured")
-        for name, bound in found["bounds"].items():
+def _figure(ds: xr.Dataset, inits: list[str]) -> Figure:
+    fig = Figure(figsize=(5.2 * len(inits), 3.6), layout="constrained")
+    axes = fig.subplots(1, len(inits), squeeze=False)[0]
+    layers = ds["layer"].values
+    for ax, init in zip(axes, inits, strict=True):
+        one = ds.sel(init=init)
+        for name in ds["panel_variant"].values:
+            values = one["panel_residual"].sel(panel_variant=name).values
+            ax.plot(layers, values, color=colour(name), label=f"{name}, measured")
+        for name, label in _bounded(one):
             # Past 1e100 a bound only flattens the measured lines: the dashed line ends there.
-            values = [v if v <= 1e100 else float("nan") for v in bound["bound"]]
-            ax.plot(
-                range(len(values)),
-                values,
-                color=colour(bound["variant"]),
-                linestyle="--",
-                label=f"{name} bound",
-            )
+            bound = one["bound"].sel(panel_variant=name).values
+            values = [v if v <= 1e100 else float("nan") for v in bound]
+            ax.plot(layers, values, color=colour(name), linestyle="--", label=f"{label} bound")
         log_axis(ax)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("layer")
         ax.set_ylabel("‖res(X)‖₁,∞")
-        ax.set_title(f"init: {found['init']}")
+        ax.set_title(f"init: {init}")
         ax.legend(fontsize=7)
     return fig
+
+
+def _bounded(one: xr.Dataset) -> list[tuple[str, str]]:
+    """(variant, "Theorem 2.2 (SAN)"-style label) of each variant a theorem bounds, for one
+    init (a bound is NaN throughout where none does)."""
+    return [
+        (str(variant), f"{theorem} ({variant})")
+        for variant, theorem in zip(one["panel_variant"].values, one["theorem"].values, strict=True)
+        if bool(one["bound"].sel(panel_variant=variant).notnull().any())
+    ]
 
 
 def _fmt(value) -> str:
@@ -66,32 +78,25 @@ def _fmt(value) -> str:
     return f"{value:.3g}"
 
 
-def _table(found: dict) -> str:
-    L = len(found["beta"])
-    bounds = found["bounds"]
+def _table(one: xr.Dataset) -> str:
+    """Constants and ratios per layer of one init."""
+    bounded = _bounded(one)
     head = ["layer", "max‖W_QK‖₁", "max‖W_VO‖₁,∞", "β", "4βH/√d", "λ"]
-    for name in bounds:
-        head += [f"{name}: bound", "measured/bound", "vacuous"]
+    for _, label in bounded:
+        head += [f"{label}: bound", "measured/bound", "vacuous"]
     rows = []
-    for layer in range(L + 1):
+    for layer in one["layer"].values:
         cells = [str(layer)]
+        at = one.sel(layer=layer)
         if layer == 0:
             cells += ["—"] * 5
         else:
-            i = layer - 1
-            cells += [
-                _fmt(found["qk"][i]),
-                _fmt(found["vo"][i]),
-                _fmt(found["beta"][i]),
-                _fmt(found["c"][i]),
-                _fmt(found["lambda"][i]),
-            ]
-        for bound in bounds.values():
-            cells += [
-                _fmt(bound["bound"][layer]),
-                _fmt(bound["ratio"][layer]),
-                _fmt(bound["vacuous"][layer]),
-            ]
+            cells += [_fmt(float(at[name])) for name in _CONSTANTS]
+        for variant, _ in bounded:
+            bound = at.sel(panel_variant=variant)
+            # Layer 0 is the input itself (bound = measured): vacuity is a question from 1 on.
+            vacuous = None if layer == 0 else bool(bound["bound_vacuous"])
+            cells += [_fmt(float(bound["bound"])), _fmt(float(bound["bound_ratio"])), _fmt(vacuous)]
         rows.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
     header = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
     return f"<table><thead>{header}</thead><tbody>{''.join(rows)}</tbody></table>"
@@ -99,23 +104,23 @@ def _table(found: dict) -> str:
 
 def theory_section(ds: xr.Dataset, figure: Figures) -> str:
     """The report's "Theory beside measurement" section (one line where there is nothing)."""
-    raw = ds.attrs.get("theory")
+    ds = from_attribute(ds)  # a result written before the variables: its JSON attribute
     head = '<section id="theory"><h2>Theory beside measurement</h2>'
-    if not raw:
+    if "beta" not in ds.data_vars:
         return (
             head + "<p>This result was made before probe recorded the paper's bounds; "
             "run <code>probe collapse</code> again for the theory panel.</p></section>"
         )
-    panels = json.loads(raw)
-    missing = sorted({line for found in panels for line in found.get("missing", [])})
-    notes = sorted({line for found in panels for line in found.get("notes", [])})
+    missing = sorted(set(lines(ds, MISSING)))
+    notes = sorted(set(lines(ds, NOTES)))
     parts = [head]
     parts += [f'<p class="note">{esc(line[0].upper() + line[1:])}.</p>' for line in missing]
-    drawn = [found for found in panels if "bounds" in found]
+    # An init has constants (and so a panel) where the family gives them: heads is NaN else.
+    drawn = [str(init) for init in ds["init"].values if bool(ds["heads"].sel(init=init).notnull())]
     if drawn:
         parts.append(
             figure(
-                _figure(drawn),
+                _figure(ds, drawn),
                 "The paper's upper bounds from this model's weights (dashed; Theorem 2.2 for "
                 "SAN, Corollary 3.2 for SAN+MLP), run layer by layer from the measured "
                 "‖res(X_0)‖, beside the measured ‖res(X_l)‖₁,∞ (solid; token-mean fit, "
@@ -124,13 +129,14 @@ def theory_section(ds: xr.Dataset, figure: Figures) -> str:
                 "measured residual and the paper's bounds against layer, log axis",
             )
         )
-        for found in drawn:
-            H, d = found["heads"], found["d_qk"]
+        for init in drawn:
+            one = ds.sel(init=init)
+            H, d = int(one["heads"]), int(one["d_qk"])
             parts.append(
                 numbers(
-                    _table(found),
-                    f"Constants and ratios per layer, init {found['init']} (H = {H}, "
-                    f"d_qk = {d}, activation slope {_fmt(found['lipschitz_activation'])})",
+                    _table(one),
+                    f"Constants and ratios per layer, init {init} (H = {H}, "
+                    f"d_qk = {d}, activation slope {_fmt(float(one['activation_lipschitz']))})",
                 )
             )
         parts += [f'<p class="note">{esc(line[0].upper() + line[1:])}.</p>' for line in notes]

@@ -82,13 +82,29 @@ def evaluations_table(ds: xr.Dataset) -> str:
     )
 
 
+def finals(ds: xr.Dataset) -> list[tuple[str, float, int]]:
+    """(model, final validation bits per character, parameters) per model.  Results written
+    before these were variables kept them as JSON attributes: read those instead."""
+    if "final_val_bits_per_char" in ds.data_vars:
+        return [
+            (str(m), float(bits), int(params))
+            for m, bits, params in zip(
+                ds.model.values,
+                ds["final_val_bits_per_char"].values,
+                ds["parameters"].values,
+                strict=True,
+            )
+        ]
+    bits = json.loads(ds.attrs.get("final_val_bits_per_char", "{}"))
+    params = json.loads(ds.attrs.get("parameters", "{}"))
+    return [(m, bits[m], params.get(m, 0)) for m in bits]
+
+
 def render_training(ds: xr.Dataset, result_file: str = "training.nc") -> str:
     """The HTML page of a training Dataset (pure: no I/O)."""
-    finals = json.loads(ds.attrs.get("final_val_bits_per_char", "{}"))
-    params = json.loads(ds.attrs.get("parameters", "{}"))
     title = f"Training: {' vs '.join(str(m) for m in ds.model.values)}"
     summary = "; ".join(
-        f"{esc(m)}: {finals[m]:.3f} bits/char ({params.get(m, 0):,} parameters)" for m in finals
+        f"{esc(m)}: {bits:.3f} bits/char ({params:,} parameters)" for m, bits, params in finals(ds)
     )
     figures = Figures()
     body = (

@@ -222,7 +222,7 @@ def _with_tokenizer(folder: Path) -> None:
     """A tiny BERT over the bert-base-uncased vocabulary of the embedded MiniLM, with it."""
     from transformers import AutoTokenizer, BertConfig, BertModel
 
-    from probe.load import minilm_path
+    from probe.loading import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(minilm_path())
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=16, num_hidden_layers=2,

@@ -48,7 +48,7 @@ def tiny_folders(tmp_path_factory) -> dict[str, str]:
 def minilm_tokenizer():
     from transformers import AutoTokenizer
 
-    from probe.load import minilm_path
+    from probe.loading import minilm_path
 
     return AutoTokenizer.from_pretrained(minilm_path())
 

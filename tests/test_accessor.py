@@ -8,7 +8,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 import probe  # noqa: F401  (registers the accessor)
-from probe import plot
+from probe import stats
 from tests.datasets import make_collapse_dataset
 
 
@@ -17,7 +17,7 @@ def test_summary_html_has_the_numbers_and_the_figure():
     text = ds.probe._repr_html_()
     assert "probe collapse" in text and 'src="data:image/png;base64,' in text
     assert html.escape('odd<name>&"q"') in text and "odd<name>" not in text
-    summary = plot.summarise(ds)
+    summary = stats.summarise(ds)
     san = summary["SAN"]["random"]
     assert (
         f"<td>SAN</td><td>random</td><td>{san['first_below']}</td><td>{san['final']:.3g}</td>"
@@ -30,7 +30,7 @@ def test_plot_returns_a_figure_and_other_datasets_fall_back():
     ds = make_collapse_dataset(layers=3)
     fig = ds.probe.plot()
     assert isinstance(fig, Figure) and fig.axes[0].get_yscale() == "log"
-    assert ds.probe.summary() == plot.summarise(ds)
+    assert ds.probe.summary() == stats.summarise(ds)
     other = xr.Dataset({"x": ("a", [1.0])})
     fallback = other.probe._repr_html_()  # xarray's own repr (its ids are random)
     assert "xr-section-summary" in fallback and "probe collapse" not in fallback

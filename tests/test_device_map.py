@@ -130,5 +130,5 @@ def test_library_refuses_placement_options_without_a_map(tiny_folders):
     # probe.load checks them, so every analysis that loads by name does too.
     with pytest.raises(ProbeError, match="--max-memory and --offload-folder go with"):
         probe.load(tiny_folders["gpt2"], init="random", max_memory={"cpu": "1GiB"})
-    with pytest.raises(ProbeError, match="--max-memory and --offload-folder go with"):
+    with pytest.raises(ProbeError, match="`max_memory` and `offload_folder` go with"):
         path_decompose.decompose(tiny_folders["gpt2"], init="random", offload_folder="x")

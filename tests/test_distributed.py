@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import probe
-from probe import distributed
+from probe import bounds, distributed
 from probe.analyses import collapse
 from probe.errors import ProbeError
 
@@ -58,6 +58,8 @@ def test_shards_merge_into_the_single_process_result(tiny_gpt2, tmp_path, size):
     merged = distributed.merge(paths, size)
     for name in METRICS:
         xr.testing.assert_identical(merged[name].load(), whole[name])  # bit for bit
+    for name in bounds.VARIABLES:  # the theory panel's variables: rank 0's, the whole run's
+        xr.testing.assert_identical(merged[name].load(), whole[name])
     assert merged.attrs["world_size"] == size and whole.attrs["world_size"] == 1
     merged.close()
 
@@ -173,7 +175,7 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
     assert two.name == one.name  # the same settings: the same file name
     assert two.with_suffix(".html").is_file()
     a, b = probe.open_result(two), probe.open_result(one)
-    for name in METRICS:
+    for name in (*METRICS, *bounds.VARIABLES):
         xr.testing.assert_identical(a[name], b[name])  # bit for bit
     assert a.attrs["world_size"] == 2 and b.attrs["world_size"] == 1
     ignored = {"created", "world_size"}
@@ -223,14 +225,14 @@ def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_pat
             """
             import os
             if os.environ.get("RANK") == "1":
-                from probe.analyses import collapse
-                original = collapse._blocks
+                from probe.analyses import collapse_measure
+                original = collapse_measure.blocks
                 def broken(plan, batches, progress, part=(0, 1)):
                     for n, item in enumerate(original(plan, batches, progress)):
                         if n == len(batches) - 1:
                             raise RuntimeError("injected fault")
                         yield item
-                collapse._blocks = broken
+                collapse_measure.blocks = broken
             """
         )
     )

@@ -142,3 +142,42 @@ def test_a_stack_of_millions_of_layers_is_refused_by_its_memory_without_being_bu
     assert result.exit_code == 2, result.output
     assert "needs about" in result.stderr and "--layers" in result.stderr
     assert not (tmp_path / "ff").exists()
+
+
+def test_the_final_numbers_of_a_training_result_are_variables(tmp_path):
+    # Each model's final validation bits per character and parameter count are data: variables
+    # on the model dim, not JSON in attrs.  A result written before kept them as JSON
+    # attributes; its report reads those and says the same.
+    from pathlib import Path
+
+    from probe.fastformer.train import curves, read_training
+    from probe.reports.training import finals, render_training
+    from probe.results import open_result, save_result
+
+    shipped = Path(probe.__file__).parent / "checkpoints"
+    records = [read_training(shipped / "fastformer-tiny"), read_training(shipped / "gpt2-tiny")]
+    save_result(curves(records), tmp_path / "training.nc")
+    ds = open_result(tmp_path / "training.nc")
+    assert ds["final_val_bits_per_char"].dims == ("model",) == ds["parameters"].dims
+    assert ds["final_val_bits_per_char"].values.tolist() == [
+        r["final_val_bits_per_char"] for r in records
+    ]
+    assert ds["parameters"].values.tolist() == [r["parameters"] for r in records]
+    assert ds["parameters"].dtype.kind == "i"
+    assert "parameters" not in ds.attrs and "final_val_bits_per_char" not in ds.attrs
+    names = [str(m) for m in ds.model.values]
+    assert finals(ds) == [
+        (n, r["final_val_bits_per_char"], r["parameters"])
+        for n, r in zip(names, records, strict=True)
+    ]
+    old = ds.drop_vars(["final_val_bits_per_char", "parameters"]).assign_attrs(
+        final_val_bits_per_char=json.dumps(
+            {n: r["final_val_bits_per_char"] for n, r in zip(names, records, strict=True)}
+        ),
+        parameters=json.dumps({n: r["parameters"] for n, r in zip(names, records, strict=True)}),
+    )
+    assert finals(old) == finals(ds)
+    summary = f"{names[0]}: {records[0]['final_val_bits_per_char']:.3f} bits/char"
+    assert summary in render_training(ds) and f"{records[1]['parameters']:,} parameters" in (
+        render_training(old)
+    )

@@ -285,16 +285,17 @@ def test_progress_is_plain_lines_off_a_terminal_and_silent_with_quiet(tiny_folde
 
 def test_cli_choices_come_from_the_library():
     from cli import app as cli_app
-    from probe import names, plot
+    from cli.options import InitOption
+    from probe import names, stats
     from probe.ablate import VARIANTS
     from probe.metrics import FITS, NORMS
 
-    assert [e.value for e in cli_app.Init] == [*names.INITS, "both"]
-    assert [e.value for e in cli_app.Metric] == [m.replace("_", "-") for m in names.METRICS]
-    assert [e.value for e in cli_app.Norm] == list(NORMS) == list(names.NORMS)
-    assert [e.value for e in cli_app.Fit] == list(FITS) == list(names.FITS)
-    assert [e.value for e in cli_app.Surgery] == list(names.SURGERIES)
-    assert VARIANTS == names.VARIANTS and plot.INITS == names.INITS
+    assert list(InitOption.__metadata__[0].parser.values) == [*names.INITS, "both"]
+    assert list(cli_app.Metric) == [m.replace("_", "-") for m in names.METRICS]
+    assert list(cli_app.Norm) == list(NORMS) == list(names.NORMS)
+    assert list(cli_app.Fit) == list(FITS) == list(names.FITS)
+    assert list(cli_app.Surgery) == list(names.SURGERIES)
+    assert VARIANTS == names.VARIANTS and stats.INITS == names.INITS
 
 
 def test_paper_surgery_is_recorded_and_reported(tiny_folders, tmp_path):

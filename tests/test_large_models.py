@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 import probe
 from cli.app import app
 from probe.analyses import collapse
-from probe.load import DTYPES, bundled_configs
+from probe.loading import DTYPES, bundled_configs
 
 # Parameter counts of the base models (no task heads) as published with the checkpoints,
 # in millions; the configs are written from the published hyper-parameters.

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import shutil
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 import probe
-from probe.load import bundled_configs, minilm_path
+from probe.loading import bundled_configs, minilm_path
 from tests.reference.tiny import FAMILIES, tiny_model
 
 
@@ -186,15 +185,15 @@ def test_wrap_needs_a_hf_model_of_a_supported_family():
 
 def test_an_unreachable_hub_is_not_asked(monkeypatch):
     """Offline, only the local cache is consulted (huggingface_hub would retry for ~25 s)."""
-    load_module = importlib.import_module("probe.load")  # `probe.load` is also the function
+    from probe.loading import hub
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
-    load_module._hub_reachable.cache_clear()
-    monkeypatch.setattr(load_module.socket, "create_connection", _refuse)
+    hub.hub_reachable.cache_clear()
+    monkeypatch.setattr(hub.socket, "create_connection", _refuse)
     try:
-        assert load_module._hub_kwargs("bert-base-uncased") == {"local_files_only": True}
+        assert hub.hub_kwargs("bert-base-uncased") == {"local_files_only": True}
     finally:
-        load_module._hub_reachable.cache_clear()
+        hub.hub_reachable.cache_clear()
 
 
 def _refuse(*args, **kwargs):

@@ -381,7 +381,7 @@ def test_report_of_a_decomposition(name):
 
 @pytest.mark.parametrize("name", REFUSED)
 def test_families_without_a_decomposition_refuse_in_one_line(name):
-    with pytest.raises(ProbeError, match="--decompose: ") as err:
+    with pytest.raises(ProbeError, match="path decomposition: ") as err:
         paths.decompose(path_model(name), init="pretrained", sequences=2, tokens=6)
     assert "\n" not in str(err.value) and ADAPTERS[_family(name)].not_decomposable in str(err.value)
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
-from probe import plot
+from probe import plot, stats
 from tests.datasets import VARIANTS, make_collapse_dataset
 
 
@@ -176,43 +176,43 @@ def test_fit_order_cubic_is_three():
     r = [0.5]
     for _ in range(5):
         r.append(r[-1] ** 3)
-    order = plot.fit_order(with_r(np.array(r)))
+    order = stats.fit_order(with_r(np.array(r)))
     assert order.dims == ("variant", "init")
     assert float(order.sel(variant="SAN", init="random")) == pytest.approx(3.0)
 
 
 def test_fit_order_geometric_is_one():
     r = 0.4 * 0.5 ** np.arange(8)
-    assert float(plot.fit_order(with_r(r))[0, 0]) == pytest.approx(1.0)
+    assert float(stats.fit_order(with_r(r))[0, 0]) == pytest.approx(1.0)
 
 
 def test_fit_order_ignores_pairs_outside_the_window():
     # 0.9 -> 0.729 is above 0.5 and the floor values are rounding noise: neither counts.
     eps = np.finfo("float64").eps
     r = np.array([0.9, 0.729, 0.4, 0.064, 2.62e-4, eps, eps])
-    assert float(plot.fit_order(with_r(r))[0, 0]) == pytest.approx(3.0, rel=1e-3)
+    assert float(stats.fit_order(with_r(r))[0, 0]) == pytest.approx(3.0, rel=1e-3)
 
 
 def test_fit_order_float32_floor():
     # In float32 1e-8 is below 10 * eps: the last pair is noise and is dropped.
     r = np.array([0.3, 0.027, 1.97e-5, 1e-8])
-    order = plot.fit_order(with_r(r, dtype="float32"))
+    order = stats.fit_order(with_r(r, dtype="float32"))
     assert float(order[0, 0]) == pytest.approx(3.0, rel=1e-3)
-    r64 = plot.fit_order(with_r(r, dtype="float64"))
+    r64 = stats.fit_order(with_r(r, dtype="float64"))
     assert float(r64[0, 0]) != pytest.approx(3.0, rel=1e-3)
 
 
 def test_fit_order_nan_with_fewer_than_two_pairs(ds):
-    assert np.isnan(plot.fit_order(with_r(np.array([0.4, 0.064, 1e-300, 0.0]))))[0, 0]
-    assert np.isnan(plot.fit_order(with_r(np.full(5, 0.6))))[0, 0]  # all above 0.5
-    assert np.isnan(plot.fit_order(with_r(np.full(5, 0.3))))[0, 0]  # no spread in r(l)
-    assert np.isnan(plot.fit_order(with_r(np.full(5, np.nan))))[0, 0]
-    order = plot.fit_order(ds)
+    assert np.isnan(stats.fit_order(with_r(np.array([0.4, 0.064, 1e-300, 0.0]))))[0, 0]
+    assert np.isnan(stats.fit_order(with_r(np.full(5, 0.6))))[0, 0]  # all above 0.5
+    assert np.isnan(stats.fit_order(with_r(np.full(5, 0.3))))[0, 0]  # no spread in r(l)
+    assert np.isnan(stats.fit_order(with_r(np.full(5, np.nan))))[0, 0]
+    order = stats.fit_order(ds)
     assert np.isnan(order.sel(variant="transformer")).all()  # ~0.6 throughout
 
 
 def test_fit_order_on_the_synthetic_story(ds):
-    order = plot.fit_order(ds)
+    order = stats.fit_order(ds)
     assert list(order.variant.values) == list(VARIANTS)
     assert list(order.init.values) == ["pretrained", "random"]
     assert (order.sel(variant="SAN") > 2.5).all()
@@ -230,7 +230,7 @@ def test_fit_order_recovers_power_laws(k, c, r0):
     for _ in range(5):
         r.append(c * r[-1] ** k)
     r = np.array(r)
-    order = float(plot.fit_order(with_r(r))[0, 0])
+    order = float(stats.fit_order(with_r(r))[0, 0])
     low = 10 * np.finfo("float64").eps
     pairs = ((r[:-1] >= low) & (r[1:] >= low)).sum()
     if pairs >= 2:
@@ -241,7 +241,7 @@ def test_fit_order_recovers_power_laws(k, c, r0):
 
 def test_collapse_order_figure(ds):
     fig = plot.collapse_order(ds)
-    order = plot.fit_order(ds)
+    order = stats.fit_order(ds)
     assert len(fig.axes) == 2
     for ax, init in zip(fig.axes, ["pretrained", "random"], strict=True):
         assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
@@ -269,7 +269,7 @@ def test_collapse_order_points_are_consecutive_means(ds):
     assert path.get_label() == "_path"
     np.testing.assert_allclose(path.get_xdata(), x)
     np.testing.assert_allclose(path.get_ydata(), y)
-    window = (x <= plot.FIT_UPPER) & (y <= plot.FIT_UPPER)
+    window = (x <= stats.FIT_UPPER) & (y <= stats.FIT_UPPER)
     np.testing.assert_allclose(fitted.get_xdata(), x[window])
     np.testing.assert_allclose(fitted.get_ydata(), y[window])
     assert fitted.get_label().startswith("SAN+skip: slope ")
@@ -334,7 +334,7 @@ def test_across_models_one_line_per_model_and_variant():
         assert lines["enc"].get_linestyle() == "-" and lines["dec"].get_linestyle() == "--"
         for one, line in ((a, lines["enc"]), (b, lines["dec"])):
             expected = means(one).sel(variant=ax.get_title(), init="pretrained").values
-            np.testing.assert_allclose(line.get_ydata(), np.clip(expected, plot.eps(one), None))
+            np.testing.assert_allclose(line.get_ydata(), np.clip(expected, stats.eps(one), None))
     with pytest.raises(ValueError):
         plot.across_models([])
 
@@ -343,7 +343,7 @@ def test_across_models_one_line_per_model_and_variant():
 
 
 def test_summarise_numbers(ds):
-    summary = plot.summarise(ds, threshold=1e-3)
+    summary = stats.summarise(ds, threshold=1e-3)
     m = means(ds)
     for variant in VARIANTS:
         for init in ("random", "pretrained"):
@@ -356,14 +356,14 @@ def test_summarise_numbers(ds):
     assert summary["SAN"]["random"]["first_below"] is not None
     assert summary["transformer"]["random"]["first_below"] is None
     assert summary["transformer"]["random"]["order"] is None
-    order = plot.fit_order(ds).sel(variant="SAN", init="random")
+    order = stats.fit_order(ds).sel(variant="SAN", init="random")
     assert summary["SAN"]["random"]["order"] == pytest.approx(float(order))
 
 
 def test_summarise_skips_missing_and_uses_last_layer_with_data():
     ds = make_collapse_dataset(missing=(("SAN", "pretrained"),))
     ds["relative_residual"].loc[{"variant": "transformer", "init": "random", "layer": 4}] = np.nan
-    summary = plot.summarise(ds)
+    summary = stats.summarise(ds)
     assert "pretrained" not in summary["SAN"]
     assert summary["transformer"]["random"]["final_layer"] == 3
 

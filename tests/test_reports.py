@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from probe import plot, reports
+from probe import reports, stats
 from probe.models import ADAPTERS
 from tests.datasets import VARIANTS, make_collapse_dataset
 
@@ -164,13 +164,13 @@ def test_metric_tables(html, ds, nth, name):
 
 def test_orders_table(html, ds):
     got = [float(x) for x in re.findall(r'data-order="([^"]+)"', table(html, "orders"))]
-    want = plot.fit_order(ds).transpose("variant", "init").values.ravel()
+    want = stats.fit_order(ds).transpose("variant", "init").values.ravel()
     np.testing.assert_allclose(got, want)
-    assert f"{float(plot.fit_order(ds)[0, 0]):.2f}</td>" in table(html, "orders")
+    assert f"{float(stats.fit_order(ds)[0, 0]):.2f}</td>" in table(html, "orders")
 
 
 def test_paragraph(html, ds):
-    summary = plot.summarise(ds)
+    summary = stats.summarise(ds)
     first = summary["SAN"]["random"]["first_below"]
     assert first is not None
     assert f"At random init, SAN falls under 1e-3 at layer {first}" in html

@@ -178,8 +178,9 @@ def test_every_collapse_report_has_the_panel(tmp_path):
     bert = next(out.glob("collapse-bert-*.html")).read_text()
     assert 'id="theory"' in bert and "Theorem 2.2 (SAN): bound" in bert and "measured/bound" in bert
     ds = xr.open_dataset(next(out.glob("collapse-bert-*.nc")))
-    panels = json.loads(ds.attrs["theory"])
-    assert [p["init"] for p in panels] == ["pretrained"] and len(panels[0]["beta"]) == 2
+    # beta has its (init, layer) dims; NaN at layer 0, the embeddings' output.
+    assert ds["beta"].dims == ("init", "layer") and list(ds["init"].values) == ["pretrained"]
+    assert int(ds["beta"].notnull().sum()) == 2 and np.isnan(ds["beta"].sel(layer=0)).all()
     albert = next(out.glob("collapse-albert-*.html")).read_text()
     assert 'id="theory"' in albert and "Theorem 2.2 has no constants here" in albert
 
@@ -216,7 +217,7 @@ def test_a_collapse_run_takes_the_panel_from_its_own_forwards(tmp_path, batch, s
         ds = xr.open_dataset(tmp_path / "run.nc")
     else:
         ds = collapse.run(probed, **options)
-    panel = json.loads(ds.attrs["theory"])[0]
+    measured = ds["panel_residual"].isel(init=0)
     plan = collapse.prepare(probed, **options)
     ids, mask = plan.inputs.input_ids[:8], plan.inputs.attention_mask[:8]
     for name in theory.PANEL_VARIANTS:
@@ -224,9 +225,9 @@ def test_a_collapse_run_takes_the_panel_from_its_own_forwards(tmp_path, batch, s
                                  theory.residual_norm, mask[: min(batch, 8)])  # fmt: skip
         want = np.median(np.stack(per_layer), axis=1)
         if batch <= 8:
-            assert panel["measured"][name] == want.tolist()
+            assert measured.sel(panel_variant=name).values.tolist() == want.tolist()
         else:
-            np.testing.assert_allclose(panel["measured"][name], want, rtol=1e-6)
+            np.testing.assert_allclose(measured.sel(panel_variant=name), want, rtol=1e-6)
     ds.close()
 
 
@@ -239,3 +240,94 @@ def test_the_residual_norms_of_padded_sequences_ignore_the_padding():
     want1 = theory_numpy.residual_1inf(x[1].double().numpy())
     assert got[0].item() == math.sqrt(2.0)
     assert got[1].item() == pytest.approx(want1, rel=1e-15)
+
+
+# --- the panel as result variables (probe.bounds) ------------------------------------
+
+
+def _assert_variables_are_the_panels(ds: xr.Dataset, panels: list[dict]) -> None:
+    """Every number of theory.panel, per init, is where probe.bounds puts it, bit for bit."""
+    from probe import bounds
+
+    assert list(ds["init"].values) == [found["init"] for found in panels]
+    for found in panels:
+        one = ds.sel(init=found["init"])
+        keys = {"qk_norm": "qk", "vo_norm": "vo", "beta": "beta", "contraction": "c",
+                "lambda_mlp": "lambda"}  # fmt: skip
+        for name, key in keys.items():
+            assert one[name].dims == ("layer",) and np.isnan(one[name].values[0])
+            np.testing.assert_array_equal(one[name].values[1:], found[key], strict=True)
+        assert float(one["heads"]) == found["heads"] and float(one["d_qk"]) == found["d_qk"]
+        np.testing.assert_array_equal(one["activation_lipschitz"], found["lipschitz_activation"])
+        for variant, values in found["measured"].items():
+            assert one["panel_residual"].sel(panel_variant=variant).values.tolist() == values
+        labelled = {}
+        for variant, theorem in zip(bounds.PANEL_VARIANTS, bounds.THEOREMS, strict=True):
+            labelled[f"{theorem} ({variant})"] = one.sel(panel_variant=variant)
+        for name, bound in found["bounds"].items():
+            got = labelled.pop(name)
+            assert bound["variant"] == str(got["panel_variant"].values)
+            assert got["bound"].values.tolist() == bound["bound"]
+            assert got["bound_ratio"].values.tolist() == bound["ratio"]
+            assert got["bound_vacuous"].values.tolist() == [False, *bound["vacuous"][1:]]
+        for got in labelled.values():  # no theorem bounds these (SAN+skip; a gated SAN+MLP)
+            assert got["bound"].isnull().all() and got["bound_ratio"].isnull().all()
+            assert not got["bound_vacuous"].any()
+    assert "theory" not in ds.attrs  # no numbers kept as JSON
+    notes = {line for found in panels for line in found.get("notes", [])}
+    missing = {line for found in panels for line in found.get("missing", [])}
+    assert set(bounds.lines(ds, bounds.NOTES)) == notes
+    assert set(bounds.lines(ds, bounds.MISSING)) == missing
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["in-memory", "streamed"])
+@pytest.mark.parametrize("family", ["bert", "llama"])  # llama: gated, no SAN+MLP bound
+def test_a_runs_theory_variables_are_what_the_panel_computes(tmp_path, family, stream):
+    from probe.analyses import collapse
+
+    folder = tmp_path / family
+    (tiny_model if family == "bert" else tiny_spec_model)(family, seed=4).save_pretrained(folder)
+    # A first batch within the panel's 8 sequences: its forwards are the panel's own (exact).
+    options = dict(init="both", sequences=10, tokens=7, batch_size=4, seed=1, dtype="float64")
+    if stream:
+        collapse.run(str(folder), stream_to=tmp_path / "run.nc", **options)
+        ds = xr.open_dataset(tmp_path / "run.nc")
+    else:
+        ds = collapse.run(str(folder), **options)
+    plan = collapse.prepare(str(folder), **options)
+    ids, mask = plan.inputs.input_ids[:4], plan.inputs.attention_mask[:4]
+    panels = [theory.panel(probed, ids, mask) for probed in plan.models]
+    assert [found["init"] for found in panels] == ["pretrained", "random"]
+    assert ("Corollary 3.2 (SAN+MLP)" in panels[0]["bounds"]) == (family == "bert")
+    _assert_variables_are_the_panels(ds, panels)
+    for name in ("bound", "panel_residual", "beta", "lambda_mlp", "heads"):
+        assert ds[name].attrs["long_name"] and ds[name].attrs["units"] == "1"
+    ds.close()
+
+
+def test_an_old_results_theory_attribute_is_read_as_the_variables(tmp_path):
+    # Results written before the variables kept the panel as JSON in attrs["theory"]: the
+    # report of such a file converts it (probe.bounds.from_attribute) and draws the same.
+    from probe import bounds
+    from probe.analyses import collapse
+    from probe.reports.figures import Figures
+    from probe.reports.theory import theory_section
+
+    probed = probe.wrap(tiny_spec_model("gemma2", seed=2))
+    options = dict(init=probed.init, sequences=6, tokens=7, batch_size=3, seed=1)
+    new = collapse.run(probed, **options)
+    plan = collapse.prepare(probed, **options)
+    panels = [theory.panel(probed, plan.inputs.input_ids[:3], plan.inputs.attention_mask[:3])]
+    assert panels[0]["notes"]  # gemma2's scale and rotary embeddings: caveats to carry over
+    old = new.drop_vars([*bounds.VARIABLES, "panel_variant", "theorem"])
+    old.attrs = {k: v for k, v in new.attrs.items() if k not in (bounds.MISSING, bounds.NOTES)}
+    old.attrs["theory"] = json.dumps(panels)
+    old.to_netcdf(tmp_path / "old.nc", engine="h5netcdf")
+    with xr.open_dataset(tmp_path / "old.nc", engine="h5netcdf") as saved:
+        converted = bounds.from_attribute(saved)
+        _assert_variables_are_the_panels(converted, panels)
+        xr.testing.assert_identical(converted[list(bounds.VARIABLES)], new[list(bounds.VARIABLES)])
+        html = theory_section(saved, Figures())
+    assert html == theory_section(new, Figures())
+    assert "Theorem 2.2 (SAN): bound" in html and "measured/bound" in html
+    assert bounds.from_attribute(new) is new  # a current result is left as it is

@@ -534,12 +534,19 @@ def curves(records: list[dict]) -> xr.Dataset:
             "eval_step": (("model", "evaluation"), padded("eval_steps", evals)),
             "eval_seconds": (("model", "evaluation"), padded("eval_seconds", evals)),
             "val_bits_per_char": (("model", "evaluation"), padded("val_bits_per_char", evals)),
+            "final_val_bits_per_char": (
+                ("model",),
+                np.array([r["final_val_bits_per_char"] for r in records], dtype=np.float64),
+            ),
+            "parameters": (("model",), np.array([r["parameters"] for r in records], np.int64)),
         },
         coords={"model": names, "step": np.arange(1, steps + 1), "evaluation": np.arange(evals)},
     )
     ds["train_loss"].attrs["long_name"] = "training loss (nats per character)"
     ds["seconds"].attrs["long_name"] = "wall time since the start of training (s)"
     ds["val_bits_per_char"].attrs["long_name"] = "validation bits per character"
+    ds["final_val_bits_per_char"].attrs["long_name"] = "validation bits per character at the end"
+    ds["parameters"].attrs["long_name"] = "parameters of the model"
     first = records[0]
     ds.attrs = {
         "analysis": "training",
@@ -548,10 +555,6 @@ def curves(records: list[dict]) -> xr.Dataset:
         "text_source": first["data"]["source"],
         "text_sha256": first["data"]["sha256"],
         "settings": json.dumps(first["settings"]),
-        "final_val_bits_per_char": json.dumps(
-            {n: r["final_val_bits_per_char"] for n, r in zip(names, records, strict=True)}
-        ),
-        "parameters": json.dumps({n: r["parameters"] for n, r in zip(names, records, strict=True)}),
         "folders": json.dumps(
             {n: r.get("folder", "") for n, r in zip(names, records, strict=True)}
         ),

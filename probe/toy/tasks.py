@@ -71,7 +71,7 @@ def text_tokens(text: str) -> np.ndarray:
     """Token ids of ``text`` in the BERT (uncased) vocabulary of the embedded MiniLM."""
     from transformers import AutoTokenizer
 
-    from probe.load import minilm_path
+    from probe.loading import minilm_path
 
     tokenizer = AutoTokenizer.from_pretrained(str(minilm_path()), trust_remote_code=False)
     tokenizer.model_max_length = len(text) + 1  # one long stream, cut into windows later

@@ -1,0 +1,227 @@
+"""How a collapse run measures: batch by batch, the per-layer reduction inside the trace.
+
+For every batch, each variant and init runs once (``probe.trace.layer_values``) with a
+reducer that turns each layer's token matrix into per-sequence metrics right there
+(:mod:`probe.metrics`), so only per-sequence numbers leave the model.  The embeddings'
+X_0 is the same for every variant, so its metrics are computed once per batch and model.
+
+On CUDA the layer loop never waits for the device: it only keeps a copy of each layer;
+once a batch's forwards are queued, a worker thread measures its layers on a side stream
+(overlapping the next batch's forwards) and copies the numbers to pinned host memory.  On a
+CPU each layer is measured at once.  The run's first batch also measures the theory panel's
+residual norms (``probe.theory.residual_norms``) for SAN, SAN+MLP and SAN+skip.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from probe import metrics, theory
+from probe.ablate import PRESETS
+from probe.errors import ProbeError
+from probe.inputs import Encoded
+from probe.loading import ProbedModel
+from probe.names import METRICS
+from probe.trace import layer_values
+
+Progress = Callable[[int, int, str], None]
+
+#: The metrics a run computes unless told otherwise: all of them (the effective rank by the
+#: method that fits the size, see probe.metrics).
+DEFAULT_METRICS: tuple[str, ...] = METRICS
+
+
+@dataclass
+class Plan:
+    """Everything a collapse run needs, checked and loaded, before any forward pass."""
+
+    models: list[ProbedModel]
+    variants: list[str]
+    inputs: Encoded
+    surgery: str
+    batch_size: int
+    command: str
+    settings: dict = field(default_factory=dict)
+    metrics: tuple[str, ...] = DEFAULT_METRICS
+    effective_rank: str = "exact"  # as resolved from what was asked: exact or estimate
+
+    @property
+    def steps(self) -> int:
+        """Forward passes the run makes (variants x inits x batches), for progress bars."""
+        return self.steps_of((0, 1))
+
+    def steps_of(self, part: tuple[int, int]) -> int:
+        """Forward passes of one part ``(rank, world_size)`` of a data-parallel run."""
+        from probe.distributed import shard
+
+        start, stop = shard(-(-self.inputs.sequences // self.batch_size), *part)
+        return len(self.variants) * len(self.models) * (stop - start)
+
+
+def empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
+    shape = (len(plan.variants), len(plan.models), plan.models[0].n_layers + 1, sequences)
+    sizes = {"relative_residual": (len(metrics.FITS), len(metrics.NORMS))}
+    return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
+
+
+def blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int] = (0, 1)):
+    """(first sequence, results) of ``batches``: every variant and init of a batch at once.
+
+    On a CPU each layer is measured as it comes out of the trace.  On CUDA the layer loop
+    only keeps each layer's hidden states; once a batch's forwards are queued its layers are
+    measured on a side stream by a worker thread, while the next batch's forwards run, and
+    the batch's results are read (the only wait) just before the one after it starts."""
+    cuda = plan.models[0].device.type == "cuda"
+    worker = ThreadPoolExecutor(1, thread_name_prefix="probe-metrics") if cuda else None
+    done = [0]
+    pending = None  # (start, future) of the batch being measured on CUDA
+    try:
+        for start, ids, mask in batches:
+            # The run's first batch also measures the theory panel's sequences.
+            panel = min(ids.shape[0], theory.PANEL_SEQUENCES) if start == 0 else 0
+            runs = _run_batch(plan, ids, mask, progress, done, plan.steps_of(part), panel)
+            if worker is None:
+                yield start, *_block(plan, ids.shape[0], runs)
+                continue
+            ready = torch.cuda.Event()
+            # the batch's forwards, as queued on the model device's current stream
+            ready.record(torch.cuda.current_stream(plan.models[0].device))
+            future = worker.submit(_measure_cuda, plan, ids.shape[0], runs, ready)
+            if pending is not None:
+                yield pending[0], *pending[1].result()
+            pending = (start, future)
+        if pending is not None:
+            yield pending[0], *pending[1].result()
+    finally:
+        if worker is not None:
+            worker.shutdown(wait=True)
+
+
+def _run_batch(
+    plan: Plan, ids, mask, progress: Progress | None, done: list[int], steps: int, panel: int = 0
+) -> list:
+    """Every variant and init of one batch: [(variant, init, per-layer values, panel)].
+
+    ``panel``: for SAN, SAN+MLP and SAN+skip, also measure the theory panel's residual norms
+    of the first ``panel`` sequences (``theory.residual_norms``), so the panel needs no
+    forward passes of its own."""
+    L = plan.models[0].n_layers
+    cuda = plan.models[0].device.type == "cuda"
+    # X_0 is shared by a model's variants: one reducer per model keeps its metrics.
+    reducers = [Reducer(L + 1, plan, cuda) for _ in plan.models]
+    runs = []
+    for i, variant in enumerate(plan.variants):
+        ablation = PRESETS[variant].with_surgery(plan.surgery)
+        tap = panel if variant in theory.PANEL_VARIANTS and plan.surgery == "probe" else 0
+        for j, probed in enumerate(plan.models):
+            reducers[j].panel = tap
+            runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask), tap))
+            done[0] += 1
+            if progress is not None:
+                progress(done[0], steps, f"{probed.name} · {probed.init} · {variant}")
+    return runs
+
+
+#: The key under which a layer's values carry the theory panel's residual norms.
+PANEL = "theory_panel"
+
+
+def _block(plan: Plan, sequences: int, runs: list) -> tuple[dict[str, np.ndarray], list | None]:
+    """A batch's results, and per model the theory panel's (layer, sequence) residuals by
+    variant (None when the batch measured none)."""
+    block = empty(plan, sequences)
+    panel: list[dict[str, np.ndarray]] = [{} for _ in plan.models]
+    for i, j, per_layer, _ in runs:
+        for layer, values in enumerate(per_layer):
+            for name, value in values.items():
+                if name != PANEL:
+                    block[name][i, j, layer] = value.numpy()
+        if PANEL in per_layer[0]:
+            panel[j][plan.variants[i]] = np.stack([v[PANEL].numpy() for v in per_layer])
+    return block, panel if any(panel) else None
+
+
+def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np.ndarray]:
+    """A CUDA batch's metrics, on a side stream once its forwards are done (worker thread).
+
+    The values are copied into pinned host memory without blocking; the one wait is at the
+    end, for the whole batch, off the thread that queues the forwards."""
+    device = plan.models[0].device
+    side = torch.cuda.Stream(device)
+    measured = []
+    with torch.cuda.stream(side):
+        side.wait_event(ready)
+        for i, j, per_layer, tap in runs:
+            layers = []
+            for layer, (x, real) in enumerate(per_layer):
+                check_finite(x, real, layer)  # waits for the device: off the forward's thread
+                values = metrics.collapse_metrics(x, real, plan.metrics, plan.effective_rank)
+                if tap:
+                    values[PANEL] = theory.residual_norms(x[:tap], real[:tap])
+                layers.append({name: _to_host(value) for name, value in values.items()})
+            measured.append((i, j, layers, tap))
+    side.synchronize()
+    return _block(plan, sequences, measured)
+
+
+def _to_host(value: torch.Tensor) -> torch.Tensor:
+    """A non-blocking copy into pinned host memory (readable once the stream is synced)."""
+    host = torch.empty(value.shape, dtype=value.dtype, pin_memory=True)
+    return host.copy_(value, non_blocking=True)
+
+
+def check_finite(x: torch.Tensor, mask: torch.Tensor, layer: int) -> None:
+    # One pass over the whole layer first (no copy); only a layer holding a non-finite value
+    # somewhere has its real tokens picked out (padding may hold anything).
+    if bool(torch.isfinite(x).all()):
+        return
+    if not bool(torch.isfinite(x[mask.bool()]).all()):
+        # The weights are finite (checked at load): the forward pass overflowed.
+        raise ProbeError(
+            f"layer {layer}'s token representations hold NaN or inf: the forward pass "
+            f"overflowed in {str(x.dtype).removeprefix('torch.')}; use `dtype` float32 or float64"
+        )
+
+
+class Reducer:
+    """The per-layer reduction inside the trace: only per-sequence numbers leave the model.
+
+    The stream starts at the embeddings X_0, which no ablation touches, so one reducer serves
+    all the variants of a batch and model: on a CPU X_0's metrics are computed once and reused
+    for as long as X_0 is exactly the same tensor (checked, never assumed).  On CUDA the
+    reducer keeps a copy of the layer (queued on the device, no wait) for ``_measure_cuda``.
+    """
+
+    def __init__(self, layers: int, plan: Plan, cuda: bool) -> None:
+        self.layers = layers
+        self.metrics, self.method = plan.metrics, plan.effective_rank
+        self.cuda = cuda
+        self.calls = 0
+        self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
+        #: Sequences whose theory-panel residual this trace also measures (0: none).
+        self.panel = 0
+
+    def __call__(self, x: torch.Tensor, mask: torch.Tensor):
+        layer, self.calls = self.calls % self.layers, self.calls + 1
+        if self.cuda:  # a copy: the forward may reuse the tensor's memory
+            return x.detach().clone(), mask.clone()
+        values = None
+        if layer == 0 and self.first is not None:
+            x0, mask0, cached = self.first
+            if torch.equal(x, x0) and torch.equal(mask, mask0):
+                values = cached
+        if values is None:
+            check_finite(x, mask, layer)
+            values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
+            values = {name: value.cpu() for name, value in values.items()}
+            if layer == 0:
+                self.first = (x.clone(), mask.clone(), values)
+        if self.panel:
+            n = self.panel
+            values = {**values, PANEL: theory.residual_norms(x[:n], mask[:n]).cpu()}
+        return values

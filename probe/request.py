@@ -1,0 +1,360 @@
+"""One request: the model to run (:class:`Model`) and what it reads (:class:`Inputs`).
+
+Every model-based analysis -- ``collapse``, ``paths`` sample and decompose, ``check`` --
+takes these two values and only its own options beside them::
+
+    >>> from probe import Model, Inputs
+    >>> from probe.analyses import collapse
+    >>> ds = collapse.run(Model("minilm", init="pretrained"), Inputs(sequences=8, tokens=64))
+
+Both are frozen and checked once, when they are built: a value outside its domain raises
+:class:`~probe.errors.ProbeError` with one line that names the parameter (written
+```name``` there; the command line shows its own spelling, ``--name``).  What can only be
+checked against a loaded model (its token limit, whether it reads text or images, memory)
+is checked by the analysis, before any forward pass.
+
+:func:`provenance` derives the attributes every result carries about how it was made from
+the loaded models and the inputs they read, and :meth:`Model.cli_args` /
+:meth:`Inputs.cli_args` the command line that reproduces a request.
+
+Nothing here imports torch at module level: the command line builds a request before it
+loads anything heavy.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from . import checks
+from .errors import ProbeError
+from .names import DTYPES, INITS
+
+#: Strategies accelerate spreads a model with (``device_map``), besides an explicit map.
+DEVICE_MAPS = ("auto", "balanced", "sequential")
+
+
+def parse_inits(init: str | tuple[str, ...] | list[str]) -> tuple[str, ...]:
+    """``"both"``, one init, or a sequence -> inits in the order of probe.names.INITS."""
+    wanted = list(INITS) if init == "both" else [init] if isinstance(init, str) else list(init)
+    unknown = [name for name in wanted if name not in INITS]
+    if unknown or not wanted:
+        raise ProbeError(
+            f"unknown init {', '.join(map(str, unknown)) or init!r}; "
+            "choose pretrained, random or both"
+        )
+    return tuple(name for name in INITS if name in wanted)
+
+
+def dtype_name(dtype) -> str | None:
+    """A dtype as probe names it (``float32``, ...): from a name, a ``torch.dtype`` or None."""
+    if dtype is None:
+        return None
+    name = str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ProbeError(f"unknown dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return name
+
+
+def _is_module(source) -> bool:
+    """A model object the caller holds (an ``nn.Module`` or a ProbedModel), not a name."""
+    return not isinstance(source, str | os.PathLike)
+
+
+@dataclass(frozen=True)
+class Model:
+    """What to load, how and where.
+
+    ``source``: a hub id, a local ``save_pretrained`` folder, a bundled name (``minilm``,
+    ``gpt2``, ...), an ``nn.Module`` of a supported family, or a loaded
+    :class:`~probe.loading.ProbedModel`.  A module the caller holds is never modified.
+
+    ``init``: ``pretrained``, ``random`` or ``both`` (a sequence of them is accepted too);
+    kept as the tuple of inits in probe's order.  A module is run once, under its own
+    weights (``both`` means ``pretrained``).  ``seed`` fixes the random init and the
+    synthetic inputs.  ``dtype``: ``float32``, ``float64``, ``bfloat16``, ``float16``, or
+    None for the analysis' default.  ``device``: ``cpu``, ``cuda``, ``cuda:N`` or None.
+
+    Placement (accelerate): ``device_map`` (``auto``, ``balanced``, ``sequential`` or an
+    explicit ``{module: device}`` map) spreads a model over the GPUs, the CPU and the disk;
+    ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device, ``offload_folder``
+    holds what goes to disk.  ``remote``: ``True`` runs on NDIF through nnsight's remote
+    backend, ``"local"`` nnsight's local simulation of it.  ``allow_missing_weights``
+    probes a checkpoint that lacks tensors (they stay at random init and the result says so).
+    """
+
+    source: Any
+    init: str | tuple[str, ...] = "both"
+    seed: int = 0
+    dtype: str | None = None
+    device: str | None = None
+    device_map: str | dict | None = None
+    max_memory: dict | None = None
+    offload_folder: str | os.PathLike | None = None
+    remote: bool | str = False
+    allow_missing_weights: bool = False
+
+    def __post_init__(self) -> None:
+        source = self.source
+        if isinstance(source, str | os.PathLike):
+            if not str(source).strip():
+                raise ProbeError("`source` is empty; give a hub id, a local folder or a name")
+        elif not hasattr(source, "config") and not hasattr(source, "adapter"):
+            raise ProbeError(
+                "`source` must be a model name, a folder, an nn.Module with a .config or a "
+                f"ProbedModel; got {type(source).__name__}"
+            )
+        set_ = object.__setattr__  # frozen: the checked values replace the given ones
+        set_(self, "init", parse_inits(self.init))
+        set_(self, "seed", checks.integer("`seed`", self.seed, 0, checks.MAX_SEED))
+        set_(self, "dtype", dtype_name(self.dtype))
+        if self.device is not None:
+            set_(self, "device", checks.device(self.device, "`device`"))
+        dm = self.device_map
+        if dm is not None and not isinstance(dm, dict) and dm not in DEVICE_MAPS:
+            raise ProbeError(f"unknown device map {dm!r}; choose {', '.join(DEVICE_MAPS)}")
+        if dm is not None and self.device not in (None, "cpu"):
+            raise ProbeError("use either `device` or `device_map`, not both")
+        if dm is None and (self.max_memory is not None or self.offload_folder is not None):
+            raise ProbeError("`max_memory` and `offload_folder` go with `device_map`")
+        if self.remote not in (False, True, "local"):
+            raise ProbeError(f"`remote` is True, False or 'local', got {self.remote!r}")
+        if self.remote and self.init != ("pretrained",):
+            raise ProbeError("`remote` runs pretrained weights only; add `init` pretrained")
+        if self.remote and (dm is not None or self.device not in (None, "cpu")):
+            raise ProbeError(
+                "`remote` runs on the service's devices; drop `device` and `device_map`"
+            )
+        if self.remote and _is_module(source):
+            raise ProbeError("`remote` runs a model by its name; pass the name, not a module")
+
+    @property
+    def name(self) -> str:
+        """The model as results name it: the name or folder as given, or the module's name."""
+        if not _is_module(self.source):
+            return str(self.source)
+        return getattr(self.source, "name", None) or type(self.source).__name__
+
+    @property
+    def placement(self) -> dict:
+        """The keywords of ``probe.load`` that say where the weights go."""
+        spread = {
+            "device_map": self.device_map,
+            "max_memory": self.max_memory,
+            "offload_folder": self.offload_folder,
+        }
+        return spread | ({"remote": self.remote} if self.remote else {})
+
+    def with_defaults(self, **defaults) -> Model:
+        """This request with ``defaults`` filling the fields left at None (an analysis's)."""
+        return replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+
+    def load(self, verify: bool = True) -> list:
+        """One :class:`~probe.loading.ProbedModel` per init, pretrained first (if its weights
+        cannot be had, nothing runs)."""
+        from .loading import ProbedModel, as_dtype, load, wrap
+
+        source = self.source
+        if isinstance(source, ProbedModel):
+            if self.init != (source.init,):
+                raise ProbeError(
+                    f"this model is loaded with init {source.init!r}; pass init={source.init!r}"
+                )
+            if source.device_map and (
+                self.device is not None
+                or (self.dtype is not None and as_dtype(self.dtype) != source.dtype)
+            ):
+                raise ProbeError(
+                    "this model is spread with a device_map and is not moved or converted; "
+                    f"pass device=None and dtype={str(source.dtype).removeprefix('torch.')!r}, "
+                    "or load it with the dtype you want"
+                )
+            if source.device_map or (self.dtype is None and self.device is None):
+                return [source]
+            return [
+                wrap(
+                    source.model,
+                    name=source.name,
+                    tokenizer=source.tokenizer,
+                    init=source.init,
+                    seed=source.seed,
+                    device=self.device,
+                    dtype=self.dtype,
+                )
+            ]
+        if _is_module(source):
+            init = self.init[0]  # "both" is the module's own weights, as pretrained
+            return [wrap(source, init=init, seed=self.seed, device=self.device, dtype=self.dtype)]
+        return [
+            load(
+                source,
+                init=init,
+                seed=self.seed,
+                device=self.device,
+                dtype=self.dtype,
+                allow_missing_weights=self.allow_missing_weights,
+                verify=verify,
+                **self.placement,
+            )
+            for init in self.init
+        ]
+
+    def cli_args(self, dtype: str | None = None) -> list[str]:
+        """The command-line arguments that ask for this model (``dtype``: as resolved)."""
+        args = [self.name, "--init", "both" if self.init == INITS else self.init[0]]
+        args += ["--seed", str(self.seed)]
+        if (dtype or self.dtype) is not None:
+            args += ["--dtype", dtype or self.dtype]
+        if self.device not in (None, "cpu"):
+            args += ["--device", str(self.device)]
+        if isinstance(self.device_map, str):
+            args += ["--device-map", self.device_map]
+        if self.remote is True:
+            args.append("--remote")
+        if self.allow_missing_weights:
+            args.append("--allow-missing-weights")
+        return args
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the model reads: a text, images, or token ids (pixel values) the caller holds.
+
+    ``text``: a UTF-8 text file, cut into sequences of exactly ``tokens`` real tokens (None:
+    the sample text shipped with probe; a model without a tokenizer reads seeded random
+    ids).  ``images``: a folder of images for an image model (None: seeded noise images).
+    ``ids``: a (sequence, token) tensor of token ids, or an image model's (sequence,
+    channel, height, width) pixel values, used as they are; ``sequences`` and ``tokens``
+    then come from its shape.  ``sequences``: how many (``"all"``: every full sequence of
+    the text, every image of the folder); ``tokens``: real tokens per sequence;
+    ``batch_size``: sequences per forward pass.  A size left at None takes the analysis'
+    default.
+    """
+
+    text: str | os.PathLike | None = None
+    images: str | os.PathLike | None = None
+    ids: Any = field(default=None, compare=False)
+    sequences: int | str | None = None
+    tokens: int | None = None
+    batch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        given = [name for name in ("text", "images", "ids") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ProbeError(f"give one of `text`, `images` and `ids`, not {' and '.join(given)}")
+        if self.ids is not None:
+            shape = tuple(getattr(self.ids, "shape", ()))
+            if len(shape) not in (2, 4) or 0 in shape:
+                raise ProbeError(
+                    "`ids` must be a (sequence, token) tensor of token ids or a (sequence, "
+                    f"channel, height, width) tensor of pixels; got shape {shape}"
+                )
+            if self.sequences not in (None, shape[0]) or (
+                len(shape) == 2 and self.tokens not in (None, shape[1])
+            ):
+                raise ProbeError("`sequences` and `tokens` come from the shape of `ids`; drop them")
+            set_(self, "sequences", shape[0])
+            if len(shape) == 2:
+                set_(self, "tokens", shape[1])
+        if self.sequences is not None and self.sequences != "all":
+            set_(self, "sequences", checks.integer("`sequences`", self.sequences, 1))
+        if self.sequences == "all" and self.text is None and self.images is None:
+            raise ProbeError("`sequences` 'all' needs `text` or `images` to count them in")
+        if self.tokens is not None:
+            set_(self, "tokens", checks.integer("`tokens`", self.tokens, 2))
+        if self.batch_size is not None:
+            set_(self, "batch_size", checks.integer("`batch_size`", self.batch_size, 1))
+        if self.text is not None:
+            from .inputs import read_text
+
+            read_text(self.text)  # a bad text fails before any model is loaded
+        if self.images is not None:
+            from .inputs import image_files
+
+            image_files(self.images)  # and so does a bad image folder
+
+    def with_defaults(self, **defaults) -> Inputs:
+        """These inputs with ``defaults`` filling the sizes left at None (an analysis's)."""
+        return replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+
+    def cli_args(self, **resolved) -> list[str]:
+        """The command-line options that ask for these inputs (``resolved``: sizes as run)."""
+        args = []
+        if self.text is not None:
+            args += ["--text", str(self.text)]
+        if self.images is not None:
+            args += ["--images", str(self.images)]
+        for name in ("sequences", "tokens", "batch_size"):
+            value = resolved.get(name, getattr(self, name))
+            if value is not None:
+                args += [f"--{name.replace('_', '-')}", str(value)]
+        return args
+
+
+def coerce(model, inputs: Inputs | None, legacy: dict) -> tuple[Model, Inputs]:
+    """The request of an analysis call: its two values, or the same built from keywords.
+
+    ``legacy`` holds the keywords of the flat form (``collapse.run("gpt2", tokens=64)``),
+    which stays accepted: its model keywords build a :class:`Model`, its input keywords
+    :class:`Inputs`.  Mixing the two forms is refused.
+    """
+    model_keys = {f.name for f in fields(Model)} - {"source"}
+    input_keys = {f.name for f in fields(Inputs)}
+    unknown = set(legacy) - model_keys - input_keys
+    if unknown:
+        raise TypeError(f"unexpected keyword argument {sorted(unknown)[0]!r}")
+    as_model = {k: v for k, v in legacy.items() if k in model_keys}
+    as_inputs = {k: v for k, v in legacy.items() if k in input_keys}
+    if isinstance(model, Model):
+        if as_model:
+            raise ProbeError(f"give `{sorted(as_model)[0]}` in the Model, not beside it")
+    else:
+        model = Model(model, **as_model)
+    if inputs is not None:
+        if not isinstance(inputs, Inputs):
+            raise ProbeError(f"`inputs` must be a probe.Inputs, got {type(inputs).__name__}")
+        if as_inputs:
+            raise ProbeError(f"give `{sorted(as_inputs)[0]}` in the Inputs, not beside it")
+    else:
+        inputs = Inputs(**as_inputs)
+    return model, inputs
+
+
+def provenance(models: list, encoded) -> dict:
+    """The attributes every result carries about the models it measured and what they read.
+
+    ``models``: the loaded ProbedModels (one per init); ``encoded``: the
+    :class:`~probe.inputs.Encoded` inputs they read.  Strings and integers only.
+    """
+    first = models[0]
+    adapter, config = first.adapter, first.config
+    return {
+        "model": first.name,
+        "family": first.family,
+        "config": config.to_json_string(use_diff=True),
+        "weights": "; ".join(f"{m.init}: {m.weights}" for m in models),
+        "inputs": encoded.kind,
+        "text_source": encoded.text_source,
+        "text_sha256": encoded.text_sha256,
+        "sequences": encoded.sequences,
+        "tokens": encoded.tokens,
+        "seed": first.seed,
+        "dtype": dtype_name(first.dtype),
+        "device": str(first.device),
+        "n_layers": first.n_layers,
+        "n_heads": adapter.n_heads(config),
+        "hidden_size": adapter.hidden_size(config),
+    }
+
+
+def reproduce(name: str, model: Model, inputs: Inputs, *own: str, dtype=None, **sizes) -> str:
+    """The command line that reproduces a request: ``probe NAME MODEL --init ...``, the
+    analysis's ``own`` options, then the model's and the inputs' (a model passed as an
+    object has no command line: see the analysis for what it records then).  ``dtype`` and
+    ``sizes`` (sequences, tokens, batch_size): the values as resolved by the run."""
+    model_args = model.cli_args(dtype)
+    return shlex.join(["probe", *name.split(), *model_args[:3], *own, *model_args[3:],
+                       *inputs.cli_args(**sizes)])  # fmt: skip
