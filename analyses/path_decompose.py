@@ -147,7 +147,9 @@ def decompose(
                 frozen.iter_path_terms(run["layers"], run["x0"], run["final"])
             ):
                 if layer < K:
-                    _fill(per_layer, i, layer, rows, layer_stats(terms, const, run["xs"][layer]))
+                    stats = layer_stats(terms, const, run["xs"][layer])
+                    check_reconstruction(probed, layer, stats["reconstruction_error"])
+                    _fill(per_layer, i, layer, rows, stats)
             terms, const = output_terms(run, terms, const)
             out = layer_stats(terms, const, None)
             output["output_share"][i, :, rows] = out["share"]
@@ -167,6 +169,35 @@ def decompose(
         return ds
     mine = slice(chunks[0][0], chunks[-1][0] + chunks[-1][1].shape[0]) if chunks else slice(0, 0)
     return ds.isel(sequence=mine)
+
+
+def reconstruction_tolerance(dtype: torch.dtype, layers: int) -> float:
+    """How far the frozen network may be from the real SAN+skip run (relative, Frobenius).
+
+    The frozen network repeats the real run's operations in float64 on the real run's own
+    reads, so what separates them is the real run's rounding: a few units of its dtype's
+    machine epsilon per layer, and never less than float32's, since HF's RMS norms compute
+    in float32 even in a float64 model (measured ~1e-7 at 3 layers, see the module
+    docstring).  64 units per layer leaves room for depth; a mistake in a family's entry
+    (a wrong Heads layout: 0.64, a bias or a norm left out: 1e-2 and more) is far above it.
+    bfloat16's epsilon is 2^-7, so there the bound is capped at 0.25: only gross mistakes
+    are told from bfloat16's own rounding.
+    """
+    eps = max(torch.finfo(dtype).eps, torch.finfo(torch.float32).eps)
+    return min(64 * eps * (layers + 1), 0.25)
+
+
+def check_reconstruction(probed: ProbedModel, layer: int, error: np.ndarray) -> None:
+    """Refuse, in one line, a decomposition whose frozen network is not the real run."""
+    worst = float(np.nanmax(error)) if np.isfinite(error).any() else 0.0
+    tolerance = reconstruction_tolerance(probed.dtype, probed.n_layers)
+    if worst > tolerance:
+        raise ProbeError(
+            f"the path decomposition of {probed.name} does not reconstruct its SAN+skip run: "
+            f"relative error {worst:.3g} at layer {layer} (above {tolerance:.1e}, the rounding "
+            f"of {str(probed.dtype).removeprefix('torch.')}); the {probed.family} family's "
+            "entry (its Heads layout, its norms) does not fit this model"
+        )
 
 
 def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None:
@@ -332,6 +363,10 @@ def frozen_note(probed: ProbedModel) -> str:
         if post
         else "on the heads' input only (pre-LN, or parallel with the MLP removed)"
     )
+    # OLMo2: no norm before the attention, only the one on the heads' output.
+    output_only = all(w.kind == "none" and w.branch_gamma is not None for w in weights)
+    if output_only:
+        where = "on the heads' output before the residual sum (none on their input)"
     parts = [
         "SAN+skip variant (MLPs removed). Frozen from its real forward pass: the attention "
         f"probabilities of every head and the per-token {scale} of each layer's {name}, "
@@ -347,10 +382,10 @@ def frozen_note(probed: ProbedModel) -> str:
             "real run carries float32 rounding: reconstruction_error is ~1e-7 here, while the "
             "decomposition of the frozen network stays exact)"
         )
-    if any(w.kind == "none" for w in weights):
+    if any(w.kind == "none" for w in weights) and not output_only:
         bare = ", ".join(str(n) for n, w in enumerate(weights) if w.kind == "none")
         parts.append(f"; layer(s) {bare} have no norm before the attention (nothing frozen)")
-    if any(w.branch_gamma is not None for w in weights):
+    if any(w.branch_gamma is not None for w in weights) and not output_only:
         parts.append(
             "; the norm on the heads' output before the residual sum is frozen the same way"
         )

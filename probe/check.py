@@ -31,9 +31,20 @@ import torch
 
 from .ablate import SAN, SAN_SKIP, TRANSFORMER
 from .errors import ProbeError
-from .models.base import _first
-from .models.spec import SpecAdapter, _resolve_module
+from .models.base import first
+from .models.spec import SpecAdapter
+from .models.weights import resolve_module
 
+#: The sources a passed self-test depends on besides the model's own (``verified_key``).
+CODE = (
+    "check.py",
+    "models/family.py",
+    "models/spec.py",
+    "models/weights.py",
+    "models/builders.py",
+    "models/families.py",
+    "models/attention.py",
+)
 #: verify()'s allowance, in units of the dtype's machine epsilon times the values' scale.
 ULPS = 64
 
@@ -93,12 +104,13 @@ def verified_key(probed) -> str:
     import hashlib
     import inspect
     import json
+    import re
     from importlib import metadata
     from pathlib import Path
 
     sources = Path(__file__).parent
     code = hashlib.sha256()
-    for name in ("check.py", "models/spec.py", "models/families.py", "models/attention.py"):
+    for name in CODE:
         code.update((sources / name).read_bytes())
     # The model's own modelling code (an edited or patched install keeps its version number).
     code.update(Path(inspect.getfile(type(probed.model))).read_bytes())
@@ -111,9 +123,11 @@ def verified_key(probed) -> str:
     parts = {
         "model": f"{type(probed.model).__module__}.{type(probed.model).__qualname__}",
         "config": probed.config.to_json_string(use_diff=False),
-        "spec": repr(probed.adapter.spec),
+        # A function's repr holds its address, which differs in every process: its name stays.
+        "spec": re.sub(r" at 0x[0-9a-f]+>", ">", repr(probed.adapter.spec)),
         "dtype": str(probed.dtype),
-        "attention": str(probed.attn_implementation),
+        # The attention asked for (what ran is known only after a run: see attention.ran).
+        "attention": str(getattr(probed.config, "_attn_implementation", "eager")),
         "device": probed.device.type,
         "versions": versions,
         "code": code.hexdigest(),
@@ -217,7 +231,7 @@ def _final(probed, x):
     """The model's output from X_L through the modules after the last layer, if any run."""
     spec = getattr(probed.adapter, "spec", None)
     modules = [
-        _resolve_module(probed.model, path, missing_ok=True)
+        resolve_module(probed.model, path, missing_ok=True)
         for path in (spec.output_modules() if spec is not None else ())
     ]
     modules = [m for m in modules if m is not None]
@@ -242,14 +256,14 @@ def _ablated(probed, data, mask, ablation) -> Identity:
     except Exception as err:
         return Identity(name, float("inf"), 0.0, error=_one_line(err))
     norm = adapter.spec.norm
-    layers = _resolve_module(probed.model, adapter.spec.layers)
+    layers = resolve_module(probed.model, adapter.spec.layers)
     worst, scale, where = 0.0, 0.0, ""
     for layer in range(1, len(walked)):
         x, values = walked[layer - 1]["x"], walked[layer]
         expected = values["branch"] if ablation is SAN else x + values["branch"]
         if style == "post":
             with torch.no_grad():
-                expected = _resolve_module(layers[layer - 1], norm)(expected)
+                expected = resolve_module(layers[layer - 1], norm)(expected)
         d, s = _diff(values["x"], expected)
         scale = max(scale, s)
         if d > worst:
@@ -262,14 +276,14 @@ def _unchanged(probed, data, mask, clean: Identity) -> Identity:
     if clean.error:
         return Identity(name, float("inf"), 0.0, error="the clean run failed")
     try:
-        first = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
+        before = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
         _walk(probed, data, mask, SAN)
         again = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
     except Exception as err:
         return Identity(name, float("inf"), 0.0, error=_one_line(err))
     worst, scale = 0.0, 0.0
-    for a, b in zip(again, first, strict=True):
-        d, s = _diff(_first(a), _first(b))
+    for a, b in zip(again, before, strict=True):
+        d, s = _diff(first(a), first(b))
         worst, scale = max(worst, d), max(scale, s)
     return Identity(name, worst, scale)
 

@@ -54,20 +54,6 @@ import xarray as xr
 from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 
-#: The MLP of each family whose weights probe reads for lambda: (first, second, layout).
-MLP_WEIGHTS: dict[str, tuple[str, str, str]] = {
-    "bert": ("intermediate.dense", "output.dense", "linear"),
-    "roberta": ("intermediate.dense", "output.dense", "linear"),
-    "electra": ("intermediate.dense", "output.dense", "linear"),
-    "deberta-v2": ("intermediate.dense", "output.dense", "linear"),
-    "distilbert": ("ffn.lin1", "ffn.lin2", "linear"),
-    "gpt2": ("mlp.c_fc", "mlp.c_proj", "conv1d"),
-    "opt": ("fc1", "fc2", "linear"),
-    "vit": ("mlp.fc1", "mlp.fc2", "linear"),
-    "starcoder2": ("mlp.c_fc", "mlp.c_proj", "linear"),
-    "gptj": ("mlp.fc_in", "mlp.fc_out", "linear"),
-    "gpt-neox": ("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", "linear"),
-}
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
 
 
@@ -124,13 +110,9 @@ def activation_lipschitz(name: str) -> float:
     return float(x.grad.abs().max())
 
 
-def _mlp(name: str, config) -> tuple[str, str, str] | None:
-    if name == "t5" and not getattr(config, "is_gated_act", False):
-        return ("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo", "linear")
-    return MLP_WEIGHTS.get(name)
-
-
-def _activation(config) -> str:
+def _activation(config, mlp) -> str:
+    if mlp.activation:  # the family's entry names it where the config does not (BLOOM)
+        return mlp.activation
     for key in ("hidden_act", "activation_function", "dense_act_fn", "activation"):
         value = getattr(config, key, None)
         if isinstance(value, str):
@@ -145,7 +127,8 @@ def layer_constants(probed) -> dict[str, Any]:
     product, ``c`` = 4 beta H / sqrt(d_qk) (gamma = 1), ``lambda`` (NaN where the family
     gives none); ``missing``: one line per constant the family cannot give.
     """
-    from .models.spec import SpecAdapter, _resolve_module, _value_output, query_key
+    from .models.spec import SpecAdapter
+    from .models.weights import query_key, resolve_module, value_output
 
     adapter, model, config = probed.adapter, probed.model, probed.config
     L = probed.n_layers
@@ -159,10 +142,11 @@ def layer_constants(probed) -> dict[str, Any]:
     spec = adapter.spec
     H = adapter.n_heads(config)
     kv = getattr(config, "num_key_value_heads", None) or H
-    layers = _resolve_module(model, spec.layers)
+    layers = resolve_module(model, spec.layers)
     qk, vo, beta, lam = [], [], [], []
-    mlp = _mlp(spec.name, config)
-    lip = activation_lipschitz(_activation(config)) if mlp else float("nan")
+    mlp = spec.mlp_of(config)  # the family's entry says where its MLP is, or that it is gated
+    mlp = None if mlp.gated else mlp
+    lip = activation_lipschitz(_activation(config, mlp)) if mlp else float("nan")
     d = None
     scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
@@ -173,7 +157,7 @@ def layer_constants(probed) -> dict[str, Any]:
             except ProbeError as error:
                 out["missing"] = [f"beta: {error}"]
                 return out
-            w_v, _, w_o, _ = _value_output(layer, spec.heads, config, H, kv)
+            w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
             d = w_q.shape[-1]
             w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
             if scratch is None:
@@ -188,9 +172,9 @@ def layer_constants(probed) -> dict[str, Any]:
             vo.append(max(heads_vo))
             beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
             if mlp:
-                first = _resolve_module(layer, mlp[0]).weight.detach().double()
-                second = _resolve_module(layer, mlp[1]).weight.detach().double()
-                if mlp[2] == "linear":  # nn.Linear y = x W^T: the right factor is W^T
+                first = resolve_module(layer, mlp.first).weight.detach().double()
+                second = resolve_module(layer, mlp.second).weight.detach().double()
+                if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
                     first, second = first.T, second.T
                 lam.append(lip * norm_1inf(first) * norm_1inf(second))
     if not mlp:
@@ -203,10 +187,16 @@ def layer_constants(probed) -> dict[str, Any]:
     )
     if rotary or getattr(config, "rotary_dim", None) or getattr(config, "rotary_pct", None):
         notes.append("rotary position embeddings rotate queries and keys: W_QK ignores them")
-    if scale is not None or spec.name == "t5":
+    if scale is not None:
         notes.append("the attention's scale is not 1/sqrt(d_qk) in this family")
-    if spec.name == "t5" or getattr(config, "relative_attention", False):
+    if getattr(config, "relative_attention", False):
         notes.append("relative position terms add to the attention scores: W_QK leaves them out")
+    notes += [note for note in spec.score_notes if note not in notes]
+    if spec.qk_norms:
+        notes.append(
+            f"query/key norms ({', '.join(spec.qk_norms)}) rescale each token's queries and keys "
+            "inside the scores: W_QK leaves them out"
+        )
     out.update(
         qk=qk,
         vo=vo,

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 import probe
 from probe.cli.app import app
 from probe.models import ADAPTERS, SpecAdapter
-from probe.models.spec import zero
+from probe.models.family import zero
 from probe.results import open_result
 from tests.reference.tiny import tiny_model, tiny_spec_model
 

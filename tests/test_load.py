@@ -93,12 +93,12 @@ def test_minilm_alias_is_the_embedded_checkpoint():
 
 
 def test_unsupported_family_lists_the_supported_ones_and_probe_check(tmp_path):
-    from transformers import BloomConfig
+    from transformers import MptConfig  # BLOOM, the example before, is now supported
 
-    BloomConfig(n_layer=1, hidden_size=16, n_head=2).save_pretrained(tmp_path)
+    MptConfig(n_layers=1, d_model=16, n_heads=2).save_pretrained(tmp_path)
     with pytest.raises(
         probe.ProbeError,
-        match=r"unsupported model family 'bloom'; supported: bert, roberta, .*llama.*probe check",
+        match=r"unsupported model family 'mpt'; supported: bert, roberta, .*llama.*probe check",
     ):
         probe.load(tmp_path, init="random")
 

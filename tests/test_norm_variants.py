@@ -4,7 +4,7 @@
 own list of norms per family) on a copy of the model; the walker's steps must give
 the same residual stream to the bit in float64, on BERT (post-LN LayerNorm), GPT-2
 (pre-LN LayerNorm), Llama (RMSNorm), Gemma and Gemma2 (RMSNorm with 1 + w; Gemma2's
-four norms) and post-LN OPT.
+four norms), post-LN OPT, OLMo2 (norms on the sublayers' outputs only) and BLOOM.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from tests.reference.norms import norm_variant_hidden_states
 from tests.reference.tiny import tiny_model
 from tests.test_families import _family, _inputs, _model
 
-CASES = ["bert", "gpt2", "llama", "gemma", "gemma2", "opt-post-ln"]
+CASES = ["bert", "gpt2", "llama", "gemma", "gemma2", "opt-post-ln", "olmo2", "bloom"]
 
 
 @pytest.mark.parametrize("mode", ["affine", "removed"])

@@ -83,17 +83,23 @@ def test_constants_of_a_hand_made_model():
     assert found["heads"] == 1 and found["d_qk"] == 2 and found["missing"] == []
 
 
-@pytest.mark.parametrize("family", ["bert", "gpt2", "llama", "mistral", "gpt-neox", "phi3"])
+@pytest.mark.parametrize(
+    "family", ["bert", "gpt2", "llama", "mistral", "gpt-neox", "phi3", "olmo2", "bloom"]
+)
 def test_constants_equal_an_independent_reference(family):
     """Each weight layout the walker reads: linear, conv1d, GQA, neox-interleaved, fused."""
     model = tiny_model(family, seed=3) if family in ("bert", "gpt2") else tiny_spec_model(family)
     found = theory.layer_constants(probe.wrap(model))
-    act = {"gpt2": "gelu_new"}.get(family, getattr(model.config, "hidden_act", "gelu"))
+    # BloomGelu is the tanh approximation of GELU (bloom_gelu_forward).
+    act = {"gpt2": "gelu_new", "bloom": "gelu_pytorch_tanh"}.get(
+        family, getattr(model.config, "hidden_act", "gelu")
+    )
     lip = theory.activation_lipschitz(act)
-    want = theory_numpy.constants(model, "llama" if family == "mistral" else family, lip)
+    llama_like = family in ("mistral", "olmo2")
+    want = theory_numpy.constants(model, "llama" if llama_like else family, lip)
     for key in ("qk", "vo", "beta", "c"):
         np.testing.assert_allclose(found[key], want[key], rtol=RTOL, atol=0, err_msg=key)
-    if family in ("llama", "mistral", "phi3"):  # gated MLPs: no lambda, one line that says why
+    if family in ("llama", "mistral", "phi3", "olmo2"):  # gated MLPs: no lambda, and why
         assert all(math.isnan(v) for v in found["lambda"])
         assert any("gated MLP" in line for line in found["missing"])
         assert any("rotary" in line for line in found["notes"])

@@ -94,7 +94,9 @@ class ProbedModel:
     def attn_implementation(self) -> str:
         """The attention that runs: HF's ``eager``, or ``probe_eager`` (float64 kept, see
         ``probe.models.attention``)."""
-        return str(getattr(self.config, "_attn_implementation", "eager"))
+        from ..models.attention import ran
+
+        return ran(self.model)
 
     @property
     def tracer_root(self):

@@ -1,6 +1,6 @@
 """The families probe can walk: data specs (``families.py``) and three code adapters.
 
-Most families are one :class:`~probe.models.spec.Family` entry executed by the generic
+Most families are one :class:`~probe.models.family.Family` entry executed by the generic
 walker; ALBERT (one layer applied L times), XLNet (two streams, sequence-first) and the
 Fastformer (additive attention) keep code where data cannot say it.
 """
@@ -12,8 +12,9 @@ from .albert import AlbertAdapter
 from .base import Adapter, table_markdown
 from .families import FAMILIES as SPECS
 from .families import REFUSED
+from .family import Family
 from .fastformer import FastformerAdapter
-from .spec import Family, SpecAdapter
+from .spec import SpecAdapter
 from .xlnet import XLNetAdapter
 
 ADAPTERS: dict[str, Adapter] = {

@@ -19,9 +19,16 @@ transformers wrote them: nothing else of the model changes.
 
 from __future__ import annotations
 
+import weakref
+from functools import cache
+
 import torch
 
 NAME = "probe_eager"
+#: The attention modules probe_eager has run in.  A family whose attention computes its
+#: own softmax (BLOOM) never calls it, whatever the config asks for: what ran is recorded
+#: from here (:func:`ran`), not from the config's flag.
+_CALLED: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
 
 
 def probe_eager(
@@ -36,6 +43,7 @@ def probe_eager(
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(attention output (batch, token, head, d), probabilities (batch, head, token, token))."""
+    _CALLED.add(module)
     group = query.shape[1] // key.shape[1]
     if group > 1:  # grouped-query attention: key/value head j serves query heads j*g .. j*g+g-1
         key, value = _repeat(key, group), _repeat(value, group)
@@ -59,6 +67,37 @@ def _repeat(x: torch.Tensor, group: int) -> torch.Tensor:
     same BLAS path and rounding as HF's eager attention."""
     batch, heads, tokens, d = x.shape
     return x[:, :, None].expand(batch, heads, group, tokens, d).reshape(batch, -1, tokens, d)
+
+
+def ran(model: torch.nn.Module) -> str:
+    """The attention that runs in ``model``, from the code, not from the config's flag.
+
+    ``probe_eager`` where it was called in one of the model's modules; before any run,
+    where the model's attention code looks its function up in transformers'
+    ``AttentionInterface`` (and so will call it).  Otherwise what transformers' eager
+    path runs: the config asked for ``probe_eager``, but the family's attention computes
+    its own softmax (BLOOM's never dispatches on the config), so the label is ``eager``.
+    """
+    asked = str(getattr(model.config, "_attn_implementation", None) or "eager")
+    if asked != NAME:
+        return asked
+    modules = list(model.modules())
+    if any(module in _CALLED for module in modules):
+        return NAME
+    dispatches = any(_dispatches(type(module).__module__) for module in modules)
+    return NAME if dispatches else "eager"
+
+
+@cache
+def _dispatches(module_name: str) -> bool:
+    """Whether a modelling module's code calls transformers' attention interface."""
+    import inspect
+    import sys
+
+    try:
+        return "ALL_ATTENTION_FUNCTIONS" in inspect.getsource(sys.modules[module_name])
+    except (KeyError, OSError, TypeError):  # a module without source: it does not dispatch
+        return False
 
 
 _registered = False

@@ -87,11 +87,11 @@ class Adapter:
         nnsight requires.
         """
         layers = self.layers(root)
-        yield self.batch_first(_first(layers[0].input))
+        yield self.batch_first(first(layers[0].input))
         for layer in layers:
             if not ablation.is_identity:
                 self.ablate(layer, ablation)
-            yield self.batch_first(_first(self.layer_output(layer)))
+            yield self.batch_first(first(self.layer_output(layer)))
 
     # --- attention paths (probe.analyses.paths) ---------------------------------------
     #: Where the LayerNorm frozen by the path decomposition sits: "post" (LN(x + heads))
@@ -124,10 +124,10 @@ class Adapter:
     def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
         """``{"x": X_0}``, then per layer ``{"attn", "norm_input", "x": X_l}``, in forward order."""
         layers = self.layers(root)
-        yield {"x": self.batch_first(_first(layers[0].input))}
+        yield {"x": self.batch_first(first(layers[0].input))}
         for layer in layers:
             reads = self.paths_layer(layer, ablation, norms)
-            reads["x"] = self.batch_first(_first(self.layer_output(layer)))
+            reads["x"] = self.batch_first(first(self.layer_output(layer)))
             yield reads
 
     def layer_weights(self, model, index: int) -> LayerWeights:
@@ -147,7 +147,7 @@ class Adapter:
         return None
 
 
-def _first(value):
+def first(value):
     """A layer's hidden states, whether it returns a tensor or a tuple."""
     return value[0] if isinstance(value, tuple | list) else value
 

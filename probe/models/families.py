@@ -1,4 +1,4 @@
-"""Every family probe walks with the generic walker, one entry each (see ``spec.py``).
+"""Every family probe walks with the generic walker, one entry each (see ``family.py``).
 
 Each entry lists one layer's steps in forward order.  The operation names
 (``:residual_0``, ``:hidden_states_0``) are nnsight's names for lines of the
@@ -6,96 +6,16 @@ layer's ``forward`` in transformers 5; the comment beside each names the line.
 ``probe check MODEL`` (and every run, before its numbers) verifies that the edits
 still mean what the table says.
 
-Adding a family: one entry here (usually a call of :func:`pre_ln` or
-:func:`bert_like`), one tiny config in ``tests/reference/tiny.py``; the self-tests
-pick it up from the registry.  ``docs/adding-a-family.md`` walks through one.
+Adding a family: one entry here (usually a call of :func:`~probe.models.builders.decoder`,
+:func:`~probe.models.builders.pre_ln` or :func:`~probe.models.builders.bert_like`), one tiny
+config in ``tests/reference/tiny.py`` and its reference entry in ``tests/reference/``;
+``docs/adding-a-family.md`` walks through one.
 """
 
 from __future__ import annotations
 
-from .spec import Family, Heads, Step, put, read, skip, zero
-
-# --- builders for the common layouts ----------------------------------------------
-
-
-def pre_ln(
-    attn: str,
-    norm: str,
-    mlp: tuple[str, ...],
-    *,
-    residual: str = ":residual_0",
-    probs: int = 1,
-    branch: Step | None = None,
-) -> tuple[Step, ...]:
-    """A pre-LN block ``h = x + attn(norm(x)); y = h + mlp(mlp_norm(h))``.
-
-    No skip: the ``residual = hidden_states`` that the attention sum adds is zero.
-    No MLP: every module in ``mlp`` is skipped, the norm(s) pass their input on and
-    the last returns zeros, so the block adds exactly nothing: y = h.
-    """
-    *passes, last = mlp
-    return (
-        zero(residual),
-        read("norm", norm, "input"),
-        read("probs", attn, index=probs),
-        branch or read("branch", attn, index=0),
-        *(skip(site, "input") for site in passes),
-        skip(last, "zeros"),
-    )
-
-
-def bert_like(self_attn: str = "attention.self", **_) -> tuple[Step, ...]:
-    """BERT's post-LN layer: ``a = LN(dropout(dense(ctx)) + x)`` in ``attention.output``.
-
-    No skip: BertSelfOutput's second input (``input_tensor``, the residual) is zeros.
-    No MLP: ``intermediate`` and ``output`` are skipped and return a.
-    """
-    return (
-        read("probs", self_attn, index=1),
-        put("attention.output", "zeros", part="arg1"),  # BertSelfOutput(h, input_tensor)
-        read("branch", "attention.output.dropout"),
-        read("norm", "attention.output.LayerNorm", "input"),
-        read("sublayer", "attention", index=0),
-        skip("intermediate", "sublayer"),
-        skip("output", "sublayer"),
-    )
-
-
-LLAMA_NOTE = "LlamaDecoderLayer.forward: `residual = hidden_states` (residual_0)"
-DECODER_KWARGS = {"use_cache": False}
-
-
-def _decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
-    """A Llama-shaped pre-LN decoder (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3)."""
-    steps = extra.pop(
-        "steps", pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp"))
-    )
-    return Family(
-        name=name,
-        model_types=model_types,
-        layers="layers",
-        style=extra.pop("style", "pre"),
-        steps=steps,
-        norm="input_layernorm",
-        norm_kind=extra.pop("norm_kind", "rms"),
-        heads=extra.pop("heads", Heads("self_attn.v_proj", "self_attn.o_proj")),
-        skip_means=extra.pop(
-            "skip_means",
-            "h = attn(norm(x)): the block's `residual` before the attention sum is zero",
-        ),
-        mlp_means=extra.pop(
-            "mlp_means",
-            "y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
-        ),
-        final_norm="norm",
-        lm_head="embed_tokens",
-        forward_kwargs=DECODER_KWARGS,
-        float32_softmax=True,
-        causal=True,
-        source_note=extra.pop("source_note", f"{name}'s decoder layer, as {LLAMA_NOTE}"),
-        **extra,
-    )
-
+from .builders import DECODER_KWARGS, bert_like, decoder, pre_ln
+from .family import GATED_MLP, Family, Heads, Mlp, Step, put, read, skip, zero
 
 # --- the families -----------------------------------------------------------------
 
@@ -171,6 +91,28 @@ def _deberta_refuse(config) -> str:
     return ""
 
 
+def _bloom_refuse(config) -> str:
+    if getattr(config, "apply_residual_connection_post_layernorm", False):
+        return (
+            "BLOOM with apply_residual_connection_post_layernorm=True adds the normalised "
+            "input as the residual, not the input: the residual stream is not x + branch, and "
+            "probe's ablations would not be exact, so this config option is refused"
+        )
+    if getattr(config, "pretraining_tp", 1) > 1 and getattr(config, "slow_but_exact", False):
+        return (
+            "BLOOM with slow_but_exact=True and pretraining_tp > 1 computes the attention's "
+            "output projection in slices outside `dense`, which probe reads as the branch; "
+            "this config option is refused (set slow_but_exact=False)"
+        )
+    return ""
+
+
+def _t5_mlp(config) -> Mlp:
+    if getattr(config, "is_gated_act", False):  # T5 v1.1, Flan-T5: gated-gelu
+        return GATED_MLP
+    return Mlp("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo")
+
+
 def _electra_like(name: str, model_types: tuple[str, ...], note: str) -> Family:
     return Family(
         name=name,
@@ -185,6 +127,7 @@ def _electra_like(name: str, model_types: tuple[str, ...], note: str) -> Family:
         mlp_means="y = a: intermediate and output skipped, the layer returns its attention sublayer",
         unused_modules=("pooler",),
         source_note=note,
+        mlp=Mlp("intermediate.dense", "output.dense"),
     )
 
 
@@ -206,6 +149,7 @@ FAMILIES: tuple[Family, ...] = (
         forward_kwargs={"output_attentions": True},  # att_matrix is returned only then
         refuse=_deberta_refuse,
         source_note="DebertaV2SelfOutput.forward(hidden_states, input_tensor)",
+        mlp=Mlp("intermediate.dense", "output.dense"),
     ),
     Family(
         name="distilbert",
@@ -228,6 +172,7 @@ FAMILIES: tuple[Family, ...] = (
         skip_means="a = LN(attn(x)): sa_layer_norm's input is the attention output alone",
         mlp_means="y = a: ffn and output_layer_norm skipped",
         source_note="TransformerBlock.forward: `self.sa_layer_norm(attention_output + hidden_states)`",
+        mlp=Mlp("ffn.lin1", "ffn.lin2"),
     ),
     Family(
         name="gpt2",
@@ -245,22 +190,45 @@ FAMILIES: tuple[Family, ...] = (
         forward_kwargs=DECODER_KWARGS,
         causal=True,
         source_note="GPT2Block.forward: `residual = hidden_states` (residual_0)",
+        mlp=Mlp("mlp.c_fc", "mlp.c_proj", layout="conv1d"),
     ),
-    _decoder("llama", ("llama",)),
-    _decoder("mistral", ("mistral",)),
-    _decoder("qwen2", ("qwen2",)),
-    _decoder("qwen3", ("qwen3",)),
-    _decoder("gemma", ("gemma",), norm_kind="rms+1"),
+    decoder("llama", ("llama",)),
+    decoder("mistral", ("mistral",)),
+    decoder("qwen2", ("qwen2",)),
+    decoder("qwen3", ("qwen3",), qk_norms=("self_attn.q_norm", "self_attn.k_norm")),
+    decoder("gemma", ("gemma",), norm_kind="rms+1"),
     # Mixture of experts: the routed block stands where Llama's MLP stands and returns the
     # hidden states alone, so "no MLP" skips it exactly like an MLP.
-    _decoder(
+    decoder(
         "mixtral",
         ("mixtral",),
         mlp_means="y = h: post_attention_layernorm and the mixture-of-experts block skipped",
     ),
     # The worked example of docs/adding-a-family.md: a Llama-shaped layer with LayerNorm.
-    _decoder("starcoder2", ("starcoder2",), norm_kind="layernorm"),
-    _decoder(
+    decoder(
+        "starcoder2", ("starcoder2",), norm_kind="layernorm", mlp=Mlp("mlp.c_fc", "mlp.c_proj")
+    ),
+    # OLMo2 normalises only the sublayers' outputs: no norm before the attention (norm="").
+    decoder(
+        "olmo2",
+        ("olmo2",),
+        norm="",
+        style="sandwich",
+        branch_norm="post_attention_layernorm",
+        qk_norms=("self_attn.q_norm", "self_attn.k_norm"),
+        skip_means="h = post_attention_layernorm(attn(x)): the `residual` before the sum is zero",
+        mlp_means="y = h: mlp and post_feedforward_layernorm skipped, the MLP branch adds zeros",
+        source_note="Olmo2DecoderLayer.forward: `residual = hidden_states` (residual_0)",
+        steps=(
+            zero(":residual_0"),  # `residual = hidden_states`
+            read("probs", "self_attn", index=1),
+            read("branch_norm", "post_attention_layernorm", "input"),
+            read("branch", "post_attention_layernorm"),
+            skip("mlp", "zeros"),
+            skip("post_feedforward_layernorm", "input"),  # `residual + ...`: adds zeros
+        ),
+    ),
+    decoder(
         "gemma2",
         ("gemma2",),
         norm_kind="rms+1",
@@ -280,7 +248,7 @@ FAMILIES: tuple[Family, ...] = (
             skip("post_feedforward_layernorm", "input"),
         ),
     ),
-    _decoder(
+    decoder(
         "phi3",
         ("phi3",),
         heads=Heads("self_attn.qkv_proj", "self_attn.o_proj", layout="fused"),
@@ -309,6 +277,7 @@ FAMILIES: tuple[Family, ...] = (
         float32_softmax=True,
         causal=True,
         source_note="OPTDecoderLayer.forward: `residual = hidden_states` (residual_0)",
+        mlp=Mlp("fc1", "fc2"),
     ),
     Family(
         name="gptj",
@@ -332,6 +301,7 @@ FAMILIES: tuple[Family, ...] = (
         float32_softmax=True,  # from transformers 5.24 (the shared eager attention)
         causal=True,
         source_note="GPTJBlock.forward: `residual = hidden_states` (residual_0)",
+        mlp=Mlp("mlp.fc_in", "mlp.fc_out"),
     ),
     Family(
         name="falcon",
@@ -349,6 +319,7 @@ FAMILIES: tuple[Family, ...] = (
         forward_kwargs=DECODER_KWARGS,
         causal=True,
         source_note="FalconDecoderLayer.forward: `residual = hidden_states` (residual_0)",
+        mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
     ),
     Family(
         name="gpt-neox",
@@ -366,6 +337,39 @@ FAMILIES: tuple[Family, ...] = (
         float32_softmax=True,
         causal=True,
         source_note="GPTNeoXLayer.forward: `hidden_states = mlp_output + attn_output + hidden_states`",
+        mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+    ),
+    Family(
+        name="bloom",
+        model_types=("bloom",),
+        layers="h",
+        style="pre",
+        steps=(
+            read("norm", "input_layernorm", "input"),
+            # BloomAttention(layernorm_output, residual, ...) adds `residual` itself
+            # (`dropout_add(output_tensor, residual, ...)`): its second input becomes zeros.
+            put("self_attention", "zeros", part="arg1"),
+            read("branch", "self_attention.dense"),
+            read("probs", "self_attention", index=1),
+            skip("post_attention_layernorm", "input"),
+            skip("mlp", "input"),  # BloomMLP(h, residual) returns h: the layer returns h
+        ),
+        norm="input_layernorm",
+        norm_kind="layernorm",
+        heads=Heads("self_attention.query_key_value", "self_attention.dense", layout="neox"),
+        skip_means="h = attn(ln(x)): BloomAttention's `residual` input is zero",
+        mlp_means="y = h: post_attention_layernorm and mlp skipped, the layer returns h",
+        final_norm="ln_f",
+        lm_head="word_embeddings",
+        forward_kwargs=DECODER_KWARGS,
+        # BloomAttention computes its own softmax in float32 and never calls transformers'
+        # attention functions: probe's eager attention cannot keep float64 there.
+        float32_softmax=False,
+        causal=True,
+        refuse=_bloom_refuse,
+        source_note="BloomAttention.forward: `dropout_add(output_tensor, residual, ...)`",
+        mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", activation="gelu_pytorch_tanh"),
+        score_notes=("ALiBi position biases add to the attention scores: W_QK leaves them out",),
     ),
     Family(
         name="modernbert",
@@ -388,6 +392,7 @@ FAMILIES: tuple[Family, ...] = (
         final_norm="final_norm",
         float32_softmax=True,
         source_note="ModernBertEncoderLayer.forward: `hidden_states = hidden_states + attn_output`",
+        mlp=GATED_MLP,  # Wi's two halves: act(input) * gate
     ),
     Family(
         name="t5",
@@ -410,6 +415,11 @@ FAMILIES: tuple[Family, ...] = (
         final_norm="encoder.final_layer_norm",
         model_class="T5EncoderModel",
         source_note="T5LayerSelfAttention.forward: `attention_output = hidden_states + ...`",
+        mlp=_t5_mlp,
+        score_notes=(
+            "the attention's scale is not 1/sqrt(d_qk) in this family",
+            "relative position terms add to the attention scores: W_QK leaves them out",
+        ),
     ),
     Family(
         name="vit",
@@ -427,6 +437,7 @@ FAMILIES: tuple[Family, ...] = (
         float32_softmax=True,
         unused_modules=("pooler",),
         source_note="ViTLayer.forward: `residual = hidden_states` (residual_0)",
+        mlp=Mlp("mlp.fc1", "mlp.fc2"),
     ),
 )
 

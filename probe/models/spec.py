@@ -1,213 +1,30 @@
-"""A model family as data, and the one walker that executes it.
+"""The one walker that executes any family's entry (:mod:`probe.models.family`).
 
-A :class:`Family` says where a family's layers are and lists, in forward order,
-the *steps* one layer's forward offers to probe: reads (the attention
-probabilities, the attention branch, a norm's input) and edits (what "remove the
-attention skip" and "remove the MLP" mean there).  :class:`SpecAdapter` walks
-any family's layers inside an nnsight trace and performs the steps an analysis
-and an ablation ask for, so a new family is one entry in
-``probe/models/families.py`` (plus its tiny test config), not a new class.
-
-A step names a *site* inside a layer:
-
-* ``"self_attn"`` or ``"attention.output.LayerNorm"``: a submodule, by its path from
-  the layer (its ``.input``, ``.inputs``, ``.output``, or ``.skip``);
-* ``":residual_0"``: an operation of the layer's own ``forward``, as nnsight's
-  ``.source`` names it (``residual = hidden_states`` is ``residual_0``);
-  ``"layer.0:attention_output_0"``: an operation of a submodule's ``forward``.
-
-Every edit reaches the addition itself, never subtracts afterwards, so an ablated
-layer equals module surgery to the last bit (``tests/reference/layers.py`` is that
-surgery, written by hand).  The operation names are the most fragile lines of
-the project: each family's entry names the transformers source line it binds to,
-and :mod:`probe.check` verifies, on every model before any numbers are produced,
-that the edits still mean what they say (a transformers release that renames an
-operation fails there with one line, never with wrong numbers).
-
-The residual-stream styles and the self-test identity each satisfies (x the
-layer's input, b the attention branch, N the sublayer's norm for post-LN):
-
-=========  ==========================================  =================  =================
-style      layer                                       SAN output         SAN+skip output
-=========  ==========================================  =================  =================
-pre        h = x + b(x), y = h + mlp(h)                b                  x + b
-post       a = N(x + b(x)), y = N'(a + mlp(a))         N(b)               N(x + b)
-parallel   y = x + b(x) + mlp(x)                       b                  x + b
-sandwich   h = x + N_post(b(x)), y = h + N(mlp(N(h)))  b (after N_post)   x + b
-=========  ==========================================  =================  =================
+:class:`SpecAdapter` walks any family's layers inside an nnsight trace and performs
+the steps an analysis and an ablation ask for.  Every edit reaches the addition
+itself, never subtracts afterwards, so an ablated layer equals module surgery to the
+last bit (``tests/reference/layers.py`` is that surgery, written by hand).  The
+operation names are the most fragile lines of the project: each family's entry
+names the transformers source line it binds to, and :mod:`probe.check` verifies,
+on every model before any numbers are produced, that the edits still mean what
+they say (a transformers release that renames an operation fails there with one
+line, never with wrong numbers).  The weights the path decomposition and the theory
+panel need are read outside any trace by :mod:`probe.models.weights`.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any
 
 import torch
 
 from ..ablate import Ablation
 from ..errors import ProbeError
-from .base import Adapter, LayerWeights, _first
-
-#: When a step applies: always (reads), or only under one of the two removals.
-WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed")
-ACTS = ("read", "zero", "set", "skip")
-STYLES = ("pre", "post", "parallel", "sandwich")
-#: How a norm scales a token: LayerNorm centres it, the RMS norms do not; Gemma's
-#: RMSNorm multiplies by (1 + w) instead of w.
-NORM_KINDS = ("layernorm", "rms", "rms+1")
-
-
-@dataclass(frozen=True)
-class Step:
-    """One thing a layer's forward offers, at ``site`` (see the module docstring).
-
-    ``act``:
-
-    * ``read``: the value at ``part`` (``output``, ``input``) is kept under ``name``
-      (element ``index`` of a tuple output);
-    * ``zero``: the value at ``part`` is replaced by zeros of its shape;
-    * ``set``: the value at ``part`` (``output``, ``input``, or ``argN`` for the N-th
-      positional input) is replaced by ``value``;
-    * ``skip``: the module does not run and returns ``value``.
-
-    ``value`` is ``zeros`` (of the module's input shape), ``input`` (the module's own
-    input), the name of an earlier read, or ``a+b``, the sum of two earlier reads in
-    that order.  ``when`` says which removal the edit belongs to (reads: always).
-    """
-
-    site: str
-    act: str = "read"
-    part: str = "output"
-    index: int | None = None
-    value: str = ""
-    name: str = ""
-    when: str = ""
-
-    def __post_init__(self) -> None:
-        assert self.act in ACTS and self.when in WHEN, self
-        assert (self.act == "read") == bool(self.name), self
-
-    @property
-    def module(self) -> str:
-        return self.site.split(":", 1)[0]
-
-    @property
-    def op(self) -> str:
-        return self.site.split(":", 1)[1] if ":" in self.site else ""
-
-    def applies(self, ablation: Ablation) -> bool:
-        return (
-            not self.when
-            or (self.when == "no_skip" and not ablation.attn_skip)
-            or (self.when == "no_mlp" and not ablation.mlp)
-            or (self.when == f"norm_{ablation.norm}")
-        )
-
-    def refs(self) -> tuple[str, ...]:
-        """Earlier reads this edit's value needs."""
-        if self.act == "read" or self.value in ("", "zeros", "input") or self.is_affine:
-            return ()
-        return tuple(self.value.split("+"))
-
-    @property
-    def is_affine(self) -> bool:
-        return self.value.startswith("affine:")
-
-    def describe(self) -> str:
-        where = f"{self.site}.{self.part}" if self.act != "skip" else self.site
-        if self.act == "zero":
-            return f"{where} <- 0"
-        if self.act == "set":
-            return f"{where} <- {self.value}"
-        if self.act == "skip":
-            return f"{self.site} skipped, returns {self.value}"
-        index = f"[{self.index}]" if self.index is not None else ""
-        return f"{self.name} = {where}{index}"
-
-
-def read(name: str, site: str, part: str = "output", index: int | None = None, when: str = ""):
-    return Step(site, "read", part=part, index=index, name=name, when=when)
-
-
-def zero(site: str, part: str = "output", when: str = "no_skip") -> Step:
-    return Step(site, "zero", part=part, when=when)
-
-
-def put(site: str, value: str, part: str = "output", when: str = "no_skip") -> Step:
-    return Step(site, "set", part=part, value=value, when=when)
-
-
-def skip(site: str, value: str, when: str = "no_mlp") -> Step:
-    return Step(site, "skip", value=value, when=when)
-
-
-@dataclass(frozen=True)
-class Heads:
-    """Where the value and output projections of the attention are (for the path decomposition).
-
-    ``layout``: ``linear`` (``value`` and ``output`` are nn.Linear, y = x W^T + b),
-    ``fused`` (``value`` is a fused q|k|v nn.Linear, blocks of H*d, KV*d, KV*d rows),
-    ``neox`` (fused, interleaved per head: rows [q_h | k_h | v_h] for each head h),
-    ``conv1d`` (GPT-2's Conv1D, y = x W + b, columns [q | k | v]).  Grouped-query
-    attention repeats each key/value head for the query heads of its group, as
-    transformers' ``repeat_kv`` does.
-    """
-
-    value: str
-    output: str
-    layout: str = "linear"
-
-
-@dataclass(frozen=True)
-class Family:
-    """A model family as data (see the module docstring).
-
-    ``steps`` may be a function of the config where the layer's code branches on it
-    (OPT's pre- or post-LN, GPT-NeoX's parallel residual).  ``norm`` is the site of
-    the norm the path decomposition freezes next to the attention (pre-LN: on the
-    heads' input; post-LN: after the residual sum); ``branch_norm`` Gemma2's norm on
-    the attention output before the residual sum.
-    """
-
-    name: str
-    model_types: tuple[str, ...]
-    layers: str
-    style: str | Callable[[Any], str]
-    steps: tuple[Step, ...] | Callable[[Any], tuple[Step, ...]]
-    norm: str
-    norm_kind: str
-    heads: Heads | None
-    skip_means: str
-    mlp_means: str
-    final_norm: str = ""
-    #: The modules after the last layer that make the model's output, in order (default:
-    #: the final norm); a missing or None one is passed over.
-    output: tuple[str, ...] = ()
-    lm_head: str = ""
-    model_class: str = ""
-    inputs: str = "ids"
-    forward_kwargs: dict[str, Any] = field(default_factory=dict)
-    #: HF's eager attention of this family computes the softmax in float32 even for
-    #: float64 models; float64 runs then use probe's dtype-preserving eager attention.
-    float32_softmax: bool = False
-    causal: bool = False
-    unused_modules: tuple[str, ...] = ()
-    branch_norm: str = ""
-    #: config -> why this configuration cannot be probed exactly ("" when it can).
-    refuse: Callable[[Any], str] | None = None
-    #: Where the family's operation names come from, for the one who must fix them.
-    source_note: str = ""
-
-    def output_modules(self) -> tuple[str, ...]:
-        return self.output or ((self.final_norm,) if self.final_norm else ())
-
-    def style_of(self, config) -> str:
-        return self.style(config) if callable(self.style) else self.style
-
-    def steps_of(self, config) -> tuple[Step, ...]:
-        return self.steps(config) if callable(self.steps) else self.steps
+from .base import Adapter, LayerWeights, first
+from .family import Family, Step, skip
+from .weights import affine_norm, norm_params, norm_sites, resolve_module, value_output
 
 
 class SpecAdapter(Adapter):
@@ -272,7 +89,7 @@ class SpecAdapter(Adapter):
         post-attention norm); a family where it is not would fail in nnsight's trace (an
         out-of-order access), never silently, and is tested against module surgery.
         """
-        layer = _resolve_module(model, self.spec.layers)[0]
+        layer = resolve_module(model, self.spec.layers)[0]
         sites = norm_sites(layer)
         affine = f"affine:{self.spec.norm_kind}"
         return tuple(skip(site, "input", when="norm_removed") for site in sites) + tuple(
@@ -315,10 +132,10 @@ class SpecAdapter(Adapter):
             steps = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
         needed = set(wanted) | {ref for s in steps for ref in s.refs()}
         layers = self.layers(root)
-        yield {"x": _first(layers[0].input)}
+        yield {"x": first(layers[0].input)}
         for layer in layers:
             values = _run_steps(layer, steps, needed)
-            values["x"] = _first(layer.output)
+            values["x"] = first(layer.output)
             yield values
 
     def stream(self, root, tracer, ablation: Ablation) -> Iterator[torch.Tensor]:
@@ -327,14 +144,18 @@ class SpecAdapter(Adapter):
 
     def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
         wanted = {"probs"} | ({"norm", "branch_norm"} if norms else set())
+        previous = None
         for i, values in enumerate(self.walk(root, ablation, frozenset(wanted))):
+            x, previous = previous, values["x"]
             if i == 0:
                 yield values
                 continue
+            # A layer without a norm before its attention (OLMo2): the heads read the layer's
+            # input itself, whose frozen "norm" is the identity (kind none, see layer_weights).
             yield {
                 "x": values["x"],
                 "attn": values["probs"],
-                "norm_input": values.get("norm") if norms else None,
+                "norm_input": values.get("norm", x) if norms else None,
                 "branch_norm_input": values.get("branch_norm") if norms else None,
             }
 
@@ -343,15 +164,16 @@ class SpecAdapter(Adapter):
         spec, config = self.spec, model.config
         if spec.heads is None:
             raise ProbeError(f"the {spec.name} family has no path decomposition in probe")
-        layer = _resolve_module(model, spec.layers)[index]
+        layer = resolve_module(model, spec.layers)[index]
         heads = self.n_heads(config)
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        w_v, b_v, w_o, b_o = _value_output(layer, spec.heads, config, heads, kv_heads)
-        norm = _resolve_module(layer, self.read_site(config, "norm") or spec.norm)
+        w_v, b_v, w_o, b_o = value_output(layer, spec.heads, config, heads, kv_heads)
+        site = self.read_site(config, "norm") or spec.norm
+        norm = resolve_module(layer, site) if site else torch.nn.Identity()  # no norm: kind none
         gamma, beta, eps, kind = norm_params(norm, spec.norm_kind)
         extra = {}
         if branch := self.read_site(config, "branch_norm") or spec.branch_norm:
-            g, _, e, k = norm_params(_resolve_module(layer, branch), spec.norm_kind)
+            g, _, e, k = norm_params(resolve_module(layer, branch), spec.norm_kind)
             extra = {"branch_gamma": g, "branch_eps": e, "branch_kind": k}
         return LayerWeights(
             w_v=w_v,
@@ -381,7 +203,7 @@ class SpecAdapter(Adapter):
     def final_norm(self, model):
         if not self.spec.final_norm:
             return None
-        module = _resolve_module(model, self.spec.final_norm, missing_ok=True)
+        module = resolve_module(model, self.spec.final_norm, missing_ok=True)
         if module is None:
             return None
         gamma, beta, eps, kind = norm_params(module, self.spec.norm_kind)
@@ -392,7 +214,7 @@ class SpecAdapter(Adapter):
         layer (final norm, OPT-350m's project_out), as the model runs them."""
         with torch.no_grad():
             for path in self.spec.output_modules():
-                module = _resolve_module(model, path, missing_ok=True)
+                module = resolve_module(model, path, missing_ok=True)
                 if module is not None:
                     x = module(x)
         return x
@@ -402,7 +224,7 @@ class SpecAdapter(Adapter):
         output has one (OPT-350m's ``project_out``): the decomposition maps every path through it.
         """
         after = [
-            _resolve_module(model, m, missing_ok=True)
+            resolve_module(model, m, missing_ok=True)
             for m in self.spec.output_modules()
             if m != self.spec.final_norm
         ]
@@ -420,7 +242,7 @@ class SpecAdapter(Adapter):
         """The tied input embeddings, where they are the LM head of the model's output."""
         if not self.spec.lm_head or not getattr(model.config, "tie_word_embeddings", False):
             return None
-        module = _resolve_module(model, self.spec.lm_head, missing_ok=True)
+        module = resolve_module(model, self.spec.lm_head, missing_ok=True)
         return None if module is None else module.weight.detach()
 
     def attention_probs(self, layer):  # the analyses read them through paths_stream
@@ -460,7 +282,7 @@ def _run_steps(layer, steps: list[Step], needed: set[str]) -> dict[str, Any]:
         if step.act == "skip":
             target.skip(_value(step, target, reads))
         elif step.act == "zero":
-            _put(target, step.part, torch.zeros_like(_first(_get(target, step.part))))
+            _put(target, step.part, torch.zeros_like(first(_get(target, step.part))))
         else:
             _put(target, step.part, _value(step, target, reads))
     return reads
@@ -468,9 +290,9 @@ def _run_steps(layer, steps: list[Step], needed: set[str]) -> dict[str, Any]:
 
 def _value(step: Step, target, reads: dict[str, Any]):
     if step.is_affine:
-        return affine_norm(target._module, step.value.split(":", 1)[1], _first(target.input))
+        return affine_norm(target._module, step.value.split(":", 1)[1], first(target.input))
     if step.value == "zeros":
-        return torch.zeros_like(_first(target.input))
+        return torch.zeros_like(first(target.input))
     if step.value == "input":
         return target.input
     names = step.value.split("+")
@@ -524,183 +346,3 @@ def _resolve(envoy, path: str):
         else:
             obj = getattr(obj, part)
     return obj
-
-
-def _resolve_module(module: torch.nn.Module, path: str, missing_ok: bool = False):
-    obj = module
-    for part in path.split("."):
-        if part.isdigit():
-            obj = obj[int(part)]
-        elif hasattr(obj, part):
-            obj = getattr(obj, part)
-        elif missing_ok:
-            return None
-        else:
-            raise AttributeError(f"{type(module).__name__} has no module {path!r}")
-    return obj
-
-
-# --- norms ------------------------------------------------------------------------
-
-#: Submodules named so inside an attention normalise queries or keys: part of the scores.
-_QK_NORMS = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
-
-
-def is_norm(module: torch.nn.Module) -> bool:
-    """A LayerNorm or RMS norm, by type (HF names every one of them ``...Norm``)."""
-    return isinstance(module, torch.nn.LayerNorm | torch.nn.RMSNorm) or type(
-        module
-    ).__name__.endswith(("LayerNorm", "RMSNorm", "LayerNorm2d"))
-
-
-def norm_sites(layer: torch.nn.Module) -> list[str]:
-    """Paths of the norm modules inside one layer, in registration order (see ``norm_steps``)."""
-    return [
-        name
-        for name, module in layer.named_modules()
-        if name and is_norm(module) and name.rsplit(".", 1)[-1] not in _QK_NORMS
-    ]
-
-
-def affine_norm(module: torch.nn.Module, kind: str, x: torch.Tensor) -> torch.Tensor:
-    """A norm with its normalisation removed: gamma * x + beta (LayerNorm), w * x (RMSNorm),
-    (1 + w) * x (Gemma's RMSNorm); x itself for a norm without weights."""
-    gamma, beta, _, got = norm_params(module, kind)
-    if got == "none":
-        return x
-    return x * gamma.to(x.dtype) + beta.to(x.dtype)
-
-
-# --- weights ----------------------------------------------------------------------
-
-
-def norm_params(
-    module: torch.nn.Module, kind: str
-) -> tuple[torch.Tensor, torch.Tensor, float, str]:
-    """(gamma, beta, eps, kind) of a norm module as the frozen programme needs them.
-
-    An ``nn.Identity`` (ModernBERT's first layer has no attention norm) is kind
-    ``none``: gamma 1, beta 0.  Gemma's RMSNorm scales by (1 + w).
-    """
-    weight = getattr(module, "weight", None)
-    if isinstance(module, torch.nn.Identity) or weight is None:
-        return torch.ones(1), torch.zeros(1), 0.0, "none"
-    gamma = weight.detach()
-    if kind == "rms+1":
-        gamma = 1.0 + gamma.to(torch.float64)
-        kind = "rms"
-    bias = getattr(module, "bias", None)
-    beta = bias.detach() if isinstance(bias, torch.Tensor) else torch.zeros_like(gamma)
-    eps = getattr(module, "eps", None)
-    if eps is None:
-        eps = module.variance_epsilon
-    return gamma, beta, float(eps), kind
-
-
-def _value_output(layer, heads: Heads, config, n_heads: int, kv_heads: int):
-    """(w_v (H, hidden, d), b_v (H, d), w_o (H, d, hidden), b_o (hidden,)), per query head."""
-    value = _resolve_module(layer, heads.value)
-    output = _resolve_module(layer, heads.output)
-    weight = value.weight.detach()
-    bias = value.bias.detach() if getattr(value, "bias", None) is not None else None
-    if heads.layout == "conv1d":  # y = x W + b, W (hidden, 3 hidden)
-        hidden = weight.shape[0]
-        weight, bias = weight[:, 2 * hidden :].T, bias[2 * hidden :]
-        out_w = output.weight.detach().T  # Conv1D (H*d, hidden) -> as Linear (hidden, H*d)
-    else:
-        out_w = output.weight.detach()  # (hidden, H*d)
-    hidden = out_w.shape[0]
-    d = out_w.shape[1] // n_heads
-    if heads.layout == "fused":  # rows [q (H d) | k (KV d) | v (KV d)]
-        start = (n_heads + kv_heads) * d
-        weight = weight[start : start + kv_heads * d]
-        bias = None if bias is None else bias[start : start + kv_heads * d]
-    elif heads.layout == "falcon":
-        weight, bias, kv_heads = _falcon_value(weight, bias, config, n_heads, d)
-    elif heads.layout == "neox":  # rows per head h: [q_h | k_h | v_h]
-        weight = weight.reshape(n_heads, 3, d, -1)[:, 2].reshape(n_heads * d, -1)
-        bias = None if bias is None else bias.reshape(n_heads, 3, d)[:, 2].reshape(-1)
-        kv_heads = n_heads
-    w_v = weight.T.reshape(hidden, kv_heads, d).permute(1, 0, 2)  # (KV, hidden, d)
-    b_v = weight.new_zeros(kv_heads, d) if bias is None else bias.reshape(kv_heads, d)
-    group = n_heads // kv_heads
-    if group > 1:  # query head h reads key/value head h // group (transformers' repeat_kv)
-        w_v = w_v.repeat_interleave(group, dim=0)
-        b_v = b_v.repeat_interleave(group, dim=0)
-    w_o = out_w.T.reshape(n_heads, d, hidden)  # (H, d, hidden)
-    out_b = getattr(output, "bias", None)
-    b_o = out_b.detach() if isinstance(out_b, torch.Tensor) else out_w.new_zeros(hidden)
-    return w_v, b_v, w_o, b_o
-
-
-#: The query and key projections beside a value projection named so (layout ``linear``).
-_QK_SIBLINGS = {
-    "value": ("query", "key"),
-    "v_proj": ("q_proj", "k_proj"),
-    "v_lin": ("q_lin", "k_lin"),
-    "value_proj": ("query_proj", "key_proj"),
-    "v": ("q", "k"),
-}
-
-
-def query_key(layer, heads: Heads, config, n_heads: int, kv_heads: int):
-    """(w_q (H, hidden, d), w_k (H, hidden, d)) per query head, in the x W convention of
-    ``_value_output`` (scores of head h: X w_q[h] w_k[h]^T X^T before the 1/sqrt(d) scale);
-    a grouped key head repeated for the query heads of its group.  Read with the same
-    layouts as the value weights; a layout without a known query/key place raises ProbeError.
-    """
-    value = _resolve_module(layer, heads.value)
-    weight = value.weight.detach()
-    if heads.layout == "conv1d":  # y = x W + b, columns [q | k | v]
-        hidden = weight.shape[0]
-        d = hidden // n_heads
-        w_q, w_k, kv_heads = weight[:, :hidden], weight[:, hidden : 2 * hidden], n_heads
-    else:
-        out_w = _resolve_module(layer, heads.output).weight.detach()
-        hidden = out_w.shape[0]
-        d = out_w.shape[1] // n_heads
-        if heads.layout == "linear":
-            parent, _, name = heads.value.rpartition(".")
-            if name not in _QK_SIBLINGS:
-                raise ProbeError(f"no query/key projection known beside {heads.value}")
-            q_name, k_name = _QK_SIBLINGS[name]
-            prefix = f"{parent}." if parent else ""
-            rows_q = _resolve_module(layer, prefix + q_name).weight.detach()
-            rows_k = _resolve_module(layer, prefix + k_name).weight.detach()
-        elif heads.layout == "fused":  # rows [q (H d) | k (KV d) | v (KV d)]
-            rows_q = weight[: n_heads * d]
-            rows_k = weight[n_heads * d : (n_heads + kv_heads) * d]
-        elif heads.layout == "neox":  # rows per head h: [q_h | k_h | v_h]
-            per_head = weight.reshape(n_heads, 3, d, -1)
-            rows_q = per_head[:, 0].reshape(n_heads * d, -1)
-            rows_k = per_head[:, 1].reshape(n_heads * d, -1)
-            kv_heads = n_heads
-        else:
-            raise ProbeError(
-                f"query/key weights of the {heads.layout} layout are not read by probe"
-            )
-        w_q, w_k = rows_q.T, rows_k.T  # (hidden, H d), (hidden, KV d)
-    w_q = w_q.reshape(hidden, n_heads, d).permute(1, 0, 2)
-    w_k = w_k.reshape(hidden, kv_heads, d).permute(1, 0, 2)
-    if n_heads // kv_heads > 1:  # transformers' repeat_kv
-        w_k = w_k.repeat_interleave(n_heads // kv_heads, dim=0)
-    return w_q, w_k
-
-
-def _falcon_value(weight, bias, config, n_heads: int, d: int):
-    """The value rows of Falcon's fused query_key_value, as FalconAttention._split_heads reads it.
-
-    New architecture: per key/value group [q x (H/KV) | k | v]; multi-query: [q (H d) | k | v];
-    otherwise per head [q_h | k_h | v_h].
-    """
-    hidden = weight.shape[-1]
-    if config.new_decoder_architecture:
-        kv = config.num_kv_heads
-        rows = weight.reshape(kv, n_heads // kv + 2, d, hidden)[:, -1].reshape(kv * d, hidden)
-        b = None if bias is None else bias.reshape(kv, n_heads // kv + 2, d)[:, -1].reshape(-1)
-        return rows, b, kv
-    if config.multi_query:
-        return weight[-d:], None if bias is None else bias[-d:], 1
-    rows = weight.reshape(n_heads, 3, d, hidden)[:, 2].reshape(n_heads * d, hidden)
-    b = None if bias is None else bias.reshape(n_heads, 3, d)[:, 2].reshape(-1)
-    return rows, b, n_heads

@@ -19,8 +19,9 @@ layout      layer (x the input, a the attention branch)     families
 ==========  ==============================================  =========================
 pre-LN      h = x + a(N(x)); y = h + mlp(N'(h))             Llama, Mistral, Qwen2/3,
                                                             Gemma, Phi3, ViT,
-                                                            ModernBERT, OPT-125m, T5
-sandwich    h = x + P(a(N(x))); y = h + Q(mlp(N'(h)))       Gemma2
+                                                            ModernBERT, OPT-125m, T5,
+                                                            BLOOM
+sandwich    h = x + P(a(N(x))); y = h + Q(mlp(N'(h)))       Gemma2 (OLMo2: no N, N')
 parallel    y = (a(N(x)) + mlp(N(x))) + x                   GPT-J, Falcon, GPT-NeoX
 post-LN     h = N(drop(dense(a(x))) + x); y = ...           RoBERTa, ELECTRA,
                                                             DeBERTa-v2, DistilBERT,
@@ -57,6 +58,28 @@ def _gemma2(layer, hidden_states, *, skip, mlp, **kwargs):
     if not mlp:
         return h
     return h + layer.post_feedforward_layernorm(layer.mlp(layer.pre_feedforward_layernorm(h)))
+
+
+def _olmo2(layer, hidden_states, *, skip, mlp, **kwargs):
+    # Olmo2DecoderLayer: no norm before the sublayers, a norm on each sublayer's output.
+    a = layer.post_attention_layernorm(layer.self_attn(hidden_states=hidden_states, **kwargs)[0])
+    h = hidden_states + a if skip else a
+    if not mlp:
+        return h
+    return h + layer.post_feedforward_layernorm(layer.mlp(h))
+
+
+def _bloom(layer, hidden_states, alibi, attention_mask, *, skip, mlp, **kwargs):
+    # BloomBlock with apply_residual_connection_post_layernorm=False: BloomAttention adds
+    # its `residual` argument (dropout_add), BloomMLP its own.
+    attention = layer.self_attention
+    x = layer.input_layernorm(hidden_states)
+    residual = hidden_states if skip else torch.zeros_like(hidden_states)
+    kwargs.pop("output_attentions", None)
+    h, _ = attention(x, residual, alibi=alibi, attention_mask=attention_mask, **kwargs)
+    if not mlp:
+        return h, None
+    return layer.mlp(layer.post_attention_layernorm(h), h), None
 
 
 def _opt(layer, hidden_states, *, skip, mlp, **kwargs):
@@ -181,6 +204,8 @@ LAYER_PATHS = {
     "gemma": ("layers", _llama),
     "phi3": ("layers", _llama),
     "gemma2": ("layers", _gemma2),
+    "olmo2": ("layers", _olmo2),
+    "bloom": ("h", _bloom),
     "opt": ("decoder.layers", _opt),
     "gptj": ("h", _gptj),
     "falcon": ("h", _falcon),

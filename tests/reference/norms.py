@@ -35,6 +35,8 @@ NORMS = {
         "1+w",
     ),
     "opt": ("decoder.layers", ("self_attn_layer_norm", "final_layer_norm"), "w"),
+    "olmo2": ("layers", ("post_attention_layernorm", "post_feedforward_layernorm"), "w"),
+    "bloom": ("h", ("input_layernorm", "post_attention_layernorm"), "w"),
 }
 
 

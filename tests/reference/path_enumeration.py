@@ -6,8 +6,9 @@ probabilities and the input of each norm to freeze (from one real run of the SAN
 variant: :func:`reference_reads` makes that run itself, by module surgery), it
 
 * reads every head's value and output projection straight from the family's own
-  modules (:func:`layer_params`, written per family below, per *query* head: a
-  grouped-query head reads the key/value head of its group, h // (H / KV));
+  modules (:func:`layer_params`, by the family's reference entry in
+  ``path_families.py``, per *query* head: a grouped-query head reads the key/value
+  head of its group, h // (H / KV));
 * walks each of the (H+1)^L paths one layer at a time, applying either the skip
   branch or the one head the path chooses, with every bias and norm shift left out
   (those belong to the constant);
@@ -38,251 +39,37 @@ from __future__ import annotations
 
 import copy
 import itertools
-from dataclasses import dataclass
 from functools import partial
 
 import torch
-from transformers import AlbertModel, BertModel, GPT2Model, XLNetModel
+
+from tests.reference.path_families import (
+    Layer,
+    Norm,
+    f64,
+    llama_shaped,
+    reference_for,
+)
 
 F64 = torch.float64
 
-
-def _d(t: torch.Tensor) -> torch.Tensor:
-    return t.detach().to(F64)
-
-
-@dataclass
-class Norm:
-    kind: str  # "layer", "rms" or "none"
-    gamma: torch.Tensor | None = None
-    beta: torch.Tensor | None = None
-    eps: float = 0.0
-
-
-@dataclass
-class Layer:
-    """One attention sublayer: per head (W_v (hidden, d), b_v (d,), W_o (d, hidden)), b_o."""
-
-    heads: list
-    b_o: torch.Tensor
-    norm: Norm
-    where: str  # "post" or "pre"
-    branch: Norm | None = None  # Gemma2's norm on the attention output
-
-
-def _layer_norm(module) -> Norm:
-    bias = getattr(module, "bias", None)
-    beta = _d(bias) if bias is not None else torch.zeros(module.weight.shape, dtype=F64)
-    return Norm("layer", _d(module.weight), beta, float(module.eps))
-
-
-def _rms(module, plus_one: bool = False) -> Norm:
-    eps = getattr(module, "variance_epsilon", None)
-    eps = module.eps if eps is None else eps
-    gamma = _d(module.weight)
-    return Norm("rms", 1.0 + gamma if plus_one else gamma, None, float(eps))
-
-
-def _no_bias(n: int) -> torch.Tensor:
-    return torch.zeros(n, dtype=F64)
-
-
-def _rows(linear, rows) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W (hidden, d), b (d,)) of the output rows ``rows`` of an nn.Linear."""
-    w = _d(linear.weight[rows]).T
-    b = _d(linear.bias[rows]) if linear.bias is not None else _no_bias(len(rows))
-    return w, b
-
-
-def _per_head(value_rows, out, n_heads: int, d: int):
-    """Heads from a function h -> value rows and an nn.Linear output projection."""
-    heads = []
-    for h in range(n_heads):
-        w_v, b_v = _rows(*value_rows(h))
-        w_o = _d(out.weight[:, h * d : (h + 1) * d]).T  # (d, hidden)
-        heads.append((w_v, b_v, w_o))
-    b_o = _d(out.bias) if out.bias is not None else _no_bias(out.weight.shape[0])
-    return heads, b_o
-
-
-def _span(start: int, d: int) -> list[int]:
-    return list(range(start, start + d))
-
-
-def _linear_layer(attn_value, attn_out, n_heads, d, kv_heads=None):
-    """Separate value projection; query head h reads key/value head h // (H / KV)."""
-    kv_heads = kv_heads or n_heads
-    group = n_heads // kv_heads
-    return _per_head(lambda h: (attn_value, _span((h // group) * d, d)), attn_out, n_heads, d)
-
-
-def _decoder_dims(config):
-    n = config.num_attention_heads
-    d = getattr(config, "head_dim", None) or config.hidden_size // n
-    return n, d, getattr(config, "num_key_value_heads", None) or n
+__all__ = ["FrozenReference", "Layer", "Norm", "final_norm", "layer_params", "reference_reads"]
 
 
 def layer_params(model, index: int) -> Layer:
-    """The frozen-able parameters of layer ``index``, read from the family's own modules."""
-    config = model.config
-    kind = config.model_type
-    if isinstance(model, BertModel | AlbertModel) or kind in ("bert", "roberta", "electra"):
-        if isinstance(model, AlbertModel):
-            att = model.encoder.albert_layer_groups[0].albert_layers[0].attention
-            value, dense, ln = att.value, att.dense, att.LayerNorm
-        else:
-            att = model.encoder.layer[index].attention
-            value, dense, ln = att.self.value, att.output.dense, att.output.LayerNorm
-        n = config.num_attention_heads
-        heads, b_o = _linear_layer(value, dense, n, value.weight.shape[0] // n)
-        return Layer(heads, b_o, _layer_norm(ln), "post")
-    if isinstance(model, XLNetModel):
-        rel = model.layer[index].rel_attn
-        heads = [
-            (_d(rel.v[:, h, :]), _no_bias(rel.v.shape[2]), _d(rel.o[:, h, :]).T)
-            for h in range(rel.v.shape[1])
-        ]
-        return Layer(heads, _no_bias(rel.v.shape[0]), _layer_norm(rel.layer_norm), "post")
-    if isinstance(model, GPT2Model):
-        block = model.h[index]
-        hidden, n = config.n_embd, config.n_head
-        d = hidden // n
-        w, b = block.attn.c_attn.weight, block.attn.c_attn.bias  # Conv1D: y = x W + b
-        proj = block.attn.c_proj
-        heads = [
-            (
-                _d(w[:, 2 * hidden + h * d : 2 * hidden + (h + 1) * d]),
-                _d(b[2 * hidden + h * d : 2 * hidden + (h + 1) * d]),
-                _d(proj.weight[h * d : (h + 1) * d, :]),
-            )
-            for h in range(n)
-        ]
-        return Layer(heads, _d(proj.bias), _layer_norm(block.ln_1), "pre")
-    if kind == "deberta-v2":
-        att = model.encoder.layer[index].attention
-        n = config.num_attention_heads
-        d = att.self.value_proj.weight.shape[0] // n
-        heads, b_o = _linear_layer(att.self.value_proj, att.output.dense, n, d)
-        return Layer(heads, b_o, _layer_norm(att.output.LayerNorm), "post")
-    if kind == "distilbert":
-        block = model.transformer.layer[index]
-        n = config.n_heads
-        heads, b_o = _linear_layer(
-            block.attention.v_lin, block.attention.out_lin, n, config.dim // n
-        )
-        return Layer(heads, b_o, _layer_norm(block.sa_layer_norm), "post")
-    if kind in _LLAMA_KINDS or _llama_shaped(model):
-        block = model.layers[index]
-        n, d, kv = _decoder_dims(config)
-        attn = block.self_attn
-        if kind == "phi3":  # fused rows [q (n d) | k (kv d) | v (kv d)]
-            group = n // kv
-            heads, b_o = _per_head(
-                lambda h: (attn.qkv_proj, _span((n + kv) * d + (h // group) * d, d)),
-                attn.o_proj,
-                n,
-                d,
-            )
-        else:
-            heads, b_o = _linear_layer(attn.v_proj, attn.o_proj, n, d, kv)
-        gemma = kind in ("gemma", "gemma2")
-        if isinstance(block.input_layernorm, torch.nn.LayerNorm):  # Starcoder2
-            norm = _layer_norm(block.input_layernorm)
-        else:
-            norm = _rms(block.input_layernorm, plus_one=gemma)
-        branch = _rms(block.post_attention_layernorm, plus_one=True) if kind == "gemma2" else None
-        return Layer(heads, b_o, norm, "pre", branch)
-    if kind == "opt":
-        block = model.decoder.layers[index]
-        n = config.num_attention_heads
-        d = config.hidden_size // n
-        heads, b_o = _linear_layer(block.self_attn.v_proj, block.self_attn.out_proj, n, d)
-        where = "pre" if config.do_layer_norm_before else "post"
-        return Layer(heads, b_o, _layer_norm(block.self_attn_layer_norm), where)
-    if kind == "gptj":
-        block = model.h[index]
-        n = config.n_head
-        heads, b_o = _linear_layer(block.attn.v_proj, block.attn.out_proj, n, config.n_embd // n)
-        return Layer(heads, b_o, _layer_norm(block.ln_1), "pre")
-    if kind == "falcon":
-        block = model.h[index]
-        n = config.num_attention_heads
-        d = config.hidden_size // n
-        fused = block.self_attention.query_key_value
-        if config.new_decoder_architecture:  # per kv group g: [q x (n/kv) | k | v]
-            per = n // config.num_kv_heads
-            rows = lambda h: _span((h // per) * (per + 2) * d + (per + 1) * d, d)  # noqa: E731
-        elif config.multi_query:  # [q (n d) | k (d) | v (d)]
-            rows = lambda h: _span((n + 1) * d, d)  # noqa: E731
-        else:  # per head [q_h | k_h | v_h]
-            rows = lambda h: _span(h * 3 * d + 2 * d, d)  # noqa: E731
-        heads, b_o = _per_head(lambda h: (fused, rows(h)), block.self_attention.dense, n, d)
-        two = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
-        norm = block.ln_attn if two else block.input_layernorm
-        return Layer(heads, b_o, _layer_norm(norm), "pre")
-    if kind == "gpt_neox":
-        block = model.layers[index]
-        n = config.num_attention_heads
-        d = config.hidden_size // n
-        fused = block.attention.query_key_value  # per head [q_h | k_h | v_h]
-        heads, b_o = _per_head(
-            lambda h: (fused, _span(h * 3 * d + 2 * d, d)), block.attention.dense, n, d
-        )
-        return Layer(heads, b_o, _layer_norm(block.input_layernorm), "pre")
-    if kind == "modernbert":
-        block = model.layers[index]
-        n = config.num_attention_heads
-        d = config.hidden_size // n
-        fused = block.attn.Wqkv  # [q (n d) | k (n d) | v (n d)]
-        heads, b_o = _per_head(lambda h: (fused, _span(2 * n * d + h * d, d)), block.attn.Wo, n, d)
-        ln = block.attn_norm
-        norm = Norm("none") if isinstance(ln, torch.nn.Identity) else _layer_norm(ln)
-        return Layer(heads, b_o, norm, "pre")
-    if kind == "t5":
-        sa = model.encoder.block[index].layer[0]
-        heads, b_o = _linear_layer(
-            sa.SelfAttention.v, sa.SelfAttention.o, config.num_heads, config.d_kv
-        )
-        return Layer(heads, b_o, _rms(sa.layer_norm), "pre")
-    if kind == "vit":
-        block = model.layers[index]
-        n = config.num_attention_heads
-        d = config.hidden_size // n
-        heads, b_o = _linear_layer(block.attention.v_proj, block.attention.o_proj, n, d)
-        return Layer(heads, b_o, _layer_norm(block.layernorm_before), "pre")
-    raise ValueError(f"unsupported model {type(model).__name__} ({kind})")
+    """The frozen-able parameters of layer ``index``, read from the family's own modules by
+    its reference entry (``tests/reference/path_families.py``)."""
+    return reference_for(model).params(model, index)
 
 
 def final_norm(model) -> Norm | None:
     """The norm after the last layer that belongs to the output, if the family has one."""
-    config = model.config
-    kind = config.model_type
-    module = {
-        "gpt2": lambda: model.ln_f,
-        "gptj": lambda: model.ln_f,
-        "falcon": lambda: model.ln_f,
-        "gpt_neox": lambda: model.final_layer_norm,
-        "opt": lambda: model.decoder.final_layer_norm,  # None for post-LN (350m)
-        "modernbert": lambda: model.final_norm,
-        "vit": lambda: model.layernorm,
-        "t5": lambda: model.encoder.final_layer_norm,
-    }.get(kind)
-    if kind in ("gemma", "gemma2"):
-        return _rms(model.norm, plus_one=True)
-    if kind in _LLAMA_KINDS or _llama_shaped(model):
-        if isinstance(model.norm, torch.nn.LayerNorm):  # Starcoder2
-            return _layer_norm(model.norm)
-        return _rms(model.norm)
-    if kind in ("gemma", "gemma2"):
-        return _rms(model.norm, plus_one=True)
-    if module is None or module() is None:
-        return None
-    return _rms(module()) if kind == "t5" else _layer_norm(module())
+    return reference_for(model).final(model)
 
 
 def _scale(norm: Norm, norm_input: torch.Tensor) -> torch.Tensor:
     """Per-token 1/sigma (layer) or 1/rms (rms) of the norm's real input, as a column."""
-    u = _d(norm_input)
+    u = f64(norm_input)
     if norm.kind == "rms":
         return 1.0 / torch.sqrt((u * u).mean(-1, keepdim=True) + norm.eps)
     centred = u - u.mean(-1, keepdim=True)
@@ -305,8 +92,8 @@ class FrozenReference:
 
     def __init__(self, model, x0, attn, norm_inputs, final_input=None, branch_inputs=None):
         self.model = model
-        self.x0 = _d(x0)
-        self.attn = [_d(a) for a in attn]
+        self.x0 = f64(x0)
+        self.attn = [f64(a) for a in attn]
         self.norm_inputs = norm_inputs
         self.branch_inputs = branch_inputs or [None] * len(attn)
         self.layers = [layer_params(model, i) for i in range(len(attn))]
@@ -393,48 +180,6 @@ class FrozenReference:
 
 # --- the reads, from a SAN+skip run of the reference's own ------------------------
 
-#: model_type -> (layer list, attention module, index of its probabilities in the
-#: module's output, the frozen norm (None: config-dependent), Gemma2's branch norm).
-_SITES = {
-    "bert": ("encoder.layer", "attention.self", 1, "attention.output.LayerNorm", None),
-    "roberta": ("encoder.layer", "attention.self", 1, "attention.output.LayerNorm", None),
-    "electra": ("encoder.layer", "attention.self", 1, "attention.output.LayerNorm", None),
-    "deberta-v2": ("encoder.layer", "attention.self", 1, "attention.output.LayerNorm", None),
-    "distilbert": ("transformer.layer", "attention", 1, "sa_layer_norm", None),
-    "gpt2": ("h", "attn", 1, "ln_1", None),
-    "llama": ("layers", "self_attn", 1, "input_layernorm", None),
-    "mistral": ("layers", "self_attn", 1, "input_layernorm", None),
-    "qwen2": ("layers", "self_attn", 1, "input_layernorm", None),
-    "qwen3": ("layers", "self_attn", 1, "input_layernorm", None),
-    "gemma": ("layers", "self_attn", 1, "input_layernorm", None),
-    "phi3": ("layers", "self_attn", 1, "input_layernorm", None),
-    "gemma2": ("layers", "self_attn", 1, "input_layernorm", "post_attention_layernorm"),
-    "opt": ("decoder.layers", "self_attn", 1, "self_attn_layer_norm", None),
-    "gptj": ("h", "attn", 1, "ln_1", None),
-    "falcon": ("h", "self_attention", 1, None, None),
-    "gpt_neox": ("layers", "attention", 1, "input_layernorm", None),
-    "modernbert": ("layers", "attn", 1, "attn_norm", None),
-    "t5": ("encoder.block", "layer.0.SelfAttention", 2, "layer.0.layer_norm", None),
-    "vit": ("layers", "attention", 1, "layernorm_before", None),
-}
-
-
-_DECODERS = {
-    "gpt2", "llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3", "opt", "gptj",
-    "falcon", "gpt_neox",
-}  # fmt: skip
-
-
-#: The Llama-shaped decoders this reference names; any other model whose layers have
-#: Llama's submodules (Mixtral, Starcoder2, ...) is read the same way.
-_LLAMA_KINDS = ("llama", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "phi3")
-_LLAMA_SHAPE = ("self_attn", "input_layernorm", "post_attention_layernorm", "mlp")
-
-
-def _llama_shaped(model) -> bool:
-    layers = getattr(model, "layers", None)
-    return layers is not None and all(hasattr(layers[0], name) for name in _LLAMA_SHAPE)
-
 
 def _module(root, path: str):
     for part in path.split("."):
@@ -467,13 +212,9 @@ def reference_reads(model, inputs: dict, attn_implementation: str | None = None)
     """
     from tests.reference.surgery import _strip_overrides
 
-    config = model.config
-    kind = config.model_type
-    default = _SITES["llama"] if _llama_shaped(model) else None
-    layers_path, attn_path, index, norm_path, branch_path = _SITES.get(kind, default)
-    if norm_path is None:  # Falcon: ln_attn where the new architecture has two norms
-        two = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
-        norm_path = "ln_attn" if two else "input_layernorm"
+    entry = reference_for(model)
+    layers_path, attn_path, index = entry.layers, entry.attention, entry.probs
+    norm_path, branch_path = entry.norm_of(model.config), entry.branch
     work = copy.deepcopy(model)
     _strip_overrides(work)
     if attn_implementation is not None:
@@ -499,18 +240,17 @@ def reference_reads(model, inputs: dict, attn_implementation: str | None = None)
         _module(layer, attn_path).register_forward_hook(
             lambda m, a, out: reads["attn"].append(out[index].detach())
         )
-        _module(layer, norm_path).register_forward_pre_hook(
+        # No norm before the heads (OLMo2): they read the layer's input, the attention's.
+        _module(layer, norm_path or attn_path).register_forward_pre_hook(
             partial(first_input, reads["norm"]), with_kwargs=True
         )
         if branch_path is not None:
             _module(layer, branch_path).register_forward_pre_hook(
                 partial(first_input, reads["branch"]), with_kwargs=True
             )
-    extra = {}
-    if kind in _DECODERS or _llama_shaped(model):  # a one-shot forward: no key/value cache
-        extra = {"use_cache": False}
-    if kind == "deberta-v2":  # its attention returns the probabilities only when asked
-        extra = {"output_attentions": True}
+    extra = dict(entry.kwargs)
+    if entry.decoder or llama_shaped(model):  # a one-shot forward: no key/value cache
+        extra["use_cache"] = False
     with torch.no_grad():
         out = work(**inputs, **extra)
     L = len(layers)

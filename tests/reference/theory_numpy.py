@@ -51,7 +51,7 @@ def constants(model, family: str, lip: float) -> dict:
     out = {"qk": [], "vo": [], "beta": [], "c": [], "lambda": []}
     if family == "bert":
         layers = model.encoder.layer
-    elif family == "gpt2":
+    elif family in ("gpt2", "bloom"):
         layers = model.h
     else:
         layers = model.layers
@@ -70,6 +70,14 @@ def constants(model, family: str, lip: float) -> dict:
             m1, m2 = _np(layer.mlp.c_fc.weight), _np(layer.mlp.c_proj.weight)
         elif family == "gpt-neox":  # fused, per head h rows [q_h | k_h | v_h]
             a = layer.attention
+            w = _np(a.query_key_value.weight)
+            n = w.shape[1]
+            per = w.reshape(H, 3, n // H, n)
+            a_q, a_k, a_v = (per[:, i].reshape(n, n).T for i in range(3))
+            a_o = _np(a.dense.weight).T
+            m1, m2 = _np(layer.mlp.dense_h_to_4h.weight).T, _np(layer.mlp.dense_4h_to_h.weight).T
+        elif family == "bloom":  # BloomAttention._reshape: per head h rows [q_h | k_h | v_h]
+            a = layer.self_attention
             w = _np(a.query_key_value.weight)
             n = w.shape[1]
             per = w.reshape(H, 3, n // H, n)

@@ -182,6 +182,19 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "phi3": ("Phi3Config", _DECODER),
     "starcoder2": ("Starcoder2Config", {**_DECODER, "use_bias": True}),
     "mixtral": ("MixtralConfig", {**_DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}),
+    "olmo2": ("Olmo2Config", _DECODER),
+    "bloom": (
+        "BloomConfig",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            hidden_size=HIDDEN,
+            n_layer=3,
+            n_head=HEADS,
+            bos_token_id=1,
+            eos_token_id=2,
+            pad_token_id=0,
+        ),
+    ),
     "opt": (
         "OPTConfig",
         dict(

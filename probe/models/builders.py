@@ -1,0 +1,89 @@
+"""Builders of the common layer layouts, for the entries of ``families.py``.
+
+A Llama-shaped decoder is one call of :func:`decoder`; other pre-LN layers list their
+steps with :func:`pre_ln`, BERT's post-LN layer with :func:`bert_like`.
+"""
+
+from __future__ import annotations
+
+from .family import GATED_MLP, Family, Heads, Step, put, read, skip, zero
+
+
+def pre_ln(
+    attn: str,
+    norm: str,
+    mlp: tuple[str, ...],
+    *,
+    residual: str = ":residual_0",
+    probs: int = 1,
+    branch: Step | None = None,
+) -> tuple[Step, ...]:
+    """A pre-LN block ``h = x + attn(norm(x)); y = h + mlp(mlp_norm(h))``.
+
+    No skip: the ``residual = hidden_states`` that the attention sum adds is zero.
+    No MLP: every module in ``mlp`` is skipped, the norm(s) pass their input on and
+    the last returns zeros, so the block adds exactly nothing: y = h.
+    """
+    *passes, last = mlp
+    return (
+        zero(residual),
+        read("norm", norm, "input"),
+        read("probs", attn, index=probs),
+        branch or read("branch", attn, index=0),
+        *(skip(site, "input") for site in passes),
+        skip(last, "zeros"),
+    )
+
+
+def bert_like(self_attn: str = "attention.self", **_) -> tuple[Step, ...]:
+    """BERT's post-LN layer: ``a = LN(dropout(dense(ctx)) + x)`` in ``attention.output``.
+
+    No skip: BertSelfOutput's second input (``input_tensor``, the residual) is zeros.
+    No MLP: ``intermediate`` and ``output`` are skipped and return a.
+    """
+    return (
+        read("probs", self_attn, index=1),
+        put("attention.output", "zeros", part="arg1"),  # BertSelfOutput(h, input_tensor)
+        read("branch", "attention.output.dropout"),
+        read("norm", "attention.output.LayerNorm", "input"),
+        read("sublayer", "attention", index=0),
+        skip("intermediate", "sublayer"),
+        skip("output", "sublayer"),
+    )
+
+
+LLAMA_NOTE = "LlamaDecoderLayer.forward: `residual = hidden_states` (residual_0)"
+DECODER_KWARGS = {"use_cache": False}
+
+
+def decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
+    """A Llama-shaped pre-LN decoder (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3)."""
+    steps = extra.pop(
+        "steps", pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp"))
+    )
+    return Family(
+        name=name,
+        model_types=model_types,
+        layers="layers",
+        style=extra.pop("style", "pre"),
+        steps=steps,
+        norm=extra.pop("norm", "input_layernorm"),
+        norm_kind=extra.pop("norm_kind", "rms"),
+        heads=extra.pop("heads", Heads("self_attn.v_proj", "self_attn.o_proj")),
+        skip_means=extra.pop(
+            "skip_means",
+            "h = attn(norm(x)): the block's `residual` before the attention sum is zero",
+        ),
+        mlp_means=extra.pop(
+            "mlp_means",
+            "y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
+        ),
+        final_norm="norm",
+        lm_head="embed_tokens",
+        forward_kwargs=DECODER_KWARGS,
+        float32_softmax=True,
+        causal=True,
+        source_note=extra.pop("source_note", f"{name}'s decoder layer, as {LLAMA_NOTE}"),
+        mlp=extra.pop("mlp", GATED_MLP),  # SwiGLU / GeGLU
+        **extra,
+    )

@@ -1,0 +1,426 @@
+"""Where the brute-force path oracle reads each family, one reference entry per family.
+
+No ``probe`` imports: every entry is written from the transformers source of its
+family, never from probe's spec, so it checks that spec independently.  An entry
+(:class:`Reference`) says where a layer's attention sublayer is (the layer list, the
+attention module and the index of its probabilities in its output, the norm to
+freeze) and how to read its parameters per *query* head (``params``: a grouped-query
+head reads the key/value head of its group, h // (H / KV)) and the norm after the
+last layer that belongs to the output (``final``).
+
+A new family is one entry in :data:`REFERENCES`; a family without one fails its own
+tests (:func:`reference_for` raises inside them), never the collection of the others'.
+Llama-shaped decoders (a layer with ``self_attn``, ``input_layernorm``,
+``post_attention_layernorm`` and ``mlp``) of any model_type share Llama's entry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers import AlbertModel, XLNetModel
+
+F64 = torch.float64
+
+
+def f64(t: torch.Tensor) -> torch.Tensor:
+    return t.detach().to(F64)
+
+
+@dataclass
+class Norm:
+    kind: str  # "layer", "rms" or "none"
+    gamma: torch.Tensor | None = None
+    beta: torch.Tensor | None = None
+    eps: float = 0.0
+
+
+@dataclass
+class Layer:
+    """One attention sublayer: per head (W_v (hidden, d), b_v (d,), W_o (d, hidden)), b_o."""
+
+    heads: list
+    b_o: torch.Tensor
+    norm: Norm
+    where: str  # "post" or "pre"
+    branch: Norm | None = None  # Gemma2's and OLMo2's norm on the attention output
+
+
+@dataclass(frozen=True)
+class Reference:
+    """How the oracle reads one family (see the module docstring).
+
+    ``norm``: the path (from the layer) of the norm to freeze, a function of the config
+    where the family branches (Falcon), or "" where the heads read the layer's input
+    (OLMo2); ``branch``: a norm on the attention's output; ``decoder``: the forward takes
+    ``use_cache=False`` (a one-shot forward, as probe makes it); ``kwargs``: other forward
+    arguments the reads need (DeBERTa-v2 returns its probabilities only when asked).
+    """
+
+    layers: str
+    attention: str
+    probs: int
+    norm: str | Callable
+    params: Callable[[torch.nn.Module, int], Layer]
+    final: Callable[[torch.nn.Module], Norm | None] = lambda model: None
+    branch: str | None = None
+    decoder: bool = False
+    kwargs: dict = field(default_factory=dict)
+
+    def norm_of(self, config) -> str:
+        return self.norm(config) if callable(self.norm) else self.norm
+
+
+class NoReference(LookupError):
+    """A family without its reference entry: its own tests fail with this."""
+
+
+def layer_norm(module) -> Norm:
+    bias = getattr(module, "bias", None)
+    beta = f64(bias) if bias is not None else torch.zeros(module.weight.shape, dtype=F64)
+    return Norm("layer", f64(module.weight), beta, float(module.eps))
+
+
+def rms(module, plus_one: bool = False) -> Norm:
+    eps = getattr(module, "variance_epsilon", None)
+    eps = module.eps if eps is None else eps
+    gamma = f64(module.weight)
+    return Norm("rms", 1.0 + gamma if plus_one else gamma, None, float(eps))
+
+
+def no_bias(n: int) -> torch.Tensor:
+    return torch.zeros(n, dtype=F64)
+
+
+def rows_of(linear, rows) -> tuple[torch.Tensor, torch.Tensor]:
+    """(W (hidden, d), b (d,)) of the output rows ``rows`` of an nn.Linear."""
+    w = f64(linear.weight[rows]).T
+    b = f64(linear.bias[rows]) if linear.bias is not None else no_bias(len(rows))
+    return w, b
+
+
+def per_head(value_rows, out, n_heads: int, d: int):
+    """Heads from a function h -> value rows and an nn.Linear output projection."""
+    heads = []
+    for h in range(n_heads):
+        w_v, b_v = rows_of(*value_rows(h))
+        w_o = f64(out.weight[:, h * d : (h + 1) * d]).T  # (d, hidden)
+        heads.append((w_v, b_v, w_o))
+    b_o = f64(out.bias) if out.bias is not None else no_bias(out.weight.shape[0])
+    return heads, b_o
+
+
+def span(start: int, d: int) -> list[int]:
+    return list(range(start, start + d))
+
+
+def linear_layer(attn_value, attn_out, n_heads, d, kv_heads=None):
+    """Separate value projection; query head h reads key/value head h // (H / KV)."""
+    kv_heads = kv_heads or n_heads
+    group = n_heads // kv_heads
+    return per_head(lambda h: (attn_value, span((h // group) * d, d)), attn_out, n_heads, d)
+
+
+def decoder_dims(config):
+    n = config.num_attention_heads
+    d = getattr(config, "head_dim", None) or config.hidden_size // n
+    return n, d, getattr(config, "num_key_value_heads", None) or n
+
+
+# --- the families ---------------------------------------------------------------------
+
+
+def _bert(model, index: int) -> Layer:
+    config = model.config
+    if isinstance(model, AlbertModel):
+        att = model.encoder.albert_layer_groups[0].albert_layers[0].attention
+        value, dense, ln = att.value, att.dense, att.LayerNorm
+    else:
+        att = model.encoder.layer[index].attention
+        value, dense, ln = att.self.value, att.output.dense, att.output.LayerNorm
+    n = config.num_attention_heads
+    heads, b_o = linear_layer(value, dense, n, value.weight.shape[0] // n)
+    return Layer(heads, b_o, layer_norm(ln), "post")
+
+
+def _xlnet(model, index: int) -> Layer:
+    rel = model.layer[index].rel_attn
+    heads = [
+        (f64(rel.v[:, h, :]), no_bias(rel.v.shape[2]), f64(rel.o[:, h, :]).T)
+        for h in range(rel.v.shape[1])
+    ]
+    return Layer(heads, no_bias(rel.v.shape[0]), layer_norm(rel.layer_norm), "post")
+
+
+def _gpt2(model, index: int) -> Layer:
+    block, config = model.h[index], model.config
+    hidden, n = config.n_embd, config.n_head
+    d = hidden // n
+    w, b = block.attn.c_attn.weight, block.attn.c_attn.bias  # Conv1D: y = x W + b
+    proj = block.attn.c_proj
+    heads = [
+        (
+            f64(w[:, 2 * hidden + h * d : 2 * hidden + (h + 1) * d]),
+            f64(b[2 * hidden + h * d : 2 * hidden + (h + 1) * d]),
+            f64(proj.weight[h * d : (h + 1) * d, :]),
+        )
+        for h in range(n)
+    ]
+    return Layer(heads, f64(proj.bias), layer_norm(block.ln_1), "pre")
+
+
+def _deberta(model, index: int) -> Layer:
+    att = model.encoder.layer[index].attention
+    n = model.config.num_attention_heads
+    d = att.self.value_proj.weight.shape[0] // n
+    heads, b_o = linear_layer(att.self.value_proj, att.output.dense, n, d)
+    return Layer(heads, b_o, layer_norm(att.output.LayerNorm), "post")
+
+
+def _distilbert(model, index: int) -> Layer:
+    block = model.transformer.layer[index]
+    n = model.config.n_heads
+    heads, b_o = linear_layer(
+        block.attention.v_lin, block.attention.out_lin, n, model.config.dim // n
+    )
+    return Layer(heads, b_o, layer_norm(block.sa_layer_norm), "post")
+
+
+def _llama(model, index: int) -> Layer:
+    kind = model.config.model_type
+    block = model.layers[index]
+    n, d, kv = decoder_dims(model.config)
+    attn = block.self_attn
+    if kind == "phi3":  # fused rows [q (n d) | k (kv d) | v (kv d)]
+        group = n // kv
+        heads, b_o = per_head(
+            lambda h: (attn.qkv_proj, span((n + kv) * d + (h // group) * d, d)), attn.o_proj, n, d
+        )
+    else:
+        heads, b_o = linear_layer(attn.v_proj, attn.o_proj, n, d, kv)
+    gemma = kind in ("gemma", "gemma2")
+    if isinstance(block.input_layernorm, torch.nn.LayerNorm):  # Starcoder2
+        norm = layer_norm(block.input_layernorm)
+    else:
+        norm = rms(block.input_layernorm, plus_one=gemma)
+    branch = rms(block.post_attention_layernorm, plus_one=True) if kind == "gemma2" else None
+    return Layer(heads, b_o, norm, "pre", branch)
+
+
+def _llama_final(model) -> Norm:
+    if model.config.model_type in ("gemma", "gemma2"):
+        return rms(model.norm, plus_one=True)
+    if isinstance(model.norm, torch.nn.LayerNorm):  # Starcoder2
+        return layer_norm(model.norm)
+    return rms(model.norm)
+
+
+def _olmo2(model, index: int) -> Layer:
+    # Olmo2DecoderLayer: h = x + post_attention_layernorm(attn(x)): no norm before the heads.
+    block = model.layers[index]
+    n, d, kv = decoder_dims(model.config)
+    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.o_proj, n, d, kv)
+    return Layer(heads, b_o, Norm("none"), "pre", rms(block.post_attention_layernorm))
+
+
+def _bloom(model, index: int) -> Layer:
+    # BloomAttention._reshape: fused rows per head h [q_h | k_h | v_h].
+    block = model.h[index]
+    n = model.config.num_attention_heads
+    d = model.config.hidden_size // n
+    fused = block.self_attention.query_key_value
+    heads, b_o = per_head(
+        lambda h: (fused, span(h * 3 * d + 2 * d, d)), block.self_attention.dense, n, d
+    )
+    return Layer(heads, b_o, layer_norm(block.input_layernorm), "pre")
+
+
+def _opt(model, index: int) -> Layer:
+    block, config = model.decoder.layers[index], model.config
+    n = config.num_attention_heads
+    d = config.hidden_size // n
+    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.out_proj, n, d)
+    where = "pre" if config.do_layer_norm_before else "post"
+    return Layer(heads, b_o, layer_norm(block.self_attn_layer_norm), where)
+
+
+def _opt_final(model) -> Norm | None:
+    module = model.decoder.final_layer_norm  # None for post-LN (350m)
+    return None if module is None else layer_norm(module)
+
+
+def _gptj(model, index: int) -> Layer:
+    block = model.h[index]
+    n = model.config.n_head
+    heads, b_o = linear_layer(block.attn.v_proj, block.attn.out_proj, n, model.config.n_embd // n)
+    return Layer(heads, b_o, layer_norm(block.ln_1), "pre")
+
+
+def _falcon_norm(config) -> str:
+    two = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
+    return "ln_attn" if two else "input_layernorm"
+
+
+def _falcon(model, index: int) -> Layer:
+    block, config = model.h[index], model.config
+    n = config.num_attention_heads
+    d = config.hidden_size // n
+    fused = block.self_attention.query_key_value
+    if config.new_decoder_architecture:  # per kv group g: [q x (n/kv) | k | v]
+        per = n // config.num_kv_heads
+        rows = lambda h: span((h // per) * (per + 2) * d + (per + 1) * d, d)  # noqa: E731
+    elif config.multi_query:  # [q (n d) | k (d) | v (d)]
+        rows = lambda h: span((n + 1) * d, d)  # noqa: E731
+    else:  # per head [q_h | k_h | v_h]
+        rows = lambda h: span(h * 3 * d + 2 * d, d)  # noqa: E731
+    heads, b_o = per_head(lambda h: (fused, rows(h)), block.self_attention.dense, n, d)
+    return Layer(heads, b_o, layer_norm(getattr(block, _falcon_norm(config))), "pre")
+
+
+def _neox(model, index: int) -> Layer:
+    block = model.layers[index]
+    n = model.config.num_attention_heads
+    d = model.config.hidden_size // n
+    fused = block.attention.query_key_value  # per head [q_h | k_h | v_h]
+    heads, b_o = per_head(
+        lambda h: (fused, span(h * 3 * d + 2 * d, d)), block.attention.dense, n, d
+    )
+    return Layer(heads, b_o, layer_norm(block.input_layernorm), "pre")
+
+
+def _modernbert(model, index: int) -> Layer:
+    block = model.layers[index]
+    n = model.config.num_attention_heads
+    d = model.config.hidden_size // n
+    fused = block.attn.Wqkv  # [q (n d) | k (n d) | v (n d)]
+    heads, b_o = per_head(lambda h: (fused, span(2 * n * d + h * d, d)), block.attn.Wo, n, d)
+    ln = block.attn_norm
+    norm = Norm("none") if isinstance(ln, torch.nn.Identity) else layer_norm(ln)
+    return Layer(heads, b_o, norm, "pre")
+
+
+def _t5(model, index: int) -> Layer:
+    sa = model.encoder.block[index].layer[0]
+    config = model.config
+    heads, b_o = linear_layer(sa.SelfAttention.v, sa.SelfAttention.o, config.num_heads, config.d_kv)
+    return Layer(heads, b_o, rms(sa.layer_norm), "pre")
+
+
+def _vit(model, index: int) -> Layer:
+    block = model.layers[index]
+    n = model.config.num_attention_heads
+    d = model.config.hidden_size // n
+    heads, b_o = linear_layer(block.attention.v_proj, block.attention.o_proj, n, d)
+    return Layer(heads, b_o, layer_norm(block.layernorm_before), "pre")
+
+
+def _bert_like(layers: str = "encoder.layer") -> Reference:
+    return Reference(layers, "attention.self", 1, "attention.output.LayerNorm", _bert)
+
+
+_LLAMA = Reference("layers", "self_attn", 1, "input_layernorm", _llama, _llama_final, decoder=True)
+
+#: model_type -> its reference entry.
+REFERENCES: dict[str, Reference] = {
+    "bert": _bert_like(),
+    "roberta": _bert_like(),
+    "electra": _bert_like(),
+    "albert": Reference("encoder.albert_layer_groups.0.albert_layers", "attention", 1, "", _bert),
+    "xlnet": Reference("layer", "rel_attn", 1, "", _xlnet),
+    "deberta-v2": Reference(
+        "encoder.layer",
+        "attention.self",
+        1,
+        "attention.output.LayerNorm",
+        _deberta,
+        kwargs={"output_attentions": True},  # the probabilities are returned only when asked
+    ),
+    "distilbert": Reference("transformer.layer", "attention", 1, "sa_layer_norm", _distilbert),
+    "gpt2": Reference("h", "attn", 1, "ln_1", _gpt2, lambda m: layer_norm(m.ln_f), decoder=True),
+    "llama": _LLAMA,
+    "gemma2": Reference(
+        "layers",
+        "self_attn",
+        1,
+        "input_layernorm",
+        _llama,
+        _llama_final,
+        branch="post_attention_layernorm",
+        decoder=True,
+    ),
+    "olmo2": Reference(
+        "layers",
+        "self_attn",
+        1,
+        "",
+        _olmo2,
+        lambda m: rms(m.norm),
+        branch="post_attention_layernorm",
+        decoder=True,
+    ),
+    "bloom": Reference(
+        "h",
+        "self_attention",
+        1,
+        "input_layernorm",
+        _bloom,
+        lambda m: layer_norm(m.ln_f),
+        decoder=True,
+    ),
+    "opt": Reference(
+        "decoder.layers", "self_attn", 1, "self_attn_layer_norm", _opt, _opt_final, decoder=True
+    ),
+    "gptj": Reference("h", "attn", 1, "ln_1", _gptj, lambda m: layer_norm(m.ln_f), decoder=True),
+    "falcon": Reference(
+        "h", "self_attention", 1, _falcon_norm, _falcon, lambda m: layer_norm(m.ln_f), decoder=True
+    ),
+    "gpt_neox": Reference(
+        "layers",
+        "attention",
+        1,
+        "input_layernorm",
+        _neox,
+        lambda m: layer_norm(m.final_layer_norm),
+        decoder=True,
+    ),
+    "modernbert": Reference(
+        "layers", "attn", 1, "attn_norm", _modernbert, lambda m: layer_norm(m.final_norm)
+    ),
+    "t5": Reference(
+        "encoder.block",
+        "layer.0.SelfAttention",
+        2,
+        "layer.0.layer_norm",
+        _t5,
+        lambda m: rms(m.encoder.final_layer_norm),
+    ),
+    "vit": Reference(
+        "layers", "attention", 1, "layernorm_before", _vit, lambda m: layer_norm(m.layernorm)
+    ),
+}
+
+_LLAMA_SHAPE = ("self_attn", "input_layernorm", "post_attention_layernorm", "mlp")
+
+
+def llama_shaped(model) -> bool:
+    layers = getattr(model, "layers", None)
+    return layers is not None and all(hasattr(layers[0], name) for name in _LLAMA_SHAPE)
+
+
+def reference_for(model) -> Reference:
+    """The reference entry of ``model``'s family; :class:`NoReference` where it has none."""
+    if isinstance(model, AlbertModel):
+        return REFERENCES["albert"]
+    if isinstance(model, XLNetModel):
+        return REFERENCES["xlnet"]
+    kind = model.config.model_type
+    if kind in REFERENCES:
+        return REFERENCES[kind]
+    if llama_shaped(model):  # Mistral, Qwen2/3, Gemma, Phi3, Mixtral, Starcoder2, ...
+        return _LLAMA
+    raise NoReference(
+        f"no reference entry for model_type {kind!r} ({type(model).__name__}): add one to "
+        "REFERENCES in tests/reference/path_families.py"
+    )
