@@ -203,7 +203,7 @@ def _clean(probed, data, mask) -> Identity:
     except Exception as err:  # not the spec: the model itself does not run like this
         raise ProbeError(
             f"{probed.name} does not run in {str(probed.dtype).removeprefix('torch.')} on "
-            f"{probed.device.type} under transformers ({_one_line(err)}); try another --dtype"
+            f"{probed.device.type} under transformers ({_one_line(err)}); try another `dtype`"
         ) from None
     try:
         walked = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]

@@ -70,7 +70,7 @@ class FastformerAdapter(Adapter):
     not_decomposable = (
         "the Fastformer's additive attention multiplies pooled vectors elementwise with the "
         "tokens, so a layer is multilinear, not affine, in its input even with its poolings "
-        "frozen; the exact path-length decomposition does not apply (--sample works)"
+        "frozen; the exact path-length decomposition does not apply (`sample` works)"
     )
 
     def __init__(self, strict: bool = False):
