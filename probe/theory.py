@@ -51,6 +51,7 @@ import numpy as np
 import torch
 
 from .errors import ProbeError
+from .interrupts import check_interrupt
 
 #: The MLP of each family whose weights probe reads for lambda: (first, second, layout).
 MLP_WEIGHTS: dict[str, tuple[str, str, str]] = {
@@ -164,6 +165,7 @@ def layer_constants(probed) -> dict[str, Any]:
     d = None
     scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
+        check_interrupt()  # a large model's constants take seconds per layer
         layer = layers[index]
         with torch.no_grad():
             try:
