@@ -1,8 +1,9 @@
 """How the CLI talks: one-line errors, clean interrupts, rich tables, progress.
 
 Exit codes: 0 done, 2 a usage error (one line on stderr, ``probe: error: ...``),
-130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM.  On an interrupt the
-one line says which files were written and that nothing else was: results and
+130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM.  A signal is recorded
+when it comes and raised at the command's next safe point (``probe.interrupts``); the
+one line then says which files were written and that nothing else was: results and
 their reports are written as one unit (``probe.results.write_together``), so a
 result never appears without its report.
 """
@@ -22,6 +23,13 @@ import typer.core
 from rich.console import Console
 
 from probe.errors import ProbeError
+from probe.interrupts import (
+    EXIT_CODES,
+    Interrupted,
+    check_at_module_calls,
+    check_interrupt,
+    handled,
+)
 
 from .domains import OptionError
 
@@ -29,7 +37,6 @@ out = Console(highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 USAGE = 2
-SIGNAL_EXIT = {signal.SIGINT: 130, signal.SIGTERM: 143}
 
 #: The arguments of the running command, for the "reproduce with" line of results.
 invocation: list[str] = []
@@ -115,55 +122,6 @@ def wrote(*paths: Path) -> None:
     written.extend(Path(p) for p in paths)
 
 
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived; carries the exit code.
-
-    A BaseException, as KeyboardInterrupt: no ``except Exception`` on the way (a library's,
-    or the guard around rendering a damaged file) may take it for an error and go on."""
-
-    def __init__(self, code: int) -> None:
-        super().__init__(code)
-        self.code = code
-
-
-#: The exit code of a signal that came while the command ran (None: none came).
-pending: dict[str, int | None] = {"code": None}
-
-
-def _on_signal(signum, frame):
-    """SIGINT and SIGTERM while a command runs: an ``Interrupted`` where Python can raise it.
-
-    Raised inside a finaliser (``__del__``, a weakref callback: a file closing during
-    garbage collection), an exception is printed as "Exception ignored" and dropped, and
-    the interrupt was lost.  There the signal is only recorded; the next safe point
-    (``check_interrupt``: every progress step, and the command's end) raises it.
-    """
-    code = SIGNAL_EXIT[signum]
-    pending["code"] = code
-    if not _in_finaliser(frame):
-        raise Interrupted(code)
-
-
-#: Where the standard library's weakref callbacks live (WeakValueDictionary's and
-#: WeakSet's ``_remove``, ``finalize``): a signal there is inside a finaliser.
-_WEAKREF_FILES = ("weakref.py", "_weakrefset.py")
-
-
-def _in_finaliser(frame) -> bool:
-    while frame is not None:
-        code = frame.f_code
-        if code.co_name == "__del__" or code.co_filename.endswith(_WEAKREF_FILES):
-            return True
-        frame = frame.f_back
-    return False
-
-
-def check_interrupt() -> None:
-    """Raise the interrupt a signal recorded (see ``_on_signal``), at a safe point."""
-    if pending["code"] is not None:
-        raise Interrupted(pending["code"])
-
-
 def _interrupted_line() -> str:
     if not written:
         return "interrupted; nothing was written"
@@ -178,30 +136,23 @@ class OneLineErrors(typer.core.TyperGroup):
     once, so commands call the library without wrapping it.
     """
 
-    def invoke(self, ctx):
-        # Catch Ctrl-C inside the command, before click turns it into a bare Abort.
-        try:
-            return super().invoke(ctx)
-        except KeyboardInterrupt:
-            raise Interrupted(SIGNAL_EXIT[signal.SIGINT]) from None
-
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         global held
         invocation[:] = list(sys.argv[1:] if args is None else args)
         written.clear()
         held = []
-        pending["code"] = None
-        previous = {signum: _install(signum, _on_signal) for signum in SIGNAL_EXIT}
         done = False
         try:
-            result = super().main(
-                args=args,
-                prog_name=prog_name,
-                complete_var=complete_var,
-                standalone_mode=False,
-                **extra,
-            )
-            check_interrupt()  # a signal recorded but not raised is never lost
+            with handled():  # SIGINT and SIGTERM are recorded, raised at safe points
+                check_interrupt()  # one that came while the executable started
+                result = super().main(
+                    args=args,
+                    prog_name=prog_name,
+                    complete_var=complete_var,
+                    standalone_mode=False,
+                    **extra,
+                )
+                check_interrupt()  # one that came after the last safe point
             done = True
         except typer.TyperException as exc:  # typer's own (vendored click) errors
             ctx = getattr(exc, "ctx", None)
@@ -217,22 +168,12 @@ class OneLineErrors(typer.core.TyperGroup):
         except Interrupted as exc:
             fail(_interrupted_line(), code=exc.code)
         except (typer.Abort, KeyboardInterrupt):
-            fail(_interrupted_line(), code=SIGNAL_EXIT[signal.SIGINT])
+            fail(_interrupted_line(), code=EXIT_CODES[signal.SIGINT])
         finally:
-            for signum, handler in previous.items():
-                _install(signum, handler)
             if not done:
                 held = None  # a failure's held warnings are dropped: its error is the line
         checked()
         raise SystemExit(result if isinstance(result, int) else 0)
-
-
-def _install(signum, handler):
-    """Set a signal handler where Python allows it (the main thread), returning the old one."""
-    try:
-        return signal.signal(signum, handler)
-    except (ValueError, TypeError):  # not the main thread, or no previous Python handler
-        return None
 
 
 class Reporter:
@@ -272,14 +213,15 @@ class Reporter:
         """
         if self.quiet:
             yield
-            return
-        if not self.terminal:
+        elif not self.terminal:
             start = time.monotonic()
             yield
             self._loaded.append(f"probe: {words} done in {time.monotonic() - start:.1f} s")
-            return
-        with err.status(words, spinner="dots"):
-            yield
+        else:
+            with err.status(words, spinner="dots"):
+                yield
+        check_at_module_calls()  # the next load's self-test stops within a layer
+        check_interrupt()  # a load has no steps: Ctrl-C during it stops the command here
 
     def loaded(self) -> None:
         """Everything is loaded and checked: say what the loading took."""
@@ -298,6 +240,7 @@ class Reporter:
             TimeRemainingColumn,
         )
 
+        check_at_module_calls()  # a forward pass stops within a layer (models are loaded)
         self.total, self.done, self.start = total, 0, time.monotonic()
         self._last = self._said = self.start
         self._summary = {} if summary else None

@@ -17,7 +17,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import socket
 import sys
 import tempfile
@@ -28,6 +27,7 @@ from pathlib import Path
 import xarray as xr
 
 from .errors import ProbeError
+from .interrupts import check_interrupt
 
 ENGINE = "h5netcdf"
 
@@ -89,10 +89,8 @@ def netcdf_safe(attrs: dict) -> dict:
 
 
 def save_result(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` atomically (temporary file, then rename)."""
-    with _atomic(path) as tmp:
-        write_netcdf(ds, tmp)
-    return Path(path)
+    """Write ``ds`` to ``path`` atomically (temporary file, then rename: a unit of one)."""
+    return write_together({Path(path): lambda tmp: write_netcdf(ds, tmp)})[0]
 
 
 def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> None:
@@ -221,9 +219,7 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically, like :func:`save_result`."""
-    with _atomic(path) as tmp:
-        Path(tmp).write_text(text, encoding="utf-8")
-    return Path(path)
+    return write_together({Path(path): lambda tmp: Path(tmp).write_text(text, encoding="utf-8")})[0]
 
 
 def write_together(
@@ -233,9 +229,9 @@ def write_together(
     """Write several files as one unit: all or none of them appear.
 
     Each writer fills a temporary file beside its target; only when every one has
-    succeeded are they renamed into place (:class:`Unit`), with SIGINT and SIGTERM held
-    back for the renames so that an interrupt cannot leave a result without its report.
-    ``committed(paths)`` runs while the signals are still held, so a caller that records
+    succeeded are they renamed into place (:class:`Unit`).  An interrupt is raised
+    (``probe.interrupts``) before the renames or after them and ``committed(paths)``,
+    never between: it cannot leave a result without its report, and a caller that records
     what it wrote (the CLI's interrupt line) cannot miss a file that was put in place.
     """
     with Unit() as unit:
@@ -252,8 +248,8 @@ class Unit:
     (``.<name>.<pid>.<random>.part``: the pid tells a later run whether its writer is
     still alive, see :func:`clean_parts`).  :meth:`commit` takes the lock of every
     target's folder (so concurrent runs into one folder put their units in place one
-    after the other, never interleaved), holds SIGINT and SIGTERM, and renames each
-    staging path onto its target; a folder that is replaced is first renamed to
+    after the other, never interleaved) and renames each staging path onto its target,
+    with no interrupt raised in between (see :func:`write_together`); a folder that is replaced is first renamed to
     ``.<name>.<pid>.old`` and removed once the new one is in place (a kill -9 between the
     two renames is repaired by the next run, which renames it back).  Leaving the
     ``with`` block without a commit removes whatever was staged.
@@ -296,19 +292,20 @@ class Unit:
         with contextlib.ExitStack() as locks:
             for folder in sorted({t.parent.resolve() for t in targets}):
                 locks.enter_context(folder_lock(folder))
-            with _signals_held():
-                for target, staging in self._staged:
-                    if staging.is_dir() and target.is_dir() and not target.is_symlink():
-                        old = target.with_name(f".{target.name}.{os.getpid()}.old")
-                        shutil.rmtree(old, ignore_errors=True)
-                        os.rename(target, old)
-                        olds.append(old)
-                    os.replace(staging, target)
-                self._done = True
-                if committed is not None:
-                    committed(targets)
+            check_interrupt()  # one that came while the unit was written: none of it appears
+            for target, staging in self._staged:
+                if staging.is_dir() and target.is_dir() and not target.is_symlink():
+                    old = target.with_name(f".{target.name}.{os.getpid()}.old")
+                    shutil.rmtree(old, ignore_errors=True)
+                    os.rename(target, old)
+                    olds.append(old)
+                os.replace(staging, target)
+            self._done = True
+            if committed is not None:
+                committed(targets)
         for old in olds:
             shutil.rmtree(old, ignore_errors=True)
+        check_interrupt()  # one that came during the renames: all of the unit is in place
         return targets
 
     def discard(self) -> None:
@@ -452,35 +449,6 @@ def temp_beside(path: Path) -> str:
     os.close(fd)
     os.chmod(tmp, 0o666 & ~_umask())
     return tmp
-
-
-@contextlib.contextmanager
-def _signals_held():
-    """Defer SIGINT and SIGTERM until the block is done (main thread, POSIX only)."""
-    held = {signal.SIGINT, signal.SIGTERM}
-    try:
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
-    except (AttributeError, ValueError):  # not POSIX, or not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
-
-
-@contextlib.contextmanager
-def _atomic(path: str | os.PathLike):
-    """Yield a temporary path beside ``path``; rename it to ``path`` only on success."""
-    path = Path(path)
-    tmp = temp_beside(path)
-    try:
-        yield tmp
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 # ``ds.probe`` for every Dataset, from the moment results are written or read.

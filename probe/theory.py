@@ -53,6 +53,7 @@ import xarray as xr
 
 from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
+from .interrupts import check_interrupt
 
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
 
@@ -150,6 +151,7 @@ def layer_constants(probed) -> dict[str, Any]:
     d = None
     scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
+        check_interrupt()  # a large model's constants take seconds per layer
         layer = layers[index]
         with torch.no_grad():
             try:

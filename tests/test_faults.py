@@ -279,7 +279,7 @@ def test_a_signal_in_a_weakset_callback_waits_for_a_safe_point():
     """A signal landing in WeakSet's weakref callback (an object of a WeakSet collected) is
     recorded, not raised there, where Python would print it and drop it; check_interrupt
     raises it."""
-    from cli import console
+    from probe import interrupts
 
     class Item:
         pass
@@ -299,9 +299,38 @@ def test_a_signal_in_a_weakset_callback_waits_for_a_safe_point():
         sys.setprofile(None)
     assert frames and frames[0].f_code.co_name == "_remove"
     try:
-        console._on_signal(signal.SIGTERM, frames[0])  # recorded, not raised
-        assert console.pending["code"] == 143
-        with pytest.raises(console.Interrupted):
-            console.check_interrupt()
+        interrupts.record(signal.SIGTERM, frames[0])  # recorded, not raised
+        with pytest.raises(interrupts.Interrupted) as raised:
+            interrupts.check_interrupt()
+        assert raised.value.code == 143
     finally:
-        console.pending["code"] = None
+        interrupts.clear()
+
+
+def test_the_handler_only_records_and_safe_points_raise():
+    """Under ``handled`` a real signal raises nothing where it lands; the next
+    check_interrupt raises it with its exit code, and so does the next call of a torch
+    module once ``check_at_module_calls`` is on; leaving the block sets the handlers back
+    and forgets a signal never raised."""
+    import torch
+
+    from probe import interrupts
+
+    before = signal.getsignal(signal.SIGINT)
+    with interrupts.handled():
+        interrupts.check_interrupt()  # nothing recorded: nothing raised
+        os.kill(os.getpid(), signal.SIGINT)
+        for _ in range(1000):  # the handler has run (it runs between bytecodes) and raised nothing
+            pass
+        with pytest.raises(interrupts.Interrupted) as raised:
+            interrupts.check_interrupt()
+        assert raised.value.code == 130
+        interrupts.check_at_module_calls()
+        with pytest.raises(interrupts.Interrupted):
+            torch.nn.Identity()(torch.zeros(1))
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(1000):
+            pass
+    assert signal.getsignal(signal.SIGINT) is before
+    interrupts.check_interrupt()  # the SIGTERM never raised is forgotten
+    torch.nn.Identity()(torch.zeros(1))

@@ -43,12 +43,14 @@ from typer.testing import CliRunner
 
 from cli import domains
 from cli.app import app
-from cli.console import _in_finaliser
+from probe import interrupts
 from tests.cli_world import copy_world
 
 LONG = os.environ.get("PROBE_FUZZ", "") == "long"
 EXAMPLES = int(os.environ.get("PROBE_FUZZ_EXAMPLES", "1500")) if LONG else 6
 TIMEOUT = float(os.environ.get("PROBE_FUZZ_TIMEOUT", "60" if LONG else "90"))
+#: Seconds a command line may take to stop once its time limit has interrupted it.
+GRACE = 30.0
 LOG = os.environ.get("PROBE_FUZZ_LOG")
 
 #: Lines a successful command may print on stderr besides nothing.
@@ -260,21 +262,19 @@ class Stopped(BaseException):
     """The per-command-line time limit (not an Exception: nothing may catch it)."""
 
 
-#: Whether the per-line alarm went off: probe's own interrupt handling may turn the
-#: ``Stopped`` it raises into its clean exit 130 ("interrupted; nothing was written"),
-#: which is then the time limit, not the command's doing.
+#: Whether the per-line alarm went off: the command's clean exit 130 ("interrupted; ...")
+#: is then the time limit, not the command's doing.
 alarm = {"fired": False}
 
 
 def _alarm(signum, frame):
+    """The time limit interrupts the command as Ctrl-C would (probe records it and stops at
+    its next safe point); a command still running ``GRACE`` seconds later is stopped by
+    force, and again every ``GRACE`` seconds (a finaliser may swallow ``Stopped``)."""
+    if alarm["fired"]:
+        raise Stopped
     alarm["fired"] = True
-    # Raised inside a finaliser (``__del__``, a weakref callback), an exception is printed and
-    # dropped, and the line would run on past its limit: try again a moment later (as probe's
-    # own signal handler defers to a safe point).
-    if _in_finaliser(frame):
-        signal.setitimer(signal.ITIMER_REAL, 0.05)
-        return
-    raise Stopped
+    interrupts.record(signal.SIGINT)
 
 
 def unquoted(text: str) -> str:
@@ -296,7 +296,7 @@ def check_contract(line: list[str], sandbox: Path) -> str:
     before = snapshot(sandbox)
     alarm["fired"] = False
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIMEOUT)
+    signal.setitimer(signal.ITIMER_REAL, TIMEOUT, GRACE)
     try:
         result = CliRunner().invoke(app, line, catch_exceptions=True)
     except Stopped:
@@ -304,6 +304,7 @@ def check_contract(line: list[str], sandbox: Path) -> str:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        interrupts.clear()  # the limit may have come after the command's last safe point
     if isinstance(result.exception, Stopped) or (alarm["fired"] and result.exit_code == 130):
         return "timeout"
     shown = f"probe {' '.join(map(repr, line))}\nstdout: {result.stdout}\nstderr: {result.stderr}"

@@ -17,6 +17,7 @@ import sysconfig
 from pathlib import Path
 
 from ..errors import ProbeError
+from ..interrupts import check_interrupt
 
 STDLIB = "stdlib"
 _SKIP = {
@@ -65,6 +66,7 @@ def stdlib_docstrings(limit: int | None = None) -> str:
     for path in sorted(root.rglob("*.py")):
         if _SKIP.intersection(path.relative_to(root).parts):
             continue
+        check_interrupt()  # gathering takes seconds: the command stops between two files
         try:
             tree = _parse(path.read_text(encoding="utf-8"))
         except (SyntaxError, UnicodeDecodeError, OSError):
