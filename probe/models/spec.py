@@ -42,7 +42,9 @@ class SpecAdapter(Adapter):
             {"ablation": "no skip", "probe": spec.skip_means, "paper": _paper(spec)},
             {"ablation": "no MLP", "probe": spec.mlp_means, "paper": _paper(spec)},
         )
-        self.paper_surgery = "not probed in the paper: the paper's surgery (surgery='paper') is probe's definition"
+        self.paper_surgery = (
+            "not probed in the paper: the paper's surgery (surgery='paper') is probe's definition"
+        )
         if spec.name in ("bert",):
             self.paper_surgery = "the paper's surgery is probe's definition in this family"
 
