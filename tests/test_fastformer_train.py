@@ -122,7 +122,7 @@ def test_out_that_is_a_file_fails_before_any_work(tmp_path):
 def test_the_memory_check_counts_the_parameters_of_any_depth_exactly(kind, layers):
     # The count comes from one layer and two (a deep stack is never built); it must equal
     # the parameters of the model built at that depth.
-    from probe.fastformer.train import _meta_parameters, fastformer_for, gpt2_for
+    from probe.fastformer.train_settings import _meta_parameters, fastformer_for, gpt2_for
 
     build = {"fastformer": fastformer_for, "gpt2": gpt2_for}[kind]
     settings = TrainSettings(text="x", text_source="t", out="o", hidden=12, heads=3,
