@@ -154,7 +154,7 @@ def test_embeddings_are_measured_once_per_batch(family, tiny_folders, monkeypatc
 
 
 def test_a_layer_is_refused_only_for_a_non_finite_value_in_a_real_token():
-    from probe.analyses.collapse import _check_finite
+    from probe.analyses.collapse_measure import check_finite as _check_finite
 
     x = torch.ones(2, 3, 4)
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]])

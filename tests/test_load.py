@@ -78,7 +78,7 @@ def test_pretrained_hub_id_offline_is_one_clear_error():
         probe.load("bert-base-uncased")
     message = str(info.value)
     assert "\n" not in message
-    assert "--init random" in message and "local save_pretrained folder" in message
+    assert "`init` random" in message and "local save_pretrained folder" in message
 
 
 def test_minilm_alias_is_the_embedded_checkpoint():
