@@ -168,7 +168,7 @@ class Model:
             ):
                 raise ProbeError(
                     "this model is spread with a device_map and is not moved or converted; "
-                    f"pass device=None and dtype={str(source.dtype).removeprefix('torch.')!r}, "
+                    f"pass device=None and dtype={dtype_name(source.dtype)!r}, "
                     "or load it with the dtype you want"
                 )
             if source.device_map or (self.dtype is None and self.device is None):
