@@ -191,3 +191,11 @@ def test_parse_inits_keeps_probe_order():
     assert parse_inits(("random",)) == ("random",)
     with pytest.raises(ProbeError):
         parse_inits([])
+
+
+def test_a_spread_model_is_neither_moved_nor_converted(tiny_folders):
+    spread = probe.load(tiny_folders["gpt2"], init="random", device_map="sequential")
+    assert Model(spread, init="random").load() == [spread]  # as it is: no copy
+    with pytest.raises(ProbeError) as caught:
+        Model(spread, init="random", dtype="float64").load()
+    assert "pass device=None and dtype='float32'" in str(caught.value)
