@@ -23,6 +23,7 @@ loads anything heavy.
 
 from __future__ import annotations
 
+import copy
 import os
 import shlex
 from dataclasses import dataclass, field, fields, replace
@@ -277,8 +278,15 @@ class Inputs:
             image_files(self.images)  # and so does a bad image folder
 
     def with_defaults(self, **defaults) -> Inputs:
-        """These inputs with ``defaults`` filling the sizes left at None (an analysis's)."""
-        return replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
+        """These inputs with ``defaults`` filling the sizes left at None (an analysis's).
+
+        Not rebuilt with ``replace``: that would check the text again, which reads the whole
+        file; the analysis' defaults are its own constants and need no check."""
+        filled = copy.copy(self)
+        for name, value in defaults.items():
+            if getattr(self, name) is None:
+                object.__setattr__(filled, name, value)
+        return filled
 
     def cli_args(self, **resolved) -> list[str]:
         """The command-line options that ask for these inputs (``resolved``: sizes as run)."""

@@ -199,3 +199,18 @@ def test_a_spread_model_is_neither_moved_nor_converted(tiny_folders):
     with pytest.raises(ProbeError) as caught:
         Model(spread, init="random", dtype="float64").load()
     assert "pass device=None and dtype='float32'" in str(caught.value)
+
+
+def test_defaults_fill_the_inputs_without_reading_the_text_again(tmp_path, monkeypatch):
+    import probe.inputs
+
+    path = tmp_path / "t.txt"
+    path.write_text("some words to read " * 20, encoding="utf-8")
+    reads = []
+    original = probe.inputs.read_text
+    monkeypatch.setattr(probe.inputs, "read_text", lambda p: reads.append(p) or original(p))
+    given = Inputs(text=path, tokens=9)
+    filled = given.with_defaults(sequences=32, tokens=128, batch_size=16)
+    assert (filled.sequences, filled.tokens, filled.batch_size) == (32, 9, 16)
+    assert (given.sequences, given.batch_size) == (None, None)  # the original is untouched
+    assert reads == [path]  # read once, when the request was built
