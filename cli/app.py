@@ -25,25 +25,7 @@ from .domains import (
     argument,
     option,
 )
-from .options import (
-    AllowMissingOption,
-    BatchSizeOption,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    ImagesOption,
-    InitOption,
-    MaxMemoryOption,
-    OffloadFolderOption,
-    OutOption,
-    QuietOption,
-    RemoteOption,
-    SeedOption,
-    TextOption,
-    TokensOption,
-    inputs_request,
-    models_request,
-)
+from .options import SHARED, Shared, shared_options
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -54,8 +36,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-DEFAULT_OUT = Path("probe-reports")
 
 
 def _choices(values) -> tuple[str, ...]:
@@ -98,6 +78,7 @@ def _parse_metrics(text: str):
 
 
 @app.command()
+@shared_options(*SHARED, tokens=128, dtype="float32", batch_size=16)
 def collapse(
     models: Annotated[
         list[str],
@@ -135,19 +116,6 @@ def collapse(
             "layers reduced to its scale and shift (LN-affine) and removed (no-LN).",
         ),
     ] = False,
-    init: InitOption = "both",
-    text: TextOption = None,
-    images: ImagesOption = None,
-    sequences: Annotated[
-        str,
-        option(
-            "--sequences",
-            domain=Count(1, words=("all",)),
-            help="Number of sequences (images), or all: every full sequence of --text "
-            "(every image of --images).",
-        ),
-    ] = "32",
-    tokens: TokensOption = 128,
     metric: Annotated[
         str, option("--metric", domain=Choice(Metric), help="Metric shown in the printed table.")
     ] = "relative-residual",
@@ -189,14 +157,6 @@ def collapse(
             help="Residual to the token mean (the paper's, default) or to the best rank-one fit.",
         ),
     ] = None,
-    seed: SeedOption = 0,
-    device: DeviceOption = "cpu",
-    device_map: DeviceMapOption = None,
-    max_memory: MaxMemoryOption = None,
-    offload_folder: OffloadFolderOption = None,
-    remote: RemoteOption = False,
-    dtype: DtypeOption = "float32",
-    batch_size: BatchSizeOption = 16,
     surgery: Annotated[
         str,
         option(
@@ -206,17 +166,24 @@ def collapse(
             "the surgery the paper's code applied (differs for ALBERT without MLP).",
         ),
     ] = "probe",
-    allow_missing_weights: AllowMissingOption = False,
-    quiet: QuietOption = False,
-    out_dir: OutOption = DEFAULT_OUT,
+    sequences: Annotated[
+        str,
+        option(
+            "--sequences",
+            domain=Count(1, words=("all",)),
+            help="Number of sequences (images), or all: every full sequence of --text "
+            "(every image of --images).",
+        ),
+    ] = "32",
+    *,
+    shared: Shared,
 ) -> None:
     """Measure rank collapse per layer for the paper's four variants."""
     from probe.ablate import variant_from_flags
 
     from .collapse_cmd import run_collapse
-    from .console import settings, warn
+    from .console import warn
 
-    settings["quiet"] = quiet
     same = [m for i, m in enumerate(models) if _same_model(m) in map(_same_model, models[:i])]
     if same:
         fail(f"{', '.join(dict.fromkeys(same))} given more than once; give each model once")
@@ -233,21 +200,9 @@ def collapse(
     if no_layernorm:
         chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
         chosen = ",".join([chosen, *names.NORM_VARIANTS])
-    requests = models_request(
-        models,
-        init=init,
-        seed=seed,
-        dtype=dtype,
-        device=device,
-        device_map=device_map,
-        max_memory=max_memory,
-        offload_folder=offload_folder,
-        remote=remote,
-        allow_missing_weights=allow_missing_weights,
-    )
     run_collapse(
-        requests,
-        inputs_request(text, images, sequences, tokens, batch_size),
+        shared.models(models),
+        shared.inputs(sequences),
         variants=chosen,
         metric=metric_name,
         norm=_value(norm) if norm is not None else "l1inf",
@@ -255,7 +210,7 @@ def collapse(
         surgery=_value(surgery),
         metrics=metrics,
         effective_rank=_value(effective_rank),
-        out_dir=out_dir,
+        out_dir=shared.out_dir,
     )
 
 
@@ -291,14 +246,13 @@ def _print_spec(name: str) -> None:
 
 
 @app.command("check")
+@shared_options("device", init="random", dtype="float64", tokens=8)
 def check(
     model: Annotated[
         str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")
     ],
-    init: InitOption = "random",
-    dtype: DtypeOption = "float64",
-    device: DeviceOption = "cpu",
-    tokens: TokensOption = 8,
+    *,
+    shared: Shared,
 ) -> None:
     """Check that probe's ablations are exact on MODEL: the self-test identities, layer by layer."""
     import torch
@@ -306,25 +260,24 @@ def check(
 
     from probe.check import identities
 
-    init_name = _value(init)
-    if init_name == "both":
+    if shared.init == "both":
         fail("--init is pretrained or random for probe check")
-    (request,) = models_request([model], init=init_name, seed=0, dtype=dtype, device=device)
+    (request,) = shared.models([model])
     (probed,) = request.load(verify=False)
     checked()  # the model is loaded: warnings held so far may show
     if probed.adapter.inputs == "ids":
         limit = probed.adapter.max_tokens(probed.config)
-        if limit is not None and tokens > limit:
+        if limit is not None and shared.tokens > limit:
             fail(f"{model} takes at most {limit} tokens; use --tokens {limit} or fewer")
         from probe import memory
 
-        memory.require_run(probed, 1, tokens, 1)  # one sequence, through every variant
+        memory.require_run(probed, 1, shared.tokens, 1)  # one sequence, through every variant
         generator = torch.Generator().manual_seed(0)
-        data = torch.randint(0, probed.config.vocab_size, (1, tokens), generator=generator)
+        data = torch.randint(0, probed.config.vocab_size, (1, shared.tokens), generator=generator)
         found = identities(probed, data)
     else:
         found = identities(probed)
-    table = Table(title=f"{model} · {probed.family} · {init_name} · {_value(dtype)}")
+    table = Table(title=f"{model} · {probed.family} · {shared.init} · {shared.dtype}")
     for column in ("identity", "holds", "max |difference|", "size of values", "where"):
         table.add_column(column)
     eps = torch.finfo(probed.dtype).eps

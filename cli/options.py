@@ -11,15 +11,18 @@ with random weights, ...) and says so in one line that names the flags
 
 from __future__ import annotations
 
+import functools
+import inspect
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from probe import names
-from probe.request import DEVICE_MAPS
+from probe.request import DEVICE_MAPS, Inputs, Model
 
-from .console import fail
+from .console import fail, settings
 from .domains import Choice, Count, Device, ImageFolder, OutFolder, Seed, Text, TextFile, option
 
 InitOption = Annotated[
@@ -113,60 +116,131 @@ OutOption = Annotated[
 ]
 
 
-def model_request(
-    init: str,
-    seed: int,
-    dtype: str | None,
-    device: str,
-    device_map: str | None = None,
-    max_memory: str | None = None,
-    offload_folder: Path | None = None,
-    remote: bool = False,
-    allow_missing_weights: bool = False,
-) -> dict:
-    """The keywords of :class:`probe.Model` (all but the model's name) from the options.
-
-    The model checks how they combine (``--device`` with ``--device-map``, ``--remote``
-    with random weights, ...) when it is built, in the one line the library says; here only
-    ``--max-memory``'s text is read into accelerate's form, where it applies at all."""
-    if max_memory is not None and device_map is not None:
-        max_memory = memory(max_memory)
-    return {
-        "init": init,
-        "seed": seed,
-        "dtype": dtype,
-        "device": device,
-        "device_map": device_map,
-        "max_memory": max_memory,
-        "offload_folder": offload_folder,
-        "remote": remote,
-        "allow_missing_weights": allow_missing_weights,
-    }
+#: Every shared option, by the name its value has in Python, in the order ``--help`` lists them.
+SHARED = {
+    "init": InitOption,
+    "text": TextOption,
+    "images": ImagesOption,
+    "tokens": TokensOption,
+    "seed": SeedOption,
+    "device": DeviceOption,
+    "device_map": DeviceMapOption,
+    "max_memory": MaxMemoryOption,
+    "offload_folder": OffloadFolderOption,
+    "remote": RemoteOption,
+    "dtype": DtypeOption,
+    "batch_size": BatchSizeOption,
+    "allow_missing_weights": AllowMissingOption,
+    "quiet": QuietOption,
+    "out_dir": OutOption,
+}
 
 
-def models_request(names: list[str], **options) -> list:
-    """One :class:`probe.Model` per name, all checked before anything is loaded."""
-    from probe.request import Model
+@dataclass(frozen=True)
+class Shared:
+    """The shared options of one command line; one a command does not take keeps its
+    default here (``probe check`` runs with seed 0, on no device map, ...)."""
 
-    request = model_request(**options)
-    return [Model(name, **request) for name in names]
+    init: str = "both"
+    text: Path | None = None
+    images: Path | None = None
+    tokens: int | None = None
+    seed: int = 0
+    device: str = "cpu"
+    device_map: str | None = None
+    max_memory: str | None = None
+    offload_folder: Path | None = None
+    remote: bool = False
+    dtype: str | None = None
+    batch_size: int | None = None
+    allow_missing_weights: bool = False
+    quiet: bool = False
+    out_dir: Path = Path("probe-reports")
+
+    def models(self, names: list[str]) -> list[Model]:
+        """One :class:`probe.Model` per name, all checked before anything is loaded.
+
+        The model checks how the options combine (``--device`` with ``--device-map``,
+        ``--remote`` with random weights, ...) when it is built, in the one line the library
+        says; here only ``--max-memory``'s text is read into accelerate's form, where it
+        applies at all."""
+        max_memory = self.max_memory
+        if max_memory is not None and self.device_map is not None:
+            max_memory = memory(max_memory)
+        return [
+            Model(
+                name,
+                init=self.init,
+                seed=self.seed,
+                dtype=self.dtype,
+                device=self.device,
+                device_map=self.device_map,
+                max_memory=max_memory,
+                offload_folder=self.offload_folder,
+                remote=self.remote,
+                allow_missing_weights=self.allow_missing_weights,
+            )
+            for name in names
+        ]
+
+    def inputs(self, sequences: int | str | None = None) -> Inputs:
+        """The :class:`probe.Inputs` of the options and the command's own ``--sequences``
+        (a size left at None: the analysis' default)."""
+        if isinstance(sequences, str) and sequences != "all":
+            sequences = int(sequences)
+        return Inputs(
+            text=self.text,
+            images=self.images,
+            sequences=sequences,
+            tokens=self.tokens,
+            batch_size=self.batch_size,
+        )
 
 
-def inputs_request(
-    text: Path | None = None,
-    images: Path | None = None,
-    sequences: int | str | None = None,
-    tokens: int | None = None,
-    batch_size: int | None = None,
-):
-    """The :class:`probe.Inputs` of the options (a size left at None: the analysis' default)."""
-    from probe.request import Inputs
+def shared_options(*taken: str, **defaults):
+    """Give the decorated command the shared options ``taken`` (at :class:`Shared`'s
+    defaults) and ``defaults`` (at the defaults given), as one :class:`Shared` value.
 
-    if isinstance(sequences, str) and sequences != "all":
-        sequences = int(sequences)
-    return Inputs(
-        text=text, images=images, sequences=sequences, tokens=tokens, batch_size=batch_size
-    )
+    They take the place of the command's parameter ``shared: Shared`` in its signature,
+    which typer reads, in the order of :data:`SHARED`.  ``--quiet``, where the command
+    takes it, applies before the command runs."""
+    wanted = [name for name in SHARED if name in taken or name in defaults]
+    unknown = set(taken).union(defaults).difference(SHARED)
+    if unknown:
+        raise TypeError(f"no shared option {', '.join(sorted(unknown))}")
+    initial = Shared()
+
+    def decorate(command):
+        own = list(inspect.signature(command, eval_str=True).parameters.values())
+        at = [param.name for param in own].index("shared")
+        added = [
+            inspect.Parameter(
+                name,
+                inspect.Parameter.KEYWORD_ONLY,
+                default=defaults.get(name, getattr(initial, name)),
+                annotation=SHARED[name],
+            )
+            for name in wanted
+        ]
+        # Keyword-only, every one: typer passes them all by name, and an option with a
+        # default may then come before an argument without one.
+        params = [
+            param.replace(kind=inspect.Parameter.KEYWORD_ONLY)
+            for param in (*own[:at], *added, *own[at + 1 :])
+        ]
+
+        @functools.wraps(command)
+        def with_shared(**given):
+            shared = Shared(**{name: given.pop(name) for name in wanted})
+            if "quiet" in wanted:
+                settings["quiet"] = shared.quiet
+            return command(**given, shared=shared)
+
+        with_shared.__signature__ = inspect.Signature(params)
+        with_shared.__annotations__ = {param.name: param.annotation for param in params}
+        return with_shared
+
+    return decorate
 
 
 def memory(text: str) -> dict:

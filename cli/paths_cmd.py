@@ -16,34 +16,23 @@ from rich.table import Table
 from probe.errors import ProbeError
 from probe.paths import MAX_SHAPE
 
-from .console import Reporter, command_line, named, out, settings, warn
+from .console import Reporter, command_line, named, out, warn
 from .domains import (
     Count,
     ModelName,
     argument,
     option,
 )
-from .options import (
-    BatchSizeOption,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    InitOption,
-    MaxMemoryOption,
-    OffloadFolderOption,
-    OutOption,
-    QuietOption,
-    SeedOption,
-    TextOption,
-    TokensOption,
-    inputs_request,
-    models_request,
-)
+from .options import Shared, shared_options
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
+@shared_options(
+    "init", "text", "seed", "device", "device_map", "max_memory", "offload_folder", "dtype",
+    "quiet", "out_dir", tokens=128, batch_size=8,
+)  # fmt: skip
 def paths(
     ctx: typer.Context,
     model: Annotated[
@@ -74,8 +63,6 @@ def paths(
     samples: Annotated[
         int, option("--samples", domain=Count(1), help="--sample: paths per depth.")
     ] = 100,
-    init: InitOption = "both",
-    text: TextOption = None,
     sequences: Annotated[
         int | None,
         option(
@@ -84,16 +71,8 @@ def paths(
             help="Number of sequences [default: 32 for --sample, 8 for --decompose].",
         ),
     ] = None,
-    tokens: TokensOption = 128,
-    seed: SeedOption = 0,
-    device: DeviceOption = "cpu",
-    device_map: DeviceMapOption = None,
-    max_memory: MaxMemoryOption = None,
-    offload_folder: OffloadFolderOption = None,
-    dtype: DtypeOption = None,
-    batch_size: BatchSizeOption = 8,
-    quiet: QuietOption = False,
-    out_dir: OutOption = Path("probe-reports"),
+    *,
+    shared: Shared,
 ) -> None:
     """Attention paths: --count, --sample MODEL or --decompose MODEL."""
 
@@ -116,19 +95,10 @@ def paths(
         raise ProbeError(f"{', '.join(ignored)} do not apply to --{mode}; leave them out")
     from .output import check_out_dir, no_empty_folder  # not at the top: keeps --help fast
 
-    settings["quiet"] = quiet
     if mode != "count":  # checked before the folder: a bad request writes nothing
-        (request,) = models_request(
-            [model],
-            init=init,
-            seed=seed,
-            dtype=dtype,
-            device=device,
-            device_map=device_map,
-            max_memory=max_memory,
-            offload_folder=offload_folder,
-        )
-        given = inputs_request(text, None, sequences, tokens, batch_size)
+        (request,) = shared.models([model])
+        given = shared.inputs(sequences)
+    out_dir = shared.out_dir
     check_out_dir(out_dir)
     if mode == "count":
         with no_empty_folder(out_dir):
