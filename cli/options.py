@@ -1,12 +1,26 @@
 """The options every model-based command shares, declared once, and the request built from them.
 
 ``probe collapse``, ``probe paths --sample/--decompose`` and ``probe check`` take the same
-model and input options: each is one annotated type here (its domain, its help), and each
-command only sets its own default.  :func:`model_request` and :func:`inputs_request` turn
-the parsed values into the library's request (:class:`probe.Model`, :class:`probe.Inputs`),
-which checks what no single option can (``--device`` with ``--device-map``, ``--remote``
-with random weights, ...) and says so in one line that names the flags
-(:func:`cli.console.in_cli_words`).
+model and input options: each is one annotated type here (its domain, its help), listed in
+:data:`SHARED`.  A command takes them with one decorator, :func:`shared_options`, naming
+the ones it takes and the defaults it sets, and one parameter ``shared: Shared`` that they
+replace in the signature typer reads::
+
+    @app.command()
+    @shared_options(*SHARED, tokens=64, dtype="float32", batch_size=16)
+    def attention(model: Annotated[str, argument(...)], ..., *, shared: Shared) -> None:
+        (request,) = shared.models([model])       # probe.Model, checked
+        inputs = shared.inputs(sequences)         # probe.Inputs (its own --sequences)
+        ... shared.out_dir ...
+
+``*SHARED`` takes every shared option; a command that takes only some names them
+(``@shared_options("device", init="random", dtype="float64", tokens=8)`` for ``probe
+check``); one it does not take keeps :class:`Shared`'s default.  ``--help`` lists them after
+the command's own options, in the order of :data:`SHARED`.  ``--quiet`` applies before the
+command runs; the request is built only when the command asks, after its own checks, so its
+errors come in the command's order.  :class:`probe.Model` and :class:`probe.Inputs` check
+what no single option can (``--device`` with ``--device-map``, ``--remote`` with random
+weights, ...) and say so in one line that names the flags (:func:`cli.console.in_cli_words`).
 """
 
 from __future__ import annotations
@@ -201,8 +215,8 @@ def shared_options(*taken: str, **defaults):
     """Give the decorated command the shared options ``taken`` (at :class:`Shared`'s
     defaults) and ``defaults`` (at the defaults given), as one :class:`Shared` value.
 
-    They take the place of the command's parameter ``shared: Shared`` in its signature,
-    which typer reads, in the order of :data:`SHARED`.  ``--quiet``, where the command
+    They take the place of the command's keyword-only parameter ``shared: Shared`` in the
+    signature typer reads (``__signature__``), in the order of :data:`SHARED`.  ``--quiet``, where the command
     takes it, applies before the command runs."""
     wanted = [name for name in SHARED if name in taken or name in defaults]
     unknown = set(taken).union(defaults).difference(SHARED)
@@ -222,12 +236,7 @@ def shared_options(*taken: str, **defaults):
             )
             for name in wanted
         ]
-        # Keyword-only, every one: typer passes them all by name, and an option with a
-        # default may then come before an argument without one.
-        params = [
-            param.replace(kind=inspect.Parameter.KEYWORD_ONLY)
-            for param in (*own[:at], *added, *own[at + 1 :])
-        ]
+        params = [*own[:at], *added, *own[at + 1 :]]
 
         @functools.wraps(command)
         def with_shared(**given):
