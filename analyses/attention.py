@@ -138,21 +138,19 @@ def run(
                 progress(done, len(models) * len(batches), f"{probed.init} attention")
         totals.append(sums)
     if command is None and isinstance(request.source, str | Path):
-        own = [] if epsilon == EPSILON else ["--epsilon", repr(epsilon)]
-        command = reproduce(
-            "attention",
-            request,
-            given,
-            *own,
-            dtype=dtype_name(first.dtype),
-            sequences=encoded.sequences,
-            tokens=encoded.tokens,
-        )
+        command = _equivalent_command(request, given, encoded, epsilon, dtype_name(first.dtype))
     return _dataset(models, encoded, totals, epsilon, command or "probe.attention(<a model>)")
 
 
 #: The library's name for the analysis: ``probe.attention(model, inputs, epsilon=0.3)``.
 attention = run
+
+
+def _equivalent_command(request: Model, given: Inputs, encoded: Encoded, epsilon, dtype) -> str:
+    """The CLI command with the same settings, for the "reproduce with" line of a library run."""
+    own = [] if epsilon == EPSILON else ["--epsilon", repr(epsilon)]
+    sizes = {"sequences": encoded.sequences, "tokens": encoded.tokens}
+    return reproduce("attention", request, given, *own, dtype=dtype, **sizes)
 
 
 def measure_batch(

@@ -89,6 +89,12 @@ def test_dataset_of_a_run():
     # A causal model's first query row sees only the first token: the sink score is at least
     # 1/T (that row's whole attention, averaged over T rows).
     assert float(ds["sink_score"][0, 1:].min()) >= 1 / 6 - 1e-15
+    # In a notebook: ds.probe.plot() is the layer x head heatmaps (two panels and their
+    # colour bars per init), each image the (layer 1..L, head) values.
+    fig = ds.probe.plot()
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 2
+    np.testing.assert_array_equal(images[0].get_array(), ds["sink_score"][0, 1:].values)
 
 
 def test_fastformer_measures_the_hidden_states_only():
@@ -106,3 +112,40 @@ def test_fastformer_measures_the_hidden_states_only():
 def test_bad_epsilon_is_one_line_before_loading(epsilon):
     with pytest.raises(ProbeError, match="`epsilon`"):
         probe.attention("no/such-model", epsilon=epsilon)
+
+
+def test_cli_writes_result_and_report_and_rerenders(tiny_bert_with_tokenizer, tmp_path):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+    from probe.reports.render import render
+    from probe.results import check_schema, open_result
+
+    out = tmp_path / "out"
+    args = ["attention", tiny_bert_with_tokenizer, "--init", "pretrained", "--sequences", "3",
+            "--tokens", "8", "--epsilon", "0.2", "--out", str(out), "--quiet"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (nc,) = out.glob("attention-*.nc")
+    assert nc.with_suffix(".html").is_file() and (out / "index.html").is_file()
+    ds = open_result(nc)
+    check_schema(ds, nc)
+    assert ds.attrs["epsilon"] == 0.2 and "--epsilon 0.2" in ds.attrs["command"]
+    html = render(ds, nc.name)
+    assert "sink score and attention entropy per layer and head" in html
+    assert "where the heads look most" in html
+    # The tokens that ran are named: every sequence's first token string is in the data.
+    assert all(str(t) for t in ds["token_text"].sel(token=0).values)
+
+
+@pytest.mark.parametrize("epsilon", ["0", "1", "1.5", "nan", "-0.1"])
+def test_cli_refuses_epsilon_outside_the_open_interval(epsilon, tmp_path):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    result = CliRunner().invoke(app, ["attention", "minilm", "--epsilon", epsilon,
+                                      "--out", str(tmp_path / "o")])  # fmt: skip
+    assert result.exit_code == 2
+    assert "--epsilon" in result.output
+    assert not (tmp_path / "o").exists()

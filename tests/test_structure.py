@@ -34,6 +34,7 @@ COMMAND_LINES: set[tuple[str, str]] = {
     ("probe.request", "cli_args"),
     ("probe.request", "reproduce"),
     ("probe.analyses.collapse", "_equivalent_command"),
+    ("probe.analyses.attention", "_equivalent_command"),
 }
 
 
