@@ -154,9 +154,15 @@ def _equivalent_command(request: Model, given: Inputs, encoded: Encoded, epsilon
 
 
 def measure_batch(
-    probed: ProbedModel, ids: torch.Tensor, mask: torch.Tensor, sums: Totals, start: int
+    probed: ProbedModel,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    sums: Totals,
+    start: int,
+    spectrum: bool = True,
 ) -> None:
-    """One unablated forward of one batch; each layer reduced inside the trace into ``sums``."""
+    """One unablated forward of one batch; each layer reduced inside the trace into ``sums``
+    (``spectrum=False`` leaves out the singular values: the benchmark times them apart)."""
     device = probed.device
     ids, mask = ids.to(device), mask.to(device)
     real = mask.bool()
@@ -172,7 +178,7 @@ def measure_batch(
             reads = ({"x": x} for x in adapter.stream(root, tr, TRANSFORMER))
         for layer, values in enumerate(reads):
             if "attn" in values:
-                sums.add_heads(layer, head_sums(values["attn"], real))
+                sums.add_heads(layer, head_sums(values["attn"], real, spectrum))
             sums.add_hidden(layer, values["x"], real, start)
     if len(sums.massive) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(sums.massive)} layers, expected {probed.n_layers + 1}")
