@@ -149,3 +149,12 @@ def test_cli_refuses_epsilon_outside_the_open_interval(epsilon, tmp_path):
     assert result.exit_code == 2
     assert "--epsilon" in result.output
     assert not (tmp_path / "o").exists()
+
+
+def test_an_image_model_names_its_tokens_by_patch_index():
+    model = path_model("vit")
+    ds = probe.attention(model, probe.Inputs(sequences=3, batch_size=2))
+    tokens = (model.config.image_size // model.config.patch_size) ** 2 + 1  # patches and [CLS]
+    assert ds.sizes["token"] == tokens
+    np.testing.assert_array_equal(ds["input_ids"].values, np.tile(np.arange(tokens), (3, 1)))
+    assert np.isfinite(ds["sink_score"][0, 1:]).all()
