@@ -1,5 +1,5 @@
 """One module per experiment; each ``run`` returns an xarray.Dataset."""
 
-from . import collapse
+from . import attention, collapse
 
-__all__ = ["collapse"]
+__all__ = ["attention", "collapse"]

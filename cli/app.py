@@ -373,6 +373,9 @@ app.add_typer(fastformer_app, name="fastformer")
 from .paths_cmd import paths  # noqa: E402
 
 app.command("paths")(paths)
+from .attention_cmd import attention  # noqa: E402
+
+app.command("attention")(attention)
 from .toy_cmd import toy_app  # noqa: E402
 
 app.add_typer(toy_app, name="toy")

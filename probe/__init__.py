@@ -48,6 +48,7 @@ _LAZY = {
     "save_result": "results",
     "hidden_states": "trace",
     "layer_values": "trace",
+    "attention": "analyses.attention",
     "accessor": None,
     "metrics": None,
     "theory": None,

@@ -25,7 +25,12 @@ class ProbeAccessor:
         self._ds = ds
 
     def plot(self, log: bool = True, **kwargs) -> Figure:
-        """The paper's figure (relative residual against layer)."""
+        """The paper's figure (relative residual against layer); of an attention result, the
+        layer x head heatmaps of sink score and entropy (``probe.plot_attention``)."""
+        if self._ds.attrs.get("analysis") == "attention":
+            from .plot_attention import heatmaps
+
+            return heatmaps(self._ds)
         return plot.collapse(self._ds, log=log, **kwargs)
 
     def summary(self, threshold: float = 1e-3) -> dict:

@@ -143,6 +143,14 @@ SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
         "output_share": ("init", "path_length", "sequence", "norm"),
         "cosine": ("init", "path_length", "sequence"),
     },
+    "attention": {
+        "sink_score": ("init", "layer", "head"),
+        "attention_entropy": ("init", "layer", "head"),
+        "massive_ratio": ("init", "layer"),
+        "anisotropy": ("init", "layer"),
+        "sink_rate": ("init",),
+        "input_ids": ("sequence", "token"),
+    },
     "toy": {"train_loss": ()},  # the rest depends on the task: see TOY_SCHEMAS
     "training": {
         "train_loss": ("model", "step"),

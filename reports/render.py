@@ -175,6 +175,10 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
 
         if is_paths(ds):
             return render_paths(ds, result_file)
+    if ds.attrs.get("analysis") == "attention":  # `probe attention` results have their own page
+        from .attention_report import render_attention
+
+        return render_attention(ds, result_file)
     if ds.attrs.get("analysis") == "toy":  # `probe toy` results have their own page
         from .toy import render_toy
 

@@ -34,6 +34,7 @@ COMMAND_LINES: set[tuple[str, str]] = {
     ("probe.request", "cli_args"),
     ("probe.request", "reproduce"),
     ("probe.analyses.collapse", "_equivalent_command"),
+    ("probe.analyses.attention", "_equivalent_command"),
 }
 
 
@@ -126,6 +127,7 @@ def test_no_module_imports_a_private_name_of_another():
 #: The analyses: each is one module, or a family of modules (path_*, toy_*).
 ANALYSES = {
     "probe.analyses.collapse": "collapse",
+    "probe.analyses.attention": "attention",
     "probe.analyses.toy": "toy",
     **{m: "toy" for m in MODULES if m.startswith("probe.analyses.toy_")},
     **{m: "paths" for m in MODULES if m.startswith("probe.analyses.path")},

@@ -1,0 +1,275 @@
+"""What trained transformers do instead of collapsing: sinks, massive activations, spectra.
+
+Beside the collapse of the same model on the same inputs, this analysis measures what
+research since Dong et al. (2021) found trained transformers doing with the pull toward
+rank one (:mod:`probe.attention_stats` defines every quantity and cites its source):
+
+* attention sinks: ``sink_score`` (init, layer, head), the attention the first token
+  receives, and Gu et al.'s ``sink_rate`` Sink_eps (init); ``top_key`` / ``top_key_score``,
+  the key position that receives the most attention (Clark et al.'s [CLS]/[SEP]);
+* ``attention_entropy`` (nats), ``attention_gap`` sigma_1 - sigma_2 and
+  ``attention_stable_rank`` of every head's T x T attention matrix;
+* massive activations (Sun et al. 2024): ``massive_ratio`` (init, layer), the largest
+  |entry| of a layer's output over the median, and where it is (``massive_sequence``,
+  ``massive_token``, ``massive_dim``);
+* ``anisotropy`` (init, layer): Ethayarajh's mean cosine between tokens of different
+  sequences (probe collapse's ``cosine_similarity`` is the within-sequence one);
+* ``input_ids`` (sequence, token) and ``token_text``: what ran (padding: -1 and "";
+  pixel inputs: the patch index), so that every sink can be named by its token.
+
+The model runs unablated, with the eager attention probe already registers (HF's SDPA never
+forms the probabilities); the probabilities are read by the family's walker
+(``paths_stream``) and reduced next to the model, layer by layer: only per-(layer, head)
+sums and vectors of the hidden size leave a layer, never an attention matrix.  Layer 0 is
+the embeddings' output (no attention): its attention statistics are NaN.  The Fastformer's
+additive poolings are not T x T attention: for it only the hidden-state statistics are
+measured (``attention_note`` says so).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import torch
+import xarray as xr
+
+from probe import memory
+from probe.ablate import TRANSFORMER
+from probe.attention_stats import EPSILON, Totals, check_epsilon, head_sums, sink_rate
+from probe.errors import ProbeError
+from probe.inputs import Encoded, model_inputs
+from probe.loading import ProbedModel
+from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
+from probe.results import utc_now, versions
+
+Progress = Callable[[int, int, str], None]
+
+#: The attention statistics, (init, layer, head) each.
+HEAD_VARIABLES = (
+    "sink_score",
+    "top_key",
+    "top_key_score",
+    "attention_entropy",
+    "attention_gap",
+    "attention_stable_rank",
+)
+#: The hidden-state statistics, (init, layer) each.
+LAYER_VARIABLES = (
+    "massive_ratio",
+    "massive_sequence",
+    "massive_token",
+    "massive_dim",
+    "anisotropy",
+)
+LONG_NAMES = {
+    "sink_score": "attention the first token receives, mean over query rows and sequences",
+    "sink_rate": "Sink_eps (Gu et al. 2025): share of (layer, head) pairs with sink_score > eps",
+    "top_key": "key position receiving the most attention (mean over rows and sequences)",
+    "top_key_score": "mean attention the top key receives",
+    "attention_entropy": "mean row entropy -sum_k A_ik log A_ik of the attention, nats",
+    "attention_gap": "sigma_1 - sigma_2 of the T x T attention matrix, mean over sequences",
+    "attention_stable_rank": "sum sigma_i^2 / sigma_1^2 of the attention matrix, mean over sequences",
+    "massive_ratio": "mean top |entry| over mean median |entry| of the layer output (Sun et al. 2024)",
+    "massive_sequence": "sequence of the largest |entry| of the layer output",
+    "massive_token": "token position of the largest |entry| of the layer output",
+    "massive_dim": "hidden dimension of the largest |entry| of the layer output",
+    "anisotropy": "mean cosine between tokens of different sequences (Ethayarajh 2019)",
+    "input_ids": "token ids that ran (-1: padding; pixel inputs: the patch index)",
+    "token_text": "the tokenizer's string of each token ('' for padding or without a tokenizer)",
+}
+
+
+def has_attention(probed: ProbedModel) -> bool:
+    """Whether the family has T x T attention probabilities (the Fastformer's are poolings)."""
+    return probed.family != "fastformer"
+
+
+def run(
+    model: Model | str | Path | ProbedModel | torch.nn.Module,
+    inputs: Inputs | None = None,
+    *,
+    epsilon: float = EPSILON,
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
+    command: str | None = None,
+    **flat,
+) -> xr.Dataset:
+    """Attention sinks, entropy, spectra, massive activations and anisotropy (module docstring).
+
+    ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
+    unset sizes default to 32 sequences of 128 tokens in batches of 8.  ``epsilon``: the
+    sink threshold of ``sink_rate``, strictly between 0 and 1 (Gu et al.: 0.3).
+    """
+    epsilon = check_epsilon(epsilon)
+    request, given = coerce(model, inputs, flat)
+    given = given.with_defaults(sequences=32, tokens=128, batch_size=8)
+    if given.sequences == "all":
+        raise ProbeError("`sequences` 'all' is for collapse; give a number of sequences")
+    models = request.load()
+    first = models[0]
+    limit = first.adapter.max_tokens(first.config)
+    if first.adapter.inputs == "ids" and limit is not None and given.tokens > limit:
+        raise ProbeError(
+            f"{first.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
+        )
+    tokens = given.tokens
+    if first.adapter.inputs == "pixels":
+        from probe.inputs import image_tokens
+
+        tokens = image_tokens(first.config)
+    heads = first.adapter.n_heads(first.config)
+    batch = min(given.batch_size, given.sequences)
+    # Per layer: the probabilities in float64, masked, and one sequence's singular values.
+    extra = 3 * batch * heads * tokens * tokens * 8 if has_attention(first) else 0
+    memory.require_run(first, given.sequences, tokens, given.batch_size, extra)
+    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
+    totals = []
+    batches = encoded.batches(given.batch_size)
+    done = 0
+    for probed in models:
+        sums = Totals(probed.n_layers)
+        for start, ids, mask in batches:
+            measure_batch(probed, ids, mask, sums, start)
+            done += 1
+            if progress is not None:
+                progress(done, len(models) * len(batches), f"{probed.init} attention")
+        totals.append(sums)
+    if command is None and isinstance(request.source, str | Path):
+        command = _equivalent_command(request, given, encoded, epsilon, dtype_name(first.dtype))
+    return _dataset(models, encoded, totals, epsilon, command or "probe.attention(<a model>)")
+
+
+#: The library's name for the analysis: ``probe.attention(model, inputs, epsilon=0.3)``.
+attention = run
+
+
+def _equivalent_command(request: Model, given: Inputs, encoded: Encoded, epsilon, dtype) -> str:
+    """The CLI command with the same settings, for the "reproduce with" line of a library run."""
+    own = [] if epsilon == EPSILON else ["--epsilon", repr(epsilon)]
+    sizes = {"sequences": encoded.sequences, "tokens": encoded.tokens}
+    return reproduce("attention", request, given, *own, dtype=dtype, **sizes)
+
+
+def measure_batch(
+    probed: ProbedModel,
+    ids: torch.Tensor,
+    mask: torch.Tensor,
+    sums: Totals,
+    start: int,
+    spectrum: bool = True,
+) -> None:
+    """One unablated forward of one batch; each layer reduced inside the trace into ``sums``
+    (``spectrum=False`` leaves out the singular values: the benchmark times them apart)."""
+    device = probed.device
+    ids, mask = ids.to(device), mask.to(device)
+    real = mask.bool()
+    adapter, root = probed.adapter, probed.envoy
+    wanted = has_attention(probed)
+    with (
+        torch.no_grad(),
+        probed.tracer_root.trace(**adapter.model_inputs(ids, mask), **probed.trace_options) as tr,
+    ):
+        if wanted:
+            reads = adapter.paths_stream(root, tr, TRANSFORMER, norms=False)
+        else:
+            reads = ({"x": x} for x in adapter.stream(root, tr, TRANSFORMER))
+        for layer, values in enumerate(reads):
+            if "attn" in values:
+                sums.add_heads(layer, head_sums(values["attn"], real, spectrum))
+            sums.add_hidden(layer, values["x"], real, start)
+    if len(sums.massive) != probed.n_layers + 1:
+        raise RuntimeError(f"traced {len(sums.massive)} layers, expected {probed.n_layers + 1}")
+
+
+def token_text(probed: ProbedModel, encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
+    """(input_ids, token_text), each (sequence, token): -1 and "" at padding; pixel inputs
+    get their patch index and no text."""
+    mask = encoded.attention_mask.bool().numpy()
+    if encoded.input_ids.dim() != 2:  # pixels: token t is patch t (0 = [CLS])
+        ids = np.broadcast_to(np.arange(mask.shape[1]), mask.shape).copy()
+        return ids, np.full(mask.shape, "", dtype=object)
+    ids = np.where(mask, encoded.input_ids.numpy(), -1)
+    text = np.full(mask.shape, "", dtype=object)
+    tokenizer = probed.tokenizer
+    if tokenizer is not None:
+        for s in range(mask.shape[0]):
+            real = ids[s][mask[s]].tolist()
+            text[s, mask[s]] = tokenizer.convert_ids_to_tokens(real)
+    return ids, text
+
+
+def _dataset(
+    models: list[ProbedModel], encoded: Encoded, totals: list[Totals], epsilon: float, command
+) -> xr.Dataset:
+    first = models[0]
+    L, H = first.n_layers, first.adapter.n_heads(first.config)
+    shape = (len(models), L + 1, H)
+    data = {name: np.full(shape, np.nan) for name in HEAD_VARIABLES}
+    data["top_key"] = np.full(shape, -1, dtype=np.int64)
+    layer_data = {name: np.full(shape[:2], np.nan) for name in LAYER_VARIABLES}
+    rate = np.full(len(models), np.nan)
+    for i, sums in enumerate(totals):
+        for name, value in sums.attention().items():
+            data[name][i, 1:] = value.numpy()
+        for name, value in sums.hidden().items():
+            layer_data[name][i] = value.numpy()
+        if sums.heads:
+            rate[i] = float(sink_rate(torch.from_numpy(data["sink_score"][i, 1:]), epsilon))
+    head_dims, layer_dims = ("init", "layer", "head"), ("init", "layer")
+    ids, text = token_text(first, encoded)
+    ds = xr.Dataset(
+        {
+            **{name: (head_dims, value) for name, value in data.items()},
+            **{name: (layer_dims, value) for name, value in layer_data.items()},
+            "sink_rate": (("init",), rate),
+            "input_ids": (("sequence", "token"), ids),
+            "token_text": (("sequence", "token"), text.astype(str)),
+        },
+        coords={
+            "init": [m.init for m in models],
+            "layer": np.arange(L + 1),
+            "head": np.arange(H),
+            "sequence": np.arange(encoded.sequences),
+            "token": np.arange(encoded.tokens),
+        },
+    )
+    for name in ("massive_sequence", "massive_token", "massive_dim"):
+        ds[name] = ds[name].astype(np.int64)
+    for name, long_name in LONG_NAMES.items():
+        ds[name].attrs["long_name"] = long_name
+    ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output)"
+    ds.attrs = {
+        "analysis": "attention",
+        **provenance(models, encoded),
+        **versions(),
+        "world_size": 1,
+        "command": command,
+        "created": utc_now(),
+        "epsilon": epsilon,
+        "attention": first.attn_implementation,
+        "causal": int(
+            first.adapter.spec.causal
+            if hasattr(first.adapter, "spec")
+            else first.family == "fastformer"
+        ),
+        "attention_note": attention_note(first),
+        "settings": json.dumps({"epsilon": epsilon}, sort_keys=True),
+    }
+    return ds
+
+
+def attention_note(probed: ProbedModel) -> str:
+    """What is measured for this family, one line."""
+    if has_attention(probed):
+        return (
+            "every statistic measured; attention from the eager probabilities, layer 0 "
+            "(embeddings) has none"
+        )
+    return (
+        f"the {probed.family} family has no T x T attention probabilities (additive "
+        "poolings): massive activations and anisotropy are measured, the attention "
+        "statistics (sink_score, sink_rate, top_key, entropy, gap, stable rank) are not (NaN)"
+    )

@@ -1,0 +1,157 @@
+"""``probe attention MODEL...``: attention sinks, entropy and spectrum, massive activations and
+anisotropy (:mod:`probe.analyses.attention`), beside the collapse of the same request.
+
+Made of the shared request options (:mod:`cli.options`) and ``--epsilon``; follows the
+collapse flow: every request is checked before any model loads, then per model analysis ->
+Dataset -> result file + report beside it -> index.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+from rich.table import Table
+
+from .console import Reporter, command_line, fail, named, out, settings, warn
+from .domains import Count, ModelName, Real, argument, option
+from .options import (
+    AllowMissingOption,
+    BatchSizeOption,
+    DeviceMapOption,
+    DeviceOption,
+    DtypeOption,
+    ImagesOption,
+    InitOption,
+    MaxMemoryOption,
+    OffloadFolderOption,
+    OutOption,
+    QuietOption,
+    RemoteOption,
+    SeedOption,
+    TextOption,
+    TokensOption,
+    inputs_request,
+    models_request,
+)
+
+if TYPE_CHECKING:
+    import xarray as xr
+
+
+def attention(
+    models: Annotated[
+        list[str],
+        argument("MODEL", ModelName(), help="Hub ids, local save_pretrained folders, or `minilm`."),
+    ],
+    epsilon: Annotated[
+        float,
+        option(
+            "--epsilon",
+            domain=Real(0, 1, low_open=True, high_open=True),
+            help="Sink threshold: sink_rate is the share of (layer, head) pairs whose mean "
+            "attention to the first token exceeds it (Gu et al.: 0.3).",
+        ),
+    ] = 0.3,
+    init: InitOption = "both",
+    text: TextOption = None,
+    images: ImagesOption = None,
+    sequences: Annotated[
+        int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
+    ] = 32,
+    tokens: TokensOption = 128,
+    seed: SeedOption = 0,
+    device: DeviceOption = "cpu",
+    device_map: DeviceMapOption = None,
+    max_memory: MaxMemoryOption = None,
+    offload_folder: OffloadFolderOption = None,
+    remote: RemoteOption = False,
+    dtype: DtypeOption = "float32",
+    batch_size: BatchSizeOption = 8,
+    allow_missing_weights: AllowMissingOption = False,
+    quiet: QuietOption = False,
+    out_dir: OutOption = Path("probe-reports"),
+) -> None:
+    """Attention sinks, attention entropy and spectrum, massive activations, anisotropy."""
+    settings["quiet"] = quiet
+    if len(set(models)) != len(models):
+        fail("a model is given more than once; give each model once")
+    requests = models_request(
+        models,
+        init=init,
+        seed=seed,
+        dtype=dtype,
+        device=device,
+        device_map=device_map,
+        max_memory=max_memory,
+        offload_folder=offload_folder,
+        remote=remote,
+        allow_missing_weights=allow_missing_weights,
+    )
+    given = inputs_request(text, images, sequences, tokens, batch_size)
+    from .output import check_out_dir, no_empty_folder, write_index
+
+    check_out_dir(out_dir)
+    with no_empty_folder(out_dir):
+        for request in requests:
+            from probe.analyses import attention as analysis
+
+            reporter = Reporter()
+            with reporter.bar(0):
+                ds = analysis.run(
+                    request,
+                    given,
+                    epsilon=epsilon,
+                    progress=reporter.update,
+                    warn=warn,
+                    command=command_line() if len(requests) == 1 else None,
+                )
+            print_attention(ds)
+            nc, html = write_attention_result(ds, out_dir)
+            named("result", nc)
+            named("report", html)
+        named("index", write_index(out_dir))
+
+
+def write_attention_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
+    """DIR/attention-<model>-....nc and its report, put in place together."""
+    from probe.reports.attention_report import attention_report_name, render_attention
+
+    from .output import write_pair
+
+    name = attention_report_name(ds)
+    return write_pair(ds, out_dir, name, render_attention(ds, result_file=f"{name}.nc"))
+
+
+def print_attention(ds: xr.Dataset) -> None:
+    """Per layer and init: the mean sink score, entropy, massive ratio and anisotropy."""
+    import numpy as np
+
+    table = Table(
+        title=f"{ds.attrs['model']} · attention per layer (mean over heads)", title_justify="left"
+    )
+    table.add_column("layer", justify="right")
+    inits = list(ds.init.values)
+    for init in inits:
+        for what in ("sink", "entropy", "massive", "aniso."):
+            table.add_column(f"{init} {what}", justify="right")
+    for layer in ds.layer.values:
+        cells = []
+        for init in inits:
+            one = ds.sel(init=init, layer=layer)
+            sink = one["sink_score"].values
+            entropy = one["attention_entropy"].values
+            cells += [
+                f"{float(np.mean(sink)):.3g}" if np.isfinite(sink).all() else "-",
+                f"{float(np.mean(entropy)):.3g}" if np.isfinite(entropy).all() else "-",
+                f"{float(one['massive_ratio']):.4g}",
+                f"{float(one['anisotropy']):.3g}",
+            ]
+        table.add_row(str(int(layer)), *cells)
+    out.print(table)
+    eps = float(ds.attrs["epsilon"])
+    for init in inits:
+        rate = float(ds["sink_rate"].sel(init=init))
+        shown = f"{rate:.3g}" if np.isfinite(rate) else "not measured"
+        out.print(f"{init}: sink rate Sink_{eps:g} = {shown}")
+    out.print(str(ds.attrs["attention_note"]))

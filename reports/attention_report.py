@@ -1,0 +1,155 @@
+"""The report of an attention result: sinks, entropy, massive activations, anisotropy.
+
+Same page, meta tags and figure machinery as the other reports.  It names the tokens that
+are sinks (the commonest tokens at each head's top key position) and states the family's
+attention note (the Fastformer has no T x T attention).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from probe.names import INITS
+from probe.plot_attention import heatmaps, massive, sink_positions, sinks
+from probe.results import attrs_id
+from probe.stats import ordered
+
+from .figures import Figures, numbers
+from .naming import model_stem
+from .page import esc, href, page
+from .provenance import provenance_table
+from .tables import fmt
+
+
+def attention_report_name(ds: xr.Dataset) -> str:
+    """E.g. "attention-minilm-pretrained-float32-1a2b3c4d"."""
+    parts = ["attention", model_stem(ds.attrs.get("model", "model"))]
+    parts += ordered(ds.init.values, INITS)
+    if ds.attrs.get("dtype"):
+        parts.append(str(ds.attrs["dtype"]))
+    parts.append(attrs_id(ds.attrs))  # every other setting, so two runs never share a name
+    return "-".join(parts)
+
+
+def _table(head: list[str], rows: list[list[str]]) -> str:
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return (
+        f'<div class="table-scroll"><table class="attention"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
+def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
+    result_file = result_file or f"{attention_report_name(ds)}.nc"
+    model = str(ds.attrs.get("model", "?"))
+    title = f"{model} · attention sinks, massive activations, anisotropy"
+    figure = Figures()
+    eps = float(ds.attrs.get("epsilon", 0.3))
+    inits = ordered(ds.init.values, INITS)
+    header = (
+        f"<header><h1>{esc(title)}</h1>"
+        f'<p class="subtitle">created {esc(ds.attrs.get("created", "?"))} · probe '
+        f"{esc(ds.attrs.get('probe_version', '?'))}</p>"
+        f'<nav class="toc"><a href="{href(result_file)}">data ({esc(result_file)})</a></nav></header>'
+    )
+    lines = []
+    for init in inits:
+        one = ds.sel(init=init)
+        rate = float(one["sink_rate"])
+        peak = int(np.argmax(one["massive_ratio"].values))
+        where = (
+            f"layer {peak}: token {int(one['massive_token'][peak])} of sequence "
+            f"{int(one['massive_sequence'][peak])}, dim {int(one['massive_dim'][peak])}"
+        )
+        rate_text = "not measured" if not np.isfinite(rate) else f"{rate:.3g}"
+        lines.append(
+            f"<li><b>{esc(init)}</b>: sink rate Sink<sub>{fmt(eps, 3)}</sub> {rate_text}; "
+            f"largest massive ratio {fmt(float(one['massive_ratio'][peak]), 4)} at {esc(where)}; "
+            f"anisotropy from {fmt(float(one['anisotropy'][0]), 3)} (layer 0) to "
+            f"{fmt(float(one['anisotropy'][-1]), 3)} (layer {int(ds.layer[-1])}).</li>"
+        )
+    summary = (
+        '<section id="summary"><p>Reproduce with:</p>'
+        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
+        f"<ul>{''.join(lines)}</ul><p>{esc(ds.attrs.get('attention_note', ''))}</p></section>"
+    )
+    body = ""
+    if np.isfinite(ds["sink_score"].values).any():
+        body += '<section id="sinks"><h2>Attention sinks and entropy</h2>' + figure(
+            heatmaps(ds),
+            "Left: the attention the first token receives (mean over query rows and sequences; "
+            "a row that cannot see it counts 0), per layer and head. Right: the mean entropy of "
+            "the attention rows in nats (ln T is uniform attention).",
+            "sink score and attention entropy per layer and head",
+        )
+        for init in inits:
+            positions = sink_positions(ds, init)
+            body += f"<h3>{esc(init)}: where the heads look most</h3>" + _table(
+                ["top key position", "heads", "tokens there"],
+                [[str(p), str(n), esc(t)] for p, n, t in positions],
+            )
+            rows = sinks(ds, init, eps)
+            body += numbers(
+                _table(
+                    ["layer", "head", "top key", "its attention", "sink score", "tokens"],
+                    [
+                        [
+                            str(r["layer"]),
+                            str(r["head"]),
+                            str(r["top_key"]),
+                            fmt(r["top_key_score"], 3),
+                            fmt(r["sink_score"], 3),
+                            esc(r["tokens"]),
+                        ]
+                        for r in rows
+                    ],  # fmt: skip
+                ),
+                f"{init}: the {len(rows)} heads whose top key receives more than {eps:g}",
+            )
+        body += "</section>"
+    body += '<section id="massive"><h2>Massive activations and anisotropy</h2>' + figure(
+        massive(ds),
+        "Left: the mean over sequences of the largest |entry| of each layer's output over the "
+        "mean median |entry| (Sun et al. 2024), log axis. Right: the mean cosine between "
+        "tokens of different sequences (Ethayarajh 2019); probe collapse's cosine similarity is "
+        "the within-sequence one, and its relative residual per layer is in the collapse report.",
+        "massive ratio and anisotropy per layer",
+    )
+    rows = [
+        [str(int(layer))]
+        + [
+            cell
+            for init in inits
+            for cell in (
+                fmt(float(ds["massive_ratio"].sel(init=init, layer=layer)), 4),
+                esc(_massive_token(ds, init, int(layer))),
+                str(int(ds["massive_dim"].sel(init=init, layer=layer))),
+                fmt(float(ds["anisotropy"].sel(init=init, layer=layer)), 3),
+            )
+        ]
+        for layer in ds.layer.values
+    ]
+    head = ["layer"] + [
+        f"{esc(i)} {c}" for i in inits for c in ("massive ratio", "token", "dim", "anisotropy")
+    ]
+    body += numbers(_table(head, rows), "massive activations per layer") + "</section>"
+    provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
+    meta = {
+        "model": model,
+        "analysis": "attention",
+        "family": str(ds.attrs.get("family", "")),
+        "variants": "transformer",
+        "init": ",".join(inits),
+        "created": str(ds.attrs.get("created", "")),
+        "result": result_file,
+    }
+    return page(title, header + summary + body + provenance, meta)
+
+
+def _massive_token(ds: xr.Dataset, init: str, layer: int) -> str:
+    one = ds.sel(init=init, layer=layer)
+    seq, tok = int(one["massive_sequence"]), int(one["massive_token"])
+    text = str(ds["token_text"].values[seq, tok]) if "token_text" in ds else ""
+    return f"{tok} ({text!r})" if text else str(tok)

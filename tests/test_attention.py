@@ -1,0 +1,160 @@
+"""probe.attention on every family: sink_score, attention_entropy and top_key against HF's own
+``output_attentions`` in float64 (tests/reference/attention_stats.py), with padding; the
+Dataset, its provenance and its refusals.
+
+The families come from ``probe.models.ADAPTERS`` and the tiny configs' branches, so a new
+family is covered as soon as it has its entry and its tiny config.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import probe
+from probe.analyses.attention import measure_batch
+from probe.attention_stats import Totals
+from probe.errors import ProbeError
+from tests.paths_tiny import model_inputs, path_model
+from tests.reference.attention import register as reference_attention
+from tests.reference.attention_stats import statistics
+from tests.test_paths_sample import NAMES, _hf_attentions
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _padded(model):
+    inputs = model_inputs(model, batch=3, tokens=7)
+    if "pixel_values" in inputs:
+        config = model.config
+        tokens = (config.image_size // config.patch_size) ** 2 + 1
+        return inputs, inputs["pixel_values"], torch.ones(3, tokens, dtype=torch.long)
+    mask = inputs["attention_mask"]
+    mask[1, 5:] = 0  # right padding, as probe's batches have it
+    mask[2, 4:] = 0
+    return inputs, inputs["input_ids"], mask
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_statistics_equal_those_of_hf_output_attentions(name):
+    model = path_model(name)
+    probed = probe.wrap(model)
+    inputs, data, mask = _padded(model)
+    attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
+    hf = _hf_attentions(model, inputs, attn).numpy()  # (layer, sequence, head, query, key)
+    want = statistics(hf, mask.numpy())
+    sums = Totals(probed.n_layers)
+    measure_batch(probed, data, mask, sums, 0)
+    got = {k: v.numpy() for k, v in sums.attention().items()}
+    # The same float64 probabilities summed in another order (numpy loops against torch's
+    # reductions) over <= 7 rows of <= 7 terms each: a few ulps of values <= 2 (entropy <= ln 7).
+    np.testing.assert_allclose(got["sink_score"], want["sink_score"], rtol=0, atol=1e-15)
+    np.testing.assert_allclose(
+        got["attention_entropy"], want["attention_entropy"], rtol=0, atol=4e-15
+    )
+    # The top key is an argmax: equal where the reference's top is not within rounding of the
+    # runner-up (no tie within 1e-12 in these random models).
+    ordered = np.sort(want["received"], -1)
+    assert (ordered[..., -1] - ordered[..., -2] > 1e-12).all()
+    np.testing.assert_array_equal(got["top_key"], want["top_key"])
+
+
+def test_dataset_of_a_run():
+    model = path_model("llama")  # causal: a row that cannot see a key gives it 0
+    ids = torch.randint(
+        3, model.config.vocab_size, (3, 6), generator=torch.Generator().manual_seed(2)
+    )
+    ds = probe.attention(model, probe.Inputs(ids=ids, batch_size=2), epsilon=0.25)
+    L, H = model.config.num_hidden_layers, model.config.num_attention_heads
+    assert ds.attrs["analysis"] == "attention" and ds.attrs["epsilon"] == 0.25
+    assert ds["sink_score"].dims == ("init", "layer", "head")
+    assert ds["sink_score"].shape == (1, L + 1, H)
+    assert np.isnan(ds["sink_score"][0, 0]).all() and np.isfinite(ds["sink_score"][0, 1:]).all()
+    assert ds["massive_ratio"].dims == ("init", "layer") and np.isfinite(ds["massive_ratio"]).all()
+    np.testing.assert_array_equal(ds["input_ids"].values, ids.numpy())
+    rate = float((ds["sink_score"][0, 1:] > 0.25).mean())
+    assert float(ds["sink_rate"][0]) == rate
+    # Two batches (2 + 1 sequences) add up to the one-batch run, to rounding.
+    one = probe.attention(model, probe.Inputs(ids=ids, batch_size=3), epsilon=0.25)
+    for name in ("sink_score", "attention_entropy", "attention_gap", "anisotropy"):
+        np.testing.assert_allclose(ds[name], one[name], rtol=1e-13, atol=1e-15)
+    # A causal model's first query row sees only the first token: the sink score is at least
+    # 1/T (that row's whole attention, averaged over T rows).
+    assert float(ds["sink_score"][0, 1:].min()) >= 1 / 6 - 1e-15
+    # In a notebook: ds.probe.plot() is the layer x head heatmaps (two panels and their
+    # colour bars per init), each image the (layer 1..L, head) values.
+    fig = ds.probe.plot()
+    images = [ax.images[0] for ax in fig.axes if ax.images]
+    assert len(images) == 2
+    np.testing.assert_array_equal(images[0].get_array(), ds["sink_score"][0, 1:].values)
+
+
+def test_fastformer_measures_the_hidden_states_only():
+    model = path_model("fastformer")
+    ids = torch.randint(
+        0, model.config.vocab_size, (2, 5), generator=torch.Generator().manual_seed(0)
+    )
+    ds = probe.attention(model, probe.Inputs(ids=ids))
+    assert np.isnan(ds["sink_score"]).all() and np.isnan(ds["sink_rate"]).all()
+    assert np.isfinite(ds["massive_ratio"]).all() and np.isfinite(ds["anisotropy"]).all()
+    assert "no T x T attention" in ds.attrs["attention_note"]
+
+
+@pytest.mark.parametrize("epsilon", [0, 1, 2.0, -1])
+def test_bad_epsilon_is_one_line_before_loading(epsilon):
+    with pytest.raises(ProbeError, match="`epsilon`"):
+        probe.attention("no/such-model", epsilon=epsilon)
+
+
+def test_cli_writes_result_and_report_and_rerenders(tiny_bert_with_tokenizer, tmp_path):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+    from probe.reports.render import render
+    from probe.results import check_schema, open_result
+
+    out = tmp_path / "out"
+    args = ["attention", tiny_bert_with_tokenizer, "--init", "pretrained", "--sequences", "3",
+            "--tokens", "8", "--epsilon", "0.2", "--out", str(out), "--quiet"]  # fmt: skip
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    (nc,) = out.glob("attention-*.nc")
+    assert nc.with_suffix(".html").is_file() and (out / "index.html").is_file()
+    ds = open_result(nc)
+    check_schema(ds, nc)
+    assert ds.attrs["epsilon"] == 0.2 and "--epsilon 0.2" in ds.attrs["command"]
+    html = render(ds, nc.name)
+    assert "sink score and attention entropy per layer and head" in html
+    assert "where the heads look most" in html
+    # The tokens that ran are named: every sequence's first token string is in the data.
+    assert all(str(t) for t in ds["token_text"].sel(token=0).values)
+
+
+@pytest.mark.parametrize("epsilon", ["0", "1", "1.5", "nan", "-0.1"])
+def test_cli_refuses_epsilon_outside_the_open_interval(epsilon, tmp_path):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    result = CliRunner().invoke(app, ["attention", "minilm", "--epsilon", epsilon,
+                                      "--out", str(tmp_path / "o")])  # fmt: skip
+    assert result.exit_code == 2
+    assert "--epsilon" in result.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_image_model_names_its_tokens_by_patch_index():
+    model = path_model("vit")
+    ds = probe.attention(model, probe.Inputs(sequences=3, batch_size=2))
+    tokens = (model.config.image_size // model.config.patch_size) ** 2 + 1  # patches and [CLS]
+    assert ds.sizes["token"] == tokens
+    np.testing.assert_array_equal(ds["input_ids"].values, np.tile(np.arange(tokens), (3, 1)))
+    assert np.isfinite(ds["sink_score"][0, 1:]).all()

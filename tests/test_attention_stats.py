@@ -1,0 +1,152 @@
+"""probe.attention_stats against values computed by hand on constructed matrices."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from probe.attention_stats import (
+    Totals,
+    anisotropy_sums,
+    check_epsilon,
+    head_sums,
+    massive_sums,
+    sink_rate,
+)
+from probe.errors import ProbeError
+
+F64 = torch.float64
+
+
+def _batch():
+    """Two sequences, one head, three tokens; the second has its last token padded (its row
+    and column hold garbage that must not count)."""
+    a0 = [[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]]  # causal rows
+    a1 = [[1.0, 0.0, 9.0], [0.25, 0.75, 9.0], [9.0, 9.0, 9.0]]
+    probs = torch.tensor([[a0], [a1]], dtype=F64)  # (2, 1, 3, 3)
+    real = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    return probs, real
+
+
+def _h(*p: float) -> float:
+    return -sum(x * math.log(x) for x in p if x > 0)
+
+
+def test_received_entropy_sink_and_top_key_by_hand():
+    probs, real = _batch()
+    sums = head_sums(probs, real)
+    totals = Totals(1)
+    totals.add_heads(1, sums)
+    got = totals.attention()
+    # Sequence 0: column means over its 3 rows; sequence 1: over its 2 real rows.
+    r0 = [(1 + 0.5 + 0.2) / 3, (0.5 + 0.3) / 3, 0.5 / 3]
+    r1 = [(1 + 0.25) / 2, 0.75 / 2, 0.0]
+    received = [(a + b) / 2 for a, b in zip(r0, r1, strict=True)]
+    # Sums of a few float64 terms divided once: within 4 ulps of the hand value.
+    assert float(got["sink_score"][0, 0]) == pytest.approx(received[0], rel=1e-15)
+    assert int(got["top_key"][0, 0]) == 0
+    assert float(got["top_key_score"][0, 0]) == pytest.approx(received[0], rel=1e-15)
+    torch.testing.assert_close(
+        sums["received"][0] / 2, torch.tensor(received, dtype=F64), rtol=1e-15, atol=0
+    )
+    e0 = (_h(1) + _h(0.5, 0.5) + _h(0.2, 0.3, 0.5)) / 3
+    e1 = (_h(1) + _h(0.25, 0.75)) / 2
+    assert float(got["attention_entropy"][0, 0]) == pytest.approx((e0 + e1) / 2, rel=1e-15)
+
+
+def test_top_key_is_not_always_the_first_token():
+    probs = torch.tensor([[[[0.1, 0.9], [0.2, 0.8]]]], dtype=F64)
+    totals = Totals(1)
+    totals.add_heads(1, head_sums(probs, torch.ones(1, 2, dtype=torch.bool)))
+    got = totals.attention()
+    assert int(got["top_key"][0, 0]) == 1
+    assert float(got["top_key_score"][0, 0]) == pytest.approx(0.85, rel=1e-15)
+    assert float(got["sink_score"][0, 0]) == pytest.approx(0.15, rel=1e-15)
+
+
+def test_gap_and_stable_rank_of_known_spectra():
+    T = 4
+    uniform = torch.full((T, T), 1 / T, dtype=F64)  # 1 1^T / T: sigma = (1, 0, 0, 0)
+    eye = torch.eye(T, dtype=F64)  # sigma = (1, 1, 1, 1)
+    padded = torch.eye(T, dtype=F64)
+    padded[3] = 5.0  # a padding row of garbage: the real 3 x 3 block is I_3
+    padded[:, 3] = 7.0
+    probs = torch.stack([uniform, eye, padded])[:, None]  # (3, 1, T, T)
+    real = torch.ones(3, T, dtype=torch.bool)
+    real[2, 3] = False
+    for s, (gap, stable) in enumerate([(1.0, 1.0), (0.0, 4.0), (0.0, 3.0)]):
+        sums = head_sums(probs[s : s + 1], real[s : s + 1])
+        # LAPACK's singular values of these matrices: exact to a few ulps.
+        assert float(sums["gap"][0]) == pytest.approx(gap, abs=1e-15)
+        assert float(sums["stable_rank"][0]) == pytest.approx(stable, rel=1e-14)
+    both = head_sums(probs[:2], real[:2])  # summed over sequences
+    assert float(both["gap"][0]) == pytest.approx(1.0, abs=1e-15)
+    assert float(both["stable_rank"][0]) == pytest.approx(5.0, rel=1e-14)
+    assert float(both["count"]) == 2
+
+
+def test_massive_ratio_and_location_by_hand():
+    x = torch.tensor(
+        [
+            [[1.0, -2.0], [3.0, 100.0], [0.5, 0.5]],  # top 100, |entries| 0.5 0.5 1 2 3 100
+            [[-50.0, 1.0], [2.0, 4.0], [999.0, 999.0]],  # last token padding: never counted
+        ],
+        dtype=F64,
+    )
+    real = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.bool)
+    sums = massive_sums(x, real)
+    # torch's median of an even count is the lower middle: (0.5 0.5 1 2 3 100) -> 1;
+    # (1 2 4 50) -> 2.
+    assert float(sums["top"]) == 150.0 and float(sums["median"]) == 3.0
+    assert float(sums["largest"]) == 100.0 and sums["where"].tolist() == [0, 1, 1]
+    totals = Totals(0)
+    totals.add_hidden(0, x, real, first=10)
+    totals.add_hidden(0, -2 * x[1:], real[1:], first=12)  # a later batch: 100 at (12, 0, 0)
+    got = totals.hidden()
+    assert float(got["massive_ratio"][0]) == (150.0 + 100.0) / (3.0 + 4.0)
+    assert (got["massive_sequence"][0], got["massive_token"][0], got["massive_dim"][0]) == (
+        10,
+        1,
+        1,
+    )  # 100 was first: a tie keeps the earlier place
+
+
+def test_anisotropy_is_the_mean_cosine_across_sequences():
+    # One token each: the single cross pair's cosine.
+    x = torch.tensor([[[1.0, 0.0]], [[3.0, 3.0]]], dtype=F64)
+    totals = Totals(0)
+    totals.add_hidden(0, x, torch.ones(2, 1, dtype=torch.bool), 0)
+    assert float(totals.hidden()["anisotropy"][0]) == pytest.approx(1 / math.sqrt(2), rel=1e-15)
+    # Sequence a: e1, e2 (and a padding token); sequence b: 2 e1.  Cross pairs (a1, b) = 1 and
+    # (a2, b) = 0: mean 0.5; the within pair (a1, a2) = 0 does not count.
+    x = torch.tensor([[[1.0, 0.0], [0.0, 1.0], [5.0, 5.0]], [[2.0, 0.0], [0, 0], [0, 0]]])
+    real = torch.tensor([[1, 1, 0], [1, 0, 0]], dtype=torch.bool)
+    sums = anisotropy_sums(x, real)
+    assert float(sums["tokens"]) == 3 and float(sums["pairs_within"]) == 5
+    totals = Totals(0)
+    totals.add_hidden(0, x, real, 0)
+    assert float(totals.hidden()["anisotropy"][0]) == pytest.approx(0.5, rel=1e-15)
+    # Batches add up: the same tokens split over two batches give the same number.
+    totals = Totals(0)
+    totals.add_hidden(0, x[:1], real[:1], 0)
+    totals.add_hidden(0, x[1:], real[1:], 1)
+    assert float(totals.hidden()["anisotropy"][0]) == pytest.approx(0.5, rel=1e-15)
+    one = Totals(0)  # one sequence: no pair across sequences
+    one.add_hidden(0, x[:1], real[:1], 0)
+    assert math.isnan(float(one.hidden()["anisotropy"][0]))
+
+
+def test_sink_rate_counts_strictly_above_epsilon():
+    scores = torch.tensor([[0.5, 0.2], [0.31, 0.3]], dtype=F64)
+    assert float(sink_rate(scores)) == 0.5  # 0.3 itself is not above 0.3
+    assert float(sink_rate(scores, 0.1)) == 1.0
+    assert float(sink_rate(scores, 0.9)) == 0.0
+
+
+@pytest.mark.parametrize("bad", [0, 1, -0.1, 1.5, float("nan"), True, "0.3", None])
+def test_epsilon_outside_the_open_interval_is_refused_in_one_line(bad):
+    with pytest.raises(ProbeError, match="`epsilon` must be a number strictly between 0 and 1"):
+        check_epsilon(bad)
+    assert check_epsilon(0.3) == 0.3
