@@ -13,32 +13,15 @@ from typing import TYPE_CHECKING, Annotated
 
 from rich.table import Table
 
-from .console import Reporter, command_line, fail, named, out, settings, warn
+from .console import Reporter, command_line, fail, named, out, warn
 from .domains import Count, ModelName, Real, argument, option
-from .options import (
-    AllowMissingOption,
-    BatchSizeOption,
-    DeviceMapOption,
-    DeviceOption,
-    DtypeOption,
-    ImagesOption,
-    InitOption,
-    MaxMemoryOption,
-    OffloadFolderOption,
-    OutOption,
-    QuietOption,
-    RemoteOption,
-    SeedOption,
-    TextOption,
-    TokensOption,
-    inputs_request,
-    models_request,
-)
+from .options import SHARED, Shared, shared_options
 
 if TYPE_CHECKING:
     import xarray as xr
 
 
+@shared_options(*SHARED, tokens=128, dtype="float32", batch_size=8)
 def attention(
     models: Annotated[
         list[str],
@@ -53,42 +36,18 @@ def attention(
             "attention to the first token exceeds it (Gu et al.: 0.3).",
         ),
     ] = 0.3,
-    init: InitOption = "both",
-    text: TextOption = None,
-    images: ImagesOption = None,
     sequences: Annotated[
         int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
     ] = 32,
-    tokens: TokensOption = 128,
-    seed: SeedOption = 0,
-    device: DeviceOption = "cpu",
-    device_map: DeviceMapOption = None,
-    max_memory: MaxMemoryOption = None,
-    offload_folder: OffloadFolderOption = None,
-    remote: RemoteOption = False,
-    dtype: DtypeOption = "float32",
-    batch_size: BatchSizeOption = 8,
-    allow_missing_weights: AllowMissingOption = False,
-    quiet: QuietOption = False,
-    out_dir: OutOption = Path("probe-reports"),
+    *,
+    shared: Shared,
 ) -> None:
     """Attention sinks, attention entropy and spectrum, massive activations, anisotropy."""
-    settings["quiet"] = quiet
     if len(set(models)) != len(models):
         fail("a model is given more than once; give each model once")
-    requests = models_request(
-        models,
-        init=init,
-        seed=seed,
-        dtype=dtype,
-        device=device,
-        device_map=device_map,
-        max_memory=max_memory,
-        offload_folder=offload_folder,
-        remote=remote,
-        allow_missing_weights=allow_missing_weights,
-    )
-    given = inputs_request(text, images, sequences, tokens, batch_size)
+    requests = shared.models(models)
+    given = shared.inputs(sequences)
+    out_dir = shared.out_dir
     from .output import check_out_dir, no_empty_folder, write_index
 
     check_out_dir(out_dir)
