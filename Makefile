@@ -29,6 +29,7 @@ demo: $(STAMP)
 		$(OUT)/collapse-bert-base-uncased-random-float32-*.nc $(OUT)/collapse-albert-base-v2-random-float32-*.nc \
 		$(OUT)/collapse-xlnet-base-cased-random-float32-*.nc $(OUT)/collapse-gpt2-random-float32-*.nc --out $(OUT)
 	$(BIN)/probe collapse fastformer-tiny gpt2-tiny --init pretrained --out $(OUT)
+	$(BIN)/probe attention minilm --out $(OUT)
 	$(BIN)/probe paths --count --out $(OUT)
 	$(BIN)/probe paths --sample minilm --init both --samples 50 --sequences 8 --out $(OUT)
 	$(BIN)/probe paths --decompose minilm --init both --sequences 4 --out $(OUT)
