@@ -22,10 +22,10 @@ default metrics; the command at 32 x 128 at most 1.5x, its fixed cost at most 3 
 ``--cli`` also prints the command's fixed cost beyond its libraries' import floor (issue 26):
 ``probe collapse bert-base-uncased --init random --sequences 2 --tokens 16`` against
 ``python -c "import torch, transformers, nnsight, xarray, matplotlib.pyplot; from transformers
-import BertModel"``, both fresh processes, interleaved ``--repeats`` times, in wall time and in CPU time (user +
-system: on a shared machine the wall time mostly measures the other jobs); the goal is at most
-2 s (probe's own imports, the model build, the self-test, the theory constants, the figures
-and the writes).
+import BertModel"``, both fresh processes, interleaved ``--repeats`` times, in wall time and
+in CPU time (user + system: on a shared machine the wall time mostly measures the other
+jobs); the goal is at most 2 s (probe's own imports, the model build, the self-test, the
+theory constants, the figures and the writes).
 
 The Llama size builds the shipped Llama-3.2-1B config (hidden 2048, 16 layers) at random init;
 where probe.load cannot build it, it prints one line saying it is skipped.
