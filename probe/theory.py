@@ -44,6 +44,7 @@ it is not below the input's own residual ||res(X_0)|| (it certifies no decrease)
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -100,6 +101,28 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple
     return float(columns.max()), float(widest)
 
 
+@contextmanager
+def _serial(device: torch.device):
+    """torch's CPU thread pool off while the constants are taken (restored after).
+
+    Each head's products are small (768 x 64 x 768 for BERT-base, a few milliseconds each),
+    so the pool gains little even on idle cores, and on a shared machine every
+    operation's barrier waits for a descheduled thread: bert-base's constants took 20 s of CPU
+    time and 70 s of wall time with 2 threads under a load average of 16, and 2 s and 7 s with
+    one.  The numbers do not change: torch splits a reduction over the columns it keeps (each
+    sum is added in one thread, in one order) and each entry of a product is one dot product.
+    """
+    threads = torch.get_num_threads()
+    if device.type != "cpu" or threads == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
 @cache
 def activation_lipschitz(name: str) -> float:
     """The largest |s'(x)| of a transformers activation, on a fine grid of [-20, 20]."""
@@ -153,7 +176,7 @@ def layer_constants(probed) -> dict[str, Any]:
     for index in range(L):
         check_interrupt()  # a large model's constants take seconds per layer
         layer = layers[index]
-        with torch.no_grad():
+        with torch.no_grad(), _serial(probed.device):
             try:
                 w_q, w_k = query_key(layer, spec.heads, config, H, kv)
             except ProbeError as error:

@@ -63,3 +63,36 @@ def test_collapse_of_both_shipped_checkpoints_offline(tmp_path):
 
 def test_other_names_are_not_shipped():
     assert shipped_path("gpt2") is None and shipped_path("fastformer") is None
+
+
+def test_the_command_resolves_names_without_the_fastformer_code():
+    """The ``probe`` command (argv[0] ``probe``: ``import probe`` registers nothing) resolves a
+    name without importing the Fastformer's modelling code, and registers the Fastformer when
+    a config names it: the shipped checkpoint and a copy of its folder both read as one."""
+    import shutil
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    copy = Path(tempfile.mkdtemp()) / "mine"
+    shutil.copytree(shipped_path("fastformer-tiny"), copy)
+    script = f"""
+import sys
+sys.argv = ["probe"]
+from probe.loading.resolve import read_config
+config, _ = read_config("bert-base-uncased")
+assert config.model_type == "bert", config.model_type
+assert "probe.fastformer" not in sys.modules, "resolving bert-base-uncased imported the Fastformer"
+for name in ("fastformer-tiny", {str(copy)!r}):
+    config, _ = read_config(name, prefer_bundled=False)
+    assert type(config).__name__ == "FastformerConfig", type(config)
+print("ok")
+"""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script], capture_output=True, text=True, timeout=600
+        )
+    finally:
+        shutil.rmtree(copy.parent)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr[-2000:]

@@ -5,20 +5,12 @@
 steps); each folder holds the weights, the character tokenizer and
 ``training.json`` (the command line, the data's sha256, the final validation
 bits per character).  ``probe.load("fastformer-tiny")`` resolves here, like
-``minilm`` resolves to its package.
+``minilm`` resolves to its package.  The names and folders live in
+:mod:`probe.loading.shipped`, so that resolving a name imports no modelling code.
 """
 
 from __future__ import annotations
 
-from importlib import resources
-from pathlib import Path
+from ..loading.shipped import SHIPPED, shipped_path
 
-SHIPPED = ("fastformer-tiny", "gpt2-tiny")
-
-
-def shipped_path(name: str) -> Path | None:
-    """The folder of a shipped checkpoint, or None for any other name."""
-    if name not in SHIPPED:
-        return None
-    folder = Path(str(resources.files("probe") / "checkpoints" / name))
-    return folder if (folder / "config.json").is_file() else None
+__all__ = ["SHIPPED", "shipped_path"]

