@@ -8,6 +8,9 @@ their reports are written as one unit (``probe.results.write_together``), so a
 result never appears without its report.  A signal that comes once the command has done
 its work changes nothing: exit 0, and a line that names what was written.
 
+Warnings of the libraries are not printed as they are: a numerical one becomes one probe
+warning, the rest are dropped (``_as_note``).
+
 Standard output closed early (``probe collapse ... | head -1``) does not stop the command:
 its lines are dropped, its files still written, and one warning says so at the end.
 """
@@ -20,6 +23,7 @@ import shlex
 import signal
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -179,6 +183,23 @@ def _interrupted_line() -> str:
     return f"interrupted; written before the interrupt: {names}; nothing else was written"
 
 
+def _as_note(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` while a command runs: a library's warning is not probe's
+    line.  A numerical one (numpy's RuntimeWarning: a division by zero, an invalid value)
+    matters, since numbers the user reads are NaN or infinite: it becomes one probe warning,
+    the first time.  Everything else (deprecations, advice from matplotlib or transformers)
+    is dropped: it is meant for probe's authors, who see it in the tests."""
+    if not issubclass(category, RuntimeWarning) or _noted:
+        return
+    _noted.append(True)
+    where = Path(filename).name
+    warn(f"a computation gave NaN or infinite values ({message}, in {where}); "
+         "the numbers it touched are NaN or infinite in the result")  # fmt: skip
+
+
+_noted: list[bool] = []
+
+
 def _finished_line() -> str:
     """A signal came after the command's last step: it stopped nothing."""
     names = ", ".join(shown(p) for p in dict.fromkeys(written)) or "nothing"
@@ -199,8 +220,13 @@ class OneLineErrors(typer.core.TyperGroup):
         held = []
         done = False
         _Stdout.closed_early = False
+        _noted.clear()
         try:
-            with handled():  # SIGINT, SIGTERM, SIGHUP are recorded, raised at safe points
+            with handled(), warnings.catch_warnings():
+                warnings.simplefilter("default")  # each once per place, then to _as_note
+                warnings.showwarning = (
+                    _as_note  # SIGINT, SIGTERM, SIGHUP are recorded, raised at safe points
+                )
                 check_interrupt()  # one that came while the executable started
                 result = super().main(
                     args=args,

@@ -161,6 +161,27 @@ def stdout_closed():
     os.close(write)
 
 
+def library_warnings():
+    """Warnings of numpy (twice: two places), matplotlib and a deprecation, mid-command."""
+    import warnings
+
+    import numpy as np
+
+    from probe.cli import output
+
+    original = output.write_index
+
+    def write_index(out_dir):
+        with np.errstate(divide="warn", invalid="warn"):
+            np.divide(np.ones(1), np.zeros(1))
+            np.log(-np.ones(1))
+        warnings.warn("Glyph 1 missing from font", UserWarning, stacklevel=1)
+        warnings.warn("old api", DeprecationWarning, stacklevel=1)
+        return original(out_dir)
+
+    output.write_index = write_index
+
+
 def cwd_deleted():
     gone = tempfile.mkdtemp()
     os.chdir(gone)
@@ -283,8 +304,19 @@ def test_a_closed_stdout_drops_lines_not_work(world, tmp_path):
         "the rest of its lines were dropped, the command went on"
     ]
     new = sorted(k for k in snapshot(box) if k not in before)
-    assert [Path(k).suffix for k in new] == ["", ".nc", ".html", ".html"], new  # out/, all
+    assert sorted(Path(k).suffix for k in new) == ["", ".html", ".html", ".nc"], new  # out/, all
     check_folder(box, "stdout closed")
+
+
+def test_library_warnings_become_one_note_or_nothing(world, tmp_path):
+    box, before, run, code, lines = _run(world, tmp_path, "library_warnings")
+    assert code == 0
+    assert lines == [
+        "probe: warning: a computation gave NaN or infinite values (divide by zero "
+        "encountered in divide, in test_seams.py); the numbers it touched are NaN or "
+        "infinite in the result"
+    ]
+    check_folder(box, "warnings")
 
 
 def test_a_deleted_current_folder_is_one_line(world, tmp_path):
