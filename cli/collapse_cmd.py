@@ -15,11 +15,14 @@ from rich.table import Table
 
 from probe import distributed
 from probe.analyses import collapse
+from probe.analyses.collapse_measure import empty
 from probe.request import Inputs, Model
-from probe.results import ENGINE, temp_beside
+from probe.results import ENGINE, check_space, temp_beside
+from probe.stream import CHUNK_SEQUENCES
 
 from .console import Reporter, checked, command_line, err, named, out, warn
 from .output import (
+    PAGES_BYTES,
     check_out_dir,
     no_empty_folder,
     print_family_table,
@@ -61,6 +64,7 @@ def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> Non
         with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
             plans.append(collapse.prepare(model, inputs, warn=warn, command=command, **options))
     reporter.loaded()
+    check_space(out_dir, needed_bytes(plans), "the results and their reports")
     checked()
     results: list[tuple[xr.Dataset, Path]] = []
     # Results go to disk batch by batch (probe.stream): host memory does not grow with the
@@ -86,6 +90,17 @@ def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> Non
             stream.unlink(missing_ok=True)
 
 
+def needed_bytes(plans) -> int:
+    """Disk space the results of ``plans`` take, with their reports: each metric's values
+    of one sequence (8 bytes each) times the sequences, plus a last HDF5 chunk of
+    ``CHUNK_SEQUENCES`` allocated whole, plus its pages."""
+    total = PAGES_BYTES
+    for plan in plans:
+        per_sequence = sum(values.nbytes for values in empty(plan, 1).values())
+        total += per_sequence * (plan.inputs.sequences + CHUNK_SEQUENCES) + PAGES_BYTES
+    return total
+
+
 def _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options) -> None:
     """One rank of a torchrun job (:func:`cli.sharded.run_sharded`): every rank loads,
     checks and probes its share of every model's batches into a shard; rank 0 then merges
@@ -105,7 +120,8 @@ def _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options) -> N
                     )
                 )
         reporter.loaded()
-        if here.main:
+        if here.main:  # the shards, then the results merged from them, beside them
+            check_space(out_dir, 2 * needed_bytes(plans), "the shards and the results")
             checked()
         with reporter.bar(sum(plan.steps_of(part) for plan in plans)):
             for index, plan in enumerate(plans):

@@ -1,20 +1,29 @@
 """How the CLI talks: one-line errors, clean interrupts, rich tables, progress.
 
 Exit codes: 0 done, 2 a usage error (one line on stderr, ``probe: error: ...``),
-130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM.  A signal is recorded
-when it comes and raised at the command's next safe point (``probe.interrupts``); the
-one line then says which files were written and that nothing else was: results and
+130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM, 129 by SIGHUP.  A signal is
+recorded when it comes and raised at the command's next safe point (``probe.interrupts``);
+the one line then says which files were written and that nothing else was: results and
 their reports are written as one unit (``probe.results.write_together``), so a
-result never appears without its report.
+result never appears without its report.  A signal that comes once the command has done
+its work changes nothing: exit 0, and a line that names what was written.
+
+Warnings of the libraries are not printed as they are: a numerical one becomes one probe
+warning, the rest are dropped (``_as_note``).
+
+Standard output closed early (``probe collapse ... | head -1``) does not stop the command:
+its lines are dropped, its files still written, and one warning says so at the end.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import signal
 import sys
 import time
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -29,11 +38,56 @@ from probe.interrupts import (
     check_at_module_calls,
     check_interrupt,
     handled,
+    recorded,
 )
 
 from .domains import OptionError
 
-out = Console(highlight=False, soft_wrap=True)
+
+class _Stdout:
+    """``sys.stdout`` (looked up at each write: tests swap it) that survives a reader that
+    went away: the first broken pipe points file descriptor 1 at /dev/null (so Python's own
+    flush at exit fails no more) and the rest of the output is dropped."""
+
+    closed_early = False
+
+    def write(self, text: str) -> int:
+        if not _Stdout.closed_early:
+            try:
+                return sys.stdout.write(text)
+            except BrokenPipeError:
+                _stdout_gone()
+        return len(text)
+
+    def flush(self) -> None:
+        if not _Stdout.closed_early:
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                _stdout_gone()
+
+    def isatty(self) -> bool:
+        return sys.stdout.isatty()
+
+    def fileno(self) -> int:
+        return sys.stdout.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(sys.stdout, "encoding", "utf-8")
+
+
+def _stdout_gone() -> None:
+    _Stdout.closed_early = True
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor (a test's stream): nothing to flush
+        pass
+
+
+out = Console(file=_Stdout(), highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 USAGE = 2
@@ -129,6 +183,29 @@ def _interrupted_line() -> str:
     return f"interrupted; written before the interrupt: {names}; nothing else was written"
 
 
+def _as_note(message, category, filename, lineno, file=None, line=None) -> None:
+    """``warnings.showwarning`` while a command runs: a library's warning is not probe's
+    line.  A numerical one (numpy's RuntimeWarning: a division by zero, an invalid value)
+    matters, since numbers the user reads are NaN or infinite: it becomes one probe warning,
+    the first time.  Everything else (deprecations, advice from matplotlib or transformers)
+    is dropped: it is meant for probe's authors, who see it in the tests."""
+    if not issubclass(category, RuntimeWarning) or _noted:
+        return
+    _noted.append(True)
+    where = Path(filename).name
+    warn(f"a computation gave NaN or infinite values ({message}, in {where}); "
+         "the numbers it touched are NaN or infinite in the result")  # fmt: skip
+
+
+_noted: list[bool] = []
+
+
+def _finished_line() -> str:
+    """A signal came after the command's last step: it stopped nothing."""
+    names = ", ".join(shown(p) for p in dict.fromkeys(written)) or "nothing"
+    return f"probe: interrupted after the command had finished; it wrote: {names}"
+
+
 class OneLineErrors(typer.core.TyperGroup):
     """A command group whose usage errors are one line and exit 2, never a traceback.
 
@@ -142,8 +219,14 @@ class OneLineErrors(typer.core.TyperGroup):
         written.clear()
         held = []
         done = False
+        _Stdout.closed_early = False
+        _noted.clear()
         try:
-            with handled():  # SIGINT and SIGTERM are recorded, raised at safe points
+            with handled(), warnings.catch_warnings():
+                warnings.simplefilter("default")  # each once per place, then to _as_note
+                warnings.showwarning = (
+                    _as_note  # SIGINT, SIGTERM, SIGHUP are recorded, raised at safe points
+                )
                 check_interrupt()  # one that came while the executable started
                 result = super().main(
                     args=args,
@@ -152,7 +235,7 @@ class OneLineErrors(typer.core.TyperGroup):
                     standalone_mode=False,
                     **extra,
                 )
-                check_interrupt()  # one that came after the last safe point
+                late = recorded()  # one that came after the last safe point: all is done
             done = True
         except typer.TyperException as exc:  # typer's own (vendored click) errors
             ctx = getattr(exc, "ctx", None)
@@ -169,10 +252,23 @@ class OneLineErrors(typer.core.TyperGroup):
             fail(_interrupted_line(), code=exc.code)
         except (typer.Abort, KeyboardInterrupt):
             fail(_interrupted_line(), code=EXIT_CODES[signal.SIGINT])
+        except BrokenPipeError:  # stdout closed under a library's own print (click's help)
+            _stdout_gone()
+            done = True
+            result = 0
+            late = None
         finally:
             if not done:
                 held = None  # a failure's held warnings are dropped: its error is the line
         checked()
+        if late is not None:
+            err.print(_finished_line(), markup=False)
+        if _Stdout.closed_early:
+            err.print(
+                "probe: warning: standard output was closed before the command ended; "
+                "the rest of its lines were dropped, the command went on",
+                markup=False,
+            )
         raise SystemExit(result if isinstance(result, int) else 0)
 
 

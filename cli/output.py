@@ -23,6 +23,7 @@ from probe.reports import (
     report_name,
 )
 from probe.results import (
+    check_space,
     folder_lock,
     make_parent,
     utc_now,
@@ -32,11 +33,17 @@ from probe.results import (
 
 from .console import wrote
 
+#: Room a command's pages need at the least (a report with its figures, the index): checked
+#: with the folder, before any work; a result's own size is checked where it is known.
+PAGES_BYTES = 2 * 2**20
 
-def check_out_dir(folder: Path, option: str = "--out") -> Path:
+
+def check_out_dir(folder: Path, option: str = "--out", needed: int = PAGES_BYTES) -> Path:
     """Make sure results can be written to ``folder`` (tried, not created: see
-    :func:`probe.checks.writable_folder`)."""
-    return checks.writable_folder(folder, option)
+    :func:`probe.checks.writable_folder`), and that its disk has ``needed`` bytes free."""
+    checks.writable_folder(folder, option)
+    check_space(folder, needed, "the results and their reports")
+    return folder
 
 
 @contextlib.contextmanager

@@ -4,11 +4,13 @@ Every rank does its ``work`` into a shard folder all ranks share; the ranks then
 whether all of them succeeded.  Only then does rank 0 ``publish`` (merge the shards, write
 the result and its report, the index) exactly as a single process would; the other ranks
 print nothing.  Any failure on any rank fails every rank, with that rank's one line from
-rank 0, and nothing is published.  The shard folder is removed in every case.
+rank 0, and nothing is published.  The shard folder is removed in every case, and so is
+every folder rank 0 made for it (``--out`` and its new parents) when nothing was published.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +18,7 @@ from probe import distributed
 from probe.errors import ProbeError
 
 from .console import fail, settings, warn
+from .output import no_empty_folder
 
 
 def run_sharded(
@@ -27,6 +30,13 @@ def run_sharded(
     """``work(folder)`` on every rank, then ``publish(folder)`` on rank 0 if all succeeded."""
     if not here.main:
         settings["quiet"] = True
+    # Only rank 0 makes folders (distributed.shard_folder): it removes those a failed or
+    # interrupted job leaves empty.
+    with no_empty_folder(out_dir) if here.main else contextlib.nullcontext():
+        _run(here, out_dir, work, publish)
+
+
+def _run(here, out_dir: Path, work, publish) -> None:
     folder = distributed.shard_folder(out_dir, here)
     try:
         status = _outcome(work, folder)

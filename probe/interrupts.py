@@ -1,4 +1,4 @@
-"""Interrupts (SIGINT, SIGTERM): recorded when they come, raised where stopping is clean.
+"""Interrupts (SIGINT, SIGTERM, SIGHUP): recorded when they come, raised where stopping is clean.
 
 A handler that raises does so wherever Python happens to be: in a finaliser (``__del__``,
 a weakref callback), where the exception is printed as "Exception ignored" and dropped; in
@@ -10,6 +10,10 @@ progress), before and after a unit of files is put in place (``probe.results``),
 of the theory constants, and, once :func:`check_at_module_calls` is on, before every call
 of a torch module, so that a forward pass stops within a layer, not at the end of a batch
 that can take minutes.
+
+SIGHUP (the terminal was closed) is one more way to ask a command to stop: it is treated
+as SIGTERM, and exits 129.  Only the first signal counts: a second one, while the command
+stops, is recorded over it and never raised again (the command says one line, once).
 
 Only a program that sets :func:`record` as its handler (the ``probe`` command, through
 :func:`handled`) records anything: for a library caller ``check_interrupt`` does nothing,
@@ -24,10 +28,12 @@ import sys
 
 #: The exit code of each signal a command stops for (128 + the signal's number).
 EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+if hasattr(signal, "SIGHUP"):  # not on Windows
+    EXIT_CODES[signal.SIGHUP] = 129
 
 
 class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived; carries the exit code.
+    """SIGINT, SIGTERM or SIGHUP arrived; carries the exit code.
 
     A BaseException, as KeyboardInterrupt: no ``except Exception`` on the way (a library's,
     or the guard around rendering a damaged file) may take it for an error and go on."""
@@ -41,8 +47,15 @@ _pending: list[int] = []  # the exit code of the signal recorded and not yet rai
 
 
 def record(signum: int, frame=None) -> None:
-    """The signal handler: remember the signal; :func:`check_interrupt` raises it."""
-    _pending[:] = [EXIT_CODES.get(signum, 130)]
+    """The signal handler: remember the signal; :func:`check_interrupt` raises it.  The
+    first one is kept: a second Ctrl-C while the first stops the command changes nothing."""
+    if not _pending:
+        _pending.append(EXIT_CODES.get(signum, 130))
+
+
+def recorded() -> int | None:
+    """The exit code of the signal recorded and not yet raised, or None."""
+    return _pending[0] if _pending else None
 
 
 def check_interrupt() -> None:
@@ -58,7 +71,7 @@ def clear() -> None:
 
 @contextlib.contextmanager
 def handled():
-    """Record SIGINT and SIGTERM inside the block; the handlers before it are set again
+    """Record SIGINT, SIGTERM and SIGHUP inside the block; the handlers before it are set again
     after it, and a signal recorded but never raised is forgotten."""
     previous = {signum: _install(signum, record) for signum in EXIT_CODES}
     try:

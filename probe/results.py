@@ -5,29 +5,41 @@ and ``norm`` for the relative residual) and carries its provenance in
 ``attrs``.  Files are netCDF-4 (h5netcdf engine), written atomically: the data
 go to a temporary file in the target folder, which is then renamed, so a
 crashed or interrupted run never leaves a half-written result behind.
+
+A result is built in memory and its bytes written by Python (:func:`write_netcdf`): HDF5
+never sees a full disk (see ``probe.staging``, which puts files in place).
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import hashlib
 import json
 import os
-import re
 import shlex
-import shutil
-import socket
 import sys
-import tempfile
-from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
 import xarray as xr
 
 from .errors import ProbeError
-from .interrupts import check_interrupt
+
+# The write path lives in probe.staging; much of probe reaches it through this module.
+from .staging import (  # noqa: F401
+    PART,
+    SHARDS,
+    Sink,
+    Unit,
+    check_space,
+    clean_parts,
+    folder_lock,
+    free_space,
+    make_parent,
+    temp_beside,
+    write_error,
+    write_together,
+)
 
 ENGINE = "h5netcdf"
 
@@ -94,10 +106,26 @@ def save_result(ds: xr.Dataset, path: str | os.PathLike) -> Path:
 
 
 def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> None:
-    """``ds`` as netCDF-4 at ``path`` (not atomic: see save_result and write_together)."""
+    """``ds`` as netCDF-4 at ``path`` (not atomic: see save_result and write_together).
+
+    HDF5 never meets a full disk: a result in memory is built in memory (``to_netcdf()``
+    without a path returns its bytes) and written by Python; a lazy one (dask arrays, a
+    torchrun job's merged shards, larger than memory may hold) is written chunk by chunk
+    through a :class:`Sink`.  Either way a failed write is an ``OSError`` here, once."""
     ds = ds.copy()
     ds.attrs = netcdf_safe(ds.attrs)
-    ds.to_netcdf(path, engine=ENGINE)
+    if ds.chunks:
+        with Sink(path) as sink:
+            try:
+                ds.to_netcdf(sink, engine=ENGINE)
+            except Exception:
+                sink.check()  # HDF5 read back what the full disk dropped: say the disk
+                raise
+            sink.check()
+        return
+    data = ds.to_netcdf(engine=ENGINE)
+    with open(path, "wb") as file:
+        file.write(data)
 
 
 def open_result(path: str | os.PathLike) -> xr.Dataset:
@@ -228,235 +256,6 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write a text file atomically, like :func:`save_result`."""
     return write_together({Path(path): lambda tmp: Path(tmp).write_text(text, encoding="utf-8")})[0]
-
-
-def write_together(
-    writers: dict[Path, Callable[[str], None]],
-    committed: Callable[[list[Path]], None] | None = None,
-) -> list[Path]:
-    """Write several files as one unit: all or none of them appear.
-
-    Each writer fills a temporary file beside its target; only when every one has
-    succeeded are they renamed into place (:class:`Unit`).  An interrupt is raised
-    (``probe.interrupts``) before the renames or after them and ``committed(paths)``,
-    never between: it cannot leave a result without its report, and a caller that records
-    what it wrote (the CLI's interrupt line) cannot miss a file that was put in place.
-    """
-    with Unit() as unit:
-        for path, write in writers.items():
-            write(str(unit.file(Path(path))))
-        return unit.commit(committed)
-
-
-class Unit:
-    """Files and folders written as one unit: staged beside their targets, then put in
-    place together.
-
-    ``file(target)`` and ``folder(target)`` give a staging path beside the target
-    (``.<name>.<pid>.<random>.part``: the pid tells a later run whether its writer is
-    still alive, see :func:`clean_parts`).  :meth:`commit` takes the lock of every
-    target's folder (so concurrent runs into one folder put their units in place one
-    after the other, never interleaved) and renames each staging path onto its target,
-    with no interrupt raised in between (see :func:`write_together`); a folder that is replaced is first renamed to
-    ``.<name>.<pid>.old`` and removed once the new one is in place (a kill -9 between the
-    two renames is repaired by the next run, which renames it back).  Leaving the
-    ``with`` block without a commit removes whatever was staged.
-    """
-
-    def __init__(self) -> None:
-        self._staged: list[tuple[Path, Path]] = []
-        self._done = False
-
-    def __enter__(self) -> Unit:
-        return self
-
-    def __exit__(self, *exc) -> bool:
-        if not self._done:
-            self.discard()
-        return False
-
-    def file(self, target: Path) -> Path:
-        staging = Path(temp_beside(Path(target)))
-        self._staged.append((Path(target), staging))
-        return staging
-
-    def folder(self, target: Path) -> Path:
-        target = Path(target)
-        make_parent(target)
-        clean_parts(target.parent)
-        try:
-            staging = tempfile.mkdtemp(
-                prefix=f".{target.name}.{os.getpid()}.", suffix=PART, dir=target.parent
-            )
-        except OSError as err:
-            raise ProbeError(f"cannot write to {target.parent}: {err.strerror}") from None
-        os.chmod(staging, 0o777 & ~_umask())
-        self._staged.append((target, Path(staging)))
-        return Path(staging)
-
-    def commit(self, committed: Callable[[list[Path]], None] | None = None) -> list[Path]:
-        targets = [target for target, _ in self._staged]
-        olds: list[Path] = []
-        with contextlib.ExitStack() as locks:
-            for folder in sorted({t.parent.resolve() for t in targets}):
-                locks.enter_context(folder_lock(folder))
-            check_interrupt()  # one that came while the unit was written: none of it appears
-            for target, staging in self._staged:
-                if staging.is_dir() and target.is_dir() and not target.is_symlink():
-                    old = target.with_name(f".{target.name}.{os.getpid()}.old")
-                    shutil.rmtree(old, ignore_errors=True)
-                    os.rename(target, old)
-                    olds.append(old)
-                os.replace(staging, target)
-            self._done = True
-            if committed is not None:
-                committed(targets)
-        for old in olds:
-            shutil.rmtree(old, ignore_errors=True)
-        check_interrupt()  # one that came during the renames: all of the unit is in place
-        return targets
-
-    def discard(self) -> None:
-        for _, staging in self._staged:
-            _remove(staging)
-        self._done = True
-
-
-_HELD: set[str] = set()  # folders this process holds the lock of (flock is not re-entrant)
-
-
-@contextlib.contextmanager
-def folder_lock(folder: str | os.PathLike):
-    """Hold an exclusive lock on ``folder`` (flock on the folder itself: no lock file is
-    left behind).  Re-entrant within a process; where locks are not available, nothing
-    is held."""
-    key = os.path.realpath(folder)
-    try:
-        import fcntl
-    except ImportError:  # not POSIX
-        fcntl = None
-    if fcntl is None or key in _HELD:
-        yield
-        return
-    try:
-        fd = os.open(key, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    except OSError:
-        yield
-        return
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        _HELD.add(key)
-        yield
-    finally:
-        _HELD.discard(key)
-        os.close(fd)  # releases the lock
-
-
-def _remove(path: Path) -> None:
-    if path.is_dir() and not path.is_symlink():
-        shutil.rmtree(path, ignore_errors=True)
-    else:
-        with contextlib.suppress(OSError):
-            path.unlink()
-
-
-PART = ".part"
-OLD = ".old"
-#: A torchrun job's shard folder: ``.probe-shards-<host>-<pid of rank 0>-<random>``.
-SHARDS = ".probe-shards-"
-
-
-def _pid_of(name: str, suffix: str) -> int | None:
-    """The writer's pid in ``.<name>.<pid>.<random>.part`` or ``.<name>.<pid>.old``."""
-    parts = name.removesuffix(suffix).rsplit(".", 2 if suffix == PART else 1)
-    pid = parts[-2] if suffix == PART and len(parts) == 3 else parts[-1]
-    return int(pid) if pid.isdigit() else None
-
-
-def clean_parts(folder: str | os.PathLike) -> list[Path]:
-    """Remove what killed probe runs left in ``folder`` (never another live run's).
-
-    Staged files and folders (``.*.part``) of dead processes are removed; a folder a dead
-    process had moved aside to replace it (``.<name>.<pid>.old``) is put back where its
-    replacement never arrived, else removed.  Leftovers named by earlier versions of
-    ``probe fastformer train`` (``.<name>.tmp-<pid>``, ``.<name>.old-<pid>``) likewise.
-    """
-    removed = []
-    folder = Path(folder)
-    try:
-        entries = list(folder.iterdir())
-    except OSError:
-        return removed
-    for entry in entries:
-        name = entry.name
-        if not name.startswith("."):
-            continue
-        legacy = re.fullmatch(r"\.(.+)\.(tmp|old)-([0-9]+)", name)
-        shards = re.fullmatch(re.escape(SHARDS + socket.gethostname()) + r"-([0-9]+)-.+", name)
-        if shards:  # a torchrun job's shard folder, made by rank 0 on this host
-            pid, target = int(shards.group(1)), None
-        elif name.endswith(PART):
-            pid, target = _pid_of(name, PART), None
-        elif name.endswith(OLD) and name.count(".") >= 3:
-            pid, target = _pid_of(name, OLD), folder / name[1:].rsplit(".", 2)[0]
-        elif legacy:
-            pid = int(legacy.group(3))
-            target = folder / legacy.group(1) if legacy.group(2) == "old" else None
-        else:
-            continue
-        if pid is None or _alive(pid):
-            continue
-        if target is not None and not target.exists() and entry.is_dir():
-            with contextlib.suppress(OSError):
-                os.rename(entry, target)  # the replacement never arrived: the old one stays
-                continue
-        _remove(entry)
-        removed.append(entry)
-    return sorted(removed)
-
-
-def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-def make_parent(path: Path) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise ProbeError(f"cannot create the output folder {path.parent}: {err.strerror}") from None
-
-
-def temp_beside(path: Path) -> str:
-    """An empty temporary file next to ``path``: ``.<name>.<pid>.<random>.part``.
-
-    The pid lets a later run tell a file left by a killed process from one being
-    written right now; the mode follows the umask, as for any file a tool writes.
-    """
-    make_parent(path)
-    clean_parts(path.parent)
-    try:
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{path.name}.{os.getpid()}.", suffix=PART, dir=path.parent
-        )
-    except OSError as err:
-        raise ProbeError(f"cannot write to {path.parent}: {err.strerror}") from None
-    os.close(fd)
-    os.chmod(tmp, 0o666 & ~_umask())
-    return tmp
 
 
 # ``ds.probe`` for every Dataset, from the moment results are written or read.

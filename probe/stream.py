@@ -8,7 +8,9 @@ file is the same netCDF a finished in-memory run saves: ``probe.open_result`` an
 it as usual.
 
 The skeleton (coordinates, attributes, empty variables) is written first, to a temporary
-file beside the target; variables without a ``sequence`` dimension that are known only once
+file beside the target (built in memory, written by Python), and HDF5 appends to it through
+:class:`probe.results.Sink`, which keeps a failed write (a full disk) from HDF5: the writer
+stops at the end of that step with one line and removes the file; variables without a ``sequence`` dimension that are known only once
 the batches have run (the theory panel) are placeholders in it, filled in at the end.  The
 target appears, by an atomic rename, only when every batch is in.  An interrupted or failed
 run leaves no half-written result behind.
@@ -27,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from .results import ENGINE, netcdf_safe, temp_beside
+from .results import ENGINE, netcdf_safe
+from .staging import Sink, temp_beside, write_error
 
 SEQUENCE = "sequence"
 CHUNK_SEQUENCES = 256  # sequences per HDF5 chunk: appends touch few chunks, reads stay fast
@@ -64,12 +67,19 @@ class SequenceWriter:
                     CHUNK_SEQUENCES if dim == SEQUENCE else skeleton.sizes[dim] for dim in dims
                 )
             }
+        self._sink = None
         try:
-            skeleton.to_netcdf(
-                self._tmp, engine=ENGINE, unlimited_dims=[SEQUENCE], encoding=encoding
-            )
-            self._file = h5netcdf.File(self._tmp, "a")
+            data = skeleton.to_netcdf(engine=ENGINE, unlimited_dims=[SEQUENCE], encoding=encoding)
+            try:
+                with open(self._tmp, "wb") as file:
+                    file.write(data)
+            except OSError as err:
+                raise write_error(self.path, err) from None
+            self._sink = Sink(self._tmp)
+            self._file = h5netcdf.File(self._sink, "a")
         except BaseException:
+            if self._sink is not None:
+                self._sink.close()
             self._tmp.unlink(missing_ok=True)
             raise
 
@@ -96,12 +106,14 @@ class SequenceWriter:
             variable[index] = value
         if SEQUENCE in self._file.variables:
             self._file.variables[SEQUENCE][start:stop] = self.first + np.arange(start, stop)
+        self._sink.check()
         self.length = stop
 
     def set_attribute(self, name: str, value: str) -> None:
         """Set (or replace) a global attribute of the result before it is published: one
         known only once the batches have run."""
         self._file.attrs[name] = value
+        self._sink.check()
 
     def fill(self, values: xr.Dataset) -> None:
         """Write variables without a ``sequence`` dimension, and attributes, known only once
@@ -115,16 +127,24 @@ class SequenceWriter:
             target[...] = np.asarray(variable.values).astype(target.dtype)
         for name, value in netcdf_safe(values.attrs).items():
             self.set_attribute(name, value)
+        self._sink.check()
 
     def close(self) -> Path:
         """Finish the file and publish it at ``path``."""
-        self._file.close()
-        os.replace(self._tmp, self.path)
+        try:
+            self._file.close()
+            self._sink.check()
+            self._sink.close()
+            os.replace(self._tmp, self.path)
+        except BaseException:
+            self.abort()
+            raise
         return self.path
 
     def abort(self) -> None:
         with contextlib.suppress(Exception):
             self._file.close()
+        self._sink.close()
         self._tmp.unlink(missing_ok=True)
 
     def __enter__(self) -> SequenceWriter:

@@ -42,13 +42,18 @@ def context():
     return _context
 
 
-def _main(args: list[str], cwd: str, stdout: str, stderr: str) -> None:
+def _main(args: list[str], cwd: str, stdout: str, stderr: str, setup: str | None = None) -> None:
     os.chdir(cwd)
     for fd, path in ((1, stdout), (2, stderr)):
         target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
         os.dup2(target, fd)
         os.close(target)
     sys.argv = ["probe", *args]
+    if setup is not None:  # "module:function", run in the child first (a fault at a fixed point)
+        import importlib
+
+        module, function = setup.split(":")
+        getattr(importlib.import_module(module), function)()
     from probe.cli.entry import main
 
     main()
@@ -82,12 +87,17 @@ class Run:
         return self.stderr.read_text(errors="replace")
 
 
-def start(args: list[str], cwd: Path, logs: Path, name: str = "run") -> Run:
-    """Start ``probe ARGS`` in ``cwd``; its stdout and stderr go to files in ``logs``."""
+def start(
+    args: list[str], cwd: Path, logs: Path, name: str = "run", setup: str | None = None
+) -> Run:
+    """Start ``probe ARGS`` in ``cwd``; its stdout and stderr go to files in ``logs``.
+    ``setup``: ``"module:function"`` the child calls before the command (to plant a fault)."""
     logs.mkdir(parents=True, exist_ok=True)
     stdout, stderr = logs / f"{name}.out", logs / f"{name}.err"
     process = context().Process(
-        target=_main, args=(list(args), str(cwd), str(stdout), str(stderr)), name=" ".join(args)
+        target=_main,
+        args=(list(args), str(cwd), str(stdout), str(stderr), setup),
+        name=" ".join(args),
     )
     process.start()
     return Run(process, stdout, stderr)
