@@ -42,7 +42,15 @@ from probe.inputs import check_input_kind, image_files, model_inputs, read_text
 from probe.loading import ProbedModel
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
-from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
+from probe.request import (
+    Inputs,
+    Model,
+    checkpoint_of,
+    coerce,
+    dtype_name,
+    provenance,
+    reproduce,
+)
 from probe.results import ENGINE, settings_id, utc_now, versions
 from probe.trace import check_norm_variant
 
@@ -58,6 +66,8 @@ def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
     and it needs no spectrum."""
     if metrics is None:
         return DEFAULT_METRICS
+    if not isinstance(metrics, str | Sequence):
+        raise ProbeError(f"`metrics` takes all or a comma list; got {type(metrics).__name__}")
     given = metrics.split(",") if isinstance(metrics, str) else list(metrics)
     names = [str(name).strip().replace("-", "_") for name in given if str(name).strip()]
     if names == ["all"]:
@@ -111,6 +121,10 @@ def prepare(
     """
     request, given = coerce(model, inputs, flat)
     given = given.with_defaults(sequences=32, tokens=128, batch_size=16)
+    if not isinstance(variants, str) and not (
+        isinstance(variants, Sequence) and all(isinstance(v, str) for v in variants)
+    ):
+        raise ProbeError(f"`variants` takes all or a list of variant names; got {variants!r}")
     names = (
         parse_variants(variants)
         if isinstance(variants, str)
@@ -145,8 +159,10 @@ def prepare(
         most = len(read_text(given.text)[0]) // tokens + 1
     memory.require_run(first, most, tokens, batch_size)
     encoded = model_inputs(first, given, seed=request.seed, warn=warn)
+    identity = checkpoint_of(models)
     settings = {
-        "model": first.name,
+        # A local folder by what it holds, not by the path as typed (probe.loading.identity).
+        "model": identity.get("checkpoint_path", first.name),
         "init": [m.init for m in models],
         "variants": names,
         "surgery": surgery,
@@ -159,6 +175,7 @@ def prepare(
         "batch_size": batch_size,
         "allow_missing_weights": request.allow_missing_weights,
         "metrics": list(chosen),
+        **{k: v for k, v in identity.items() if k != "checkpoint_path"},
     }
     if "effective_rank" in chosen:  # what "auto" means at this size and device
         settings["effective_rank"] = effective_rank_method(

@@ -190,6 +190,8 @@ def collapse(
     if variants is not None and (no_skip or no_mlp):
         fail("use either --variants or --no-skip/--no-mlp, not both")
     metric_name = _value(metric).replace("-", "_")
+    if metric_name not in _parse_metrics(metrics):
+        fail(f"--metric {_value(metric)} is not among --metrics {metrics}; add it there")
     if metric_name != "relative_residual":
         for option, given in (("--norm", norm), ("--fit", fit)):
             if given is not None:

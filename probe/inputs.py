@@ -196,6 +196,7 @@ def make_image_inputs(
     image gives the same number of tokens (patches + [CLS]), so the mask is all ones.
     """
     size = config.image_size
+    channels = image_channels(config, processor)
     if images is None:
         if sequences == "all":
             raise ProbeError("`sequences` all needs `images` DIR; give a number instead")
@@ -211,7 +212,9 @@ def make_image_inputs(
         files = image_files(images)
         if sequences != "all":
             files = files[:sequences]
-        opened = [_open_image(f) for f in files]  # a broken file stops the run before any word
+        opened = [
+            _open_image(f, channels) for f in files
+        ]  # a broken file stops the run before any word
         if sequences != "all" and len(files) < sequences and warn is not None:
             warn(f"{images} has {len(files)} images, using {len(files)} instead of {sequences}")
         pixels = processor(images=opened, return_tensors="pt")["pixel_values"]
@@ -237,14 +240,92 @@ def image_files(folder: str | Path) -> list[Path]:
     return files
 
 
-def _open_image(path: Path):
+#: Integer and float modes, read by their range (8-bit modes are PIL's own conversions).
+_WIDE_MODES = {"I;16": 65535, "I;16L": 65535, "I;16B": 65535, "I;16N": 65535, "I": 65535, "F": 1}
+#: Modes PIL converts to RGB with their 8-bit range kept (CMYK and YCbCr by its formulas).
+_COLOUR_MODES = ("RGB", "RGBX", "CMYK", "YCbCr", "LAB", "HSV")
+
+
+def image_channels(config, processor) -> int:
+    """The channels the model reads: 1 (gray) or 3 (RGB), matched by its image processor."""
+    channels = config.num_channels
+    if channels not in (1, 3):
+        raise ProbeError(
+            f"the model reads {channels} channels (config num_channels); probe reads image "
+            "files as gray (1) or RGB (3): pass such pixels from Python as probe.Inputs(ids=...)"
+        )
+    for name in ("image_mean", "image_std"):
+        value = getattr(processor, name, None)
+        if isinstance(value, list | tuple) and len(value) != channels:
+            raise ProbeError(
+                f"the model reads {channels} channels but its image processor's {name} has "
+                f"{len(value)}; fix preprocessor_config.json"
+            )
+    return channels
+
+
+def _open_image(path: Path, channels: int = 3):
+    """The image at ``path`` as 8-bit gray (``channels`` 1) or RGB (3), read as what it is.
+
+    16-bit and 32-bit integer pixels are scaled from 0..65535, float pixels from 0..1 (values
+    outside those ranges are refused, not clipped); palettes are expanded; an alpha channel
+    is dropped where every pixel is opaque and refused otherwise (no background to guess).
+    An image over PIL's pixel limit (a possible decompression bomb) is refused unread."""
+    import warnings
+
     from PIL import Image, UnidentifiedImageError
 
     try:
-        with Image.open(path) as image:
-            return image.convert("RGB")
-    except (OSError, UnidentifiedImageError) as err:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", Image.DecompressionBombWarning)
+            with Image.open(path) as image:
+                return _eight_bit(image, path).convert("L" if channels == 1 else "RGB")
+    except ProbeError:
+        raise
+    except (Image.DecompressionBombError, Image.DecompressionBombWarning):
+        raise ProbeError(
+            f"{path} has more pixels than PIL reads safely ({Image.MAX_IMAGE_PIXELS:,}; a "
+            "possible decompression bomb); shrink it or remove it from `images`"
+        ) from None
+    except (OSError, UnidentifiedImageError, ValueError) as err:
         raise ProbeError(f"cannot read the image {path}: {err}; remove it from `images`") from None
+
+
+def _eight_bit(image, path: Path):
+    """``image`` in an 8-bit mode (L, LA, RGB, RGBA), its range scaled, its alpha checked."""
+    import numpy as np
+    from PIL import Image
+
+    mode = image.mode
+    if mode in ("P", "PA"):
+        has_alpha = mode == "PA" or "transparency" in image.info
+        image = image.convert("RGBA" if has_alpha else "RGB")
+    elif mode == "1":
+        image = image.convert("L")
+    elif mode in _WIDE_MODES:
+        pixels = np.asarray(image, dtype=np.float64)
+        top = _WIDE_MODES[mode]
+        if not np.isfinite(pixels).all() or pixels.min() < 0 or pixels.max() > top:
+            raise ProbeError(
+                f"{path} has {mode} pixels from {pixels.min():g} to {pixels.max():g}, outside "
+                f"0..{top}; probe reads {'float pixels in 0..1' if top == 1 else 'up to 16 bits'}"
+            )
+        image = Image.fromarray(np.rint(pixels * (255 / top)).astype(np.uint8), "L")
+    elif mode in ("La", "RGBa"):  # premultiplied alpha
+        image = image.convert(mode.upper())
+    if image.mode in ("LA", "RGBA"):
+        low, _ = image.getchannel("A").getextrema()
+        if low < 255:
+            raise ProbeError(
+                f"{path} has transparent pixels; the model reads no alpha channel: flatten it "
+                "onto a background first, or remove it from `images`"
+            )
+        return image.convert(image.mode[:-1])
+    if image.mode in _COLOUR_MODES:
+        return image.convert("RGB") if image.mode != "RGB" else image
+    if image.mode != "L":
+        raise ProbeError(f"{path} has PIL mode {image.mode}, which probe cannot read as an image")
+    return image
 
 
 def check_input_kind(probed, text, images) -> None:

@@ -174,17 +174,17 @@ class Model:
                 )
             if source.device_map or (self.dtype is None and self.device is None):
                 return [source]
-            return [
-                wrap(
-                    source.model,
-                    name=source.name,
-                    tokenizer=source.tokenizer,
-                    init=source.init,
-                    seed=source.seed,
-                    device=self.device,
-                    dtype=self.dtype,
-                )
-            ]
+            converted = wrap(
+                source.model,
+                name=source.name,
+                tokenizer=source.tokenizer,
+                init=source.init,
+                seed=source.seed,
+                device=self.device,
+                dtype=self.dtype,
+            )
+            converted.checkpoint = source.checkpoint  # the same checkpoint, converted
+            return [converted]
         if _is_module(source):
             init = self.init[0]  # "both" is the module's own weights, as pretrained
             return [wrap(source, init=init, seed=self.seed, device=self.device, dtype=self.dtype)]
@@ -331,6 +331,13 @@ def coerce(model, inputs: Inputs | None, legacy: dict) -> tuple[Model, Inputs]:
     return model, inputs
 
 
+def checkpoint_of(models: list) -> dict:
+    """What identifies the checkpoint the models were loaded from beyond its name
+    (:mod:`probe.loading.identity`: a local folder's resolved path and fingerprint, the hub
+    revision of pretrained weights); empty for probe's own checkpoints and bundled configs."""
+    return {key: value for m in models for key, value in m.checkpoint.items()}
+
+
 def provenance(models: list, encoded) -> dict:
     """The attributes every result carries about the models it measured and what they read.
 
@@ -355,6 +362,7 @@ def provenance(models: list, encoded) -> dict:
         "n_layers": first.n_layers,
         "n_heads": adapter.n_heads(config),
         "hidden_size": adapter.hidden_size(config),
+        **checkpoint_of(models),
     }
 
 

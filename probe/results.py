@@ -130,6 +130,8 @@ def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> None:
 
 def open_result(path: str | os.PathLike) -> xr.Dataset:
     """Open a result written by probe, fully loaded into memory (the file is closed)."""
+    if not isinstance(path, str | os.PathLike):
+        raise ProbeError(f"`path` must be a file path; got {type(path).__name__}")
     path = Path(path)
     if not path.is_file():
         raise ProbeError(f"no such result file: {path}")

@@ -303,7 +303,9 @@ def panel(
     result["measured"] = {k: np.median(v, axis=1).tolist() for k, v in measured.items()}
     result["bounds"] = {}
     for name, bound in bounds.items():
-        ratio = measured[against[name]] / bound
+        # A bound of 0 (the input is already rank one: r_0 = 0) has no ratio: NaN, silently.
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = measured[against[name]] / bound
         # Layer 0 is the input itself (bound = measured): vacuity is a question from layer 1.
         vacuous = [None] + [bool(b >= np.median(r0)) for b in np.median(bound, axis=1)[1:]]
         result["bounds"][name] = {

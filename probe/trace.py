@@ -35,6 +35,7 @@ def layer_values(
     attention_mask: torch.Tensor | None = None,
 ) -> list[Any]:
     """``[reduce(X_l, mask) for l in 0..L]`` for one batch, under ``ablation``."""
+    check_batch(probed, input_ids, attention_mask)
     check_norm_variant(probed, ablation)
     device = probed.device
     input_ids = input_ids.to(device)
@@ -55,6 +56,57 @@ def layer_values(
     if len(values) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(values)} layers, expected {probed.n_layers + 1}")
     return values
+
+
+def check_batch(probed, input_ids, attention_mask=None) -> None:
+    """What a caller passes is a batch this model can read, said in one line before any
+    trace (the model would fail inside it with an IndexError or a shape error): token ids
+    inside the vocabulary and the position table, or pixels of the config's shape."""
+    if not isinstance(probed, ProbedModel):
+        raise ProbeError(
+            f"`probed` must be a ProbedModel (probe.load or probe.wrap); got "
+            f"{type(probed).__name__}"
+        )
+    if not isinstance(input_ids, torch.Tensor):
+        raise ProbeError(f"`input_ids` must be a tensor; got {type(input_ids).__name__}")
+    shape = tuple(input_ids.shape)
+    if probed.adapter.inputs == "pixels":
+        config = probed.config
+        want = (config.num_channels, config.image_size, config.image_size)
+        if len(shape) != 4 or shape[1:] != want or not input_ids.is_floating_point():
+            raise ProbeError(
+                f"{probed.name} reads float pixels of shape (batch, {', '.join(map(str, want))}); "
+                f"`input_ids` is {str(input_ids.dtype).removeprefix('torch.')} of shape {shape}"
+            )
+    else:
+        if (
+            len(shape) != 2
+            or 0 in shape
+            or input_ids.is_floating_point()
+            or (input_ids.dtype in (torch.bool, torch.complex64, torch.complex128))
+        ):
+            raise ProbeError(
+                "`input_ids` must be integer token ids of shape (batch, token); got "
+                f"{str(input_ids.dtype).removeprefix('torch.')} of shape {shape}"
+            )
+        vocab = probed.config.vocab_size
+        low, high = int(input_ids.min()), int(input_ids.max())
+        if low < 0 or high >= vocab:
+            raise ProbeError(
+                f"`input_ids` must lie in [0, {vocab}) for {probed.name}'s vocabulary; "
+                f"got ids from {low} to {high}"
+            )
+        limit = probed.adapter.max_tokens(probed.config)
+        if limit is not None and shape[1] > limit:
+            raise ProbeError(
+                f"{probed.name} takes at most {limit} tokens per sequence; `input_ids` has "
+                f"{shape[1]}"
+            )
+        if attention_mask is not None and tuple(getattr(attention_mask, "shape", ())) != shape:
+            got = tuple(getattr(attention_mask, "shape", ()))
+            raise ProbeError(
+                f"`attention_mask` must have the shape of `input_ids` {shape}; got {got}"
+            )
 
 
 def check_norm_variant(probed: ProbedModel, ablation: Ablation) -> None:

@@ -104,6 +104,10 @@ def build_world(root: Path) -> dict[str, list[str]]:
         shutil.copytree(bert, truncated)
         data = (truncated / "model.safetensors").read_bytes()
         (truncated / "model.safetensors").write_bytes(data[: len(data) // 3])
+    corrupt = models / "corrupt-tokenizer"  # issue 27: refused, not random ids
+    if not corrupt.exists():
+        shutil.copytree(bert, corrupt)
+        (corrupt / "tokenizer.json").write_text("{not json")
     (models / "empty-folder").mkdir(exist_ok=True)
     config_only = models / "config-only"
     if not config_only.exists():
@@ -153,7 +157,10 @@ def build_world(root: Path) -> dict[str, list[str]]:
         "model": {
             "good": [rel(p) for p in good]
             + [rel(tokenizer), "fastformer-tiny", "gpt2-tiny", "minilm", "bert-base-uncased"],
-            "bad": [rel(models / n) for n in (*hostile, "broken-json", "truncated-weights")]
+            "bad": [
+                rel(models / n)
+                for n in (*hostile, "broken-json", "truncated-weights", "corrupt-tokenizer")
+            ]
             + [rel(models / n) for n in ("empty-folder", "config-only")]
             + ["no/such/model", "./nowhere", "texts/good.txt", "-", "gpt2", "x" * 300],
         },
@@ -174,8 +181,15 @@ def build_world(root: Path) -> dict[str, list[str]]:
             + ["texts/good.txt", "nowhere", "/proc", "/dev/null", "texts/fifo"],
         },
         "images": {
-            "good": ["images/rgb", "images/one"],
-            "bad": ["images/broken", "images/none", "models/empty-folder", "texts/good.txt"]
+            "good": ["images/rgb", "images/one", "images/sixteen"],
+            "bad": [
+                "images/broken",
+                "images/none",
+                "images/transparent",
+                "images/float-range",
+                "models/empty-folder",
+                "texts/good.txt",
+            ]
             + ["nowhere", "/proc", "/dev/null", "texts/fifo"],
         },
         "family": {
@@ -200,7 +214,8 @@ def build_world(root: Path) -> dict[str, list[str]]:
 
 
 def _images(root: Path) -> None:
-    """Folders for ``--images``: RGB images (PNG and JPEG), one image, a damaged image, none."""
+    """Folders for ``--images``: RGB images (PNG and JPEG), one image, 16-bit gray, a damaged
+    image, transparent and out-of-range ones, none."""
     from PIL import Image
 
     rng = np.random.default_rng(0)
@@ -213,6 +228,14 @@ def _images(root: Path) -> None:
     broken = root / "images" / "broken"
     broken.mkdir()
     (broken / "0.png").write_bytes(b"\x89PNG not an image")
+    # Issue 27: modes read by their range (16-bit gray), or refused (alpha, floats past 1).
+    for name, image, suffix in (
+        ("sixteen", Image.fromarray(np.full((16, 16), 40000, np.uint16)), "png"),
+        ("transparent", Image.new("RGBA", (16, 16), (9, 9, 9, 0)), "png"),
+        ("float-range", Image.fromarray(np.full((16, 16), 3.0, np.float32)), "tif"),
+    ):
+        (root / "images" / name).mkdir()
+        image.save(root / "images" / name / f"0.{suffix}")
     none = root / "images" / "none"
     none.mkdir()
     (none / "notes.txt").write_text("no images here")

@@ -40,6 +40,7 @@ from ..errors import ProbeError
 from ..models import adapter_for
 from ..names import INITS
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
+from .identity import checkpoint_identity
 from .model import ProbedModel
 from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_seed
 from .placement import DEVICE_MAPS, check_device_map, dispatch, input_device, onloaded
@@ -143,8 +144,13 @@ def load(
     config._attn_implementation = "eager"
     check_size(name, config, adapter, torch_device, torch_dtype)
 
+    identity = checkpoint_identity(location, where, config, pretrained=init == "pretrained")
     if remote:
-        return remote_model(name, location, where, config, adapter, init, remote, dtype, device_map)
+        hosted = remote_model(
+            name, location, where, config, adapter, init, remote, dtype, device_map
+        )
+        hosted.checkpoint = identity
+        return hosted
     what = f"the {init} weights of {name}"
     if init == "random":  # checked finite as it is built (one pass over the weights)
         model = random_model(config, seed, torch_device, torch_dtype, adapter, what)
@@ -168,6 +174,7 @@ def load(
             weights=weights,
             tokenizer=tokenizer_at(location),
             source=where,
+            checkpoint=identity,
             _image_processor=image_processor_at(location) if adapter.inputs == "pixels" else None,
         )
     )
@@ -184,13 +191,21 @@ def wrap(
     dtype=None,
 ) -> ProbedModel:
     """A ProbedModel around a module the caller already has."""
+    if isinstance(model, ProbedModel):
+        raise ProbeError(
+            f"{model.name} is already a ProbedModel; use it as it is (wrap takes an nn.Module)"
+        )
+    if not isinstance(model, torch.nn.Module):
+        raise ProbeError(f"wrap takes an nn.Module; got {type(model).__name__}")
     config = getattr(model, "config", None)
     if config is None:
         raise ProbeError("probe needs a HuggingFace model with a .config; got a plain module")
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
     check_finite(model, f"the weights of {name or type(model).__name__}")
-    param = next(model.parameters())
+    param = next(model.parameters(), None)
+    if param is None:
+        raise ProbeError(f"{name or type(model).__name__} has no parameters; nothing to probe")
     target_dtype = param.dtype if dtype is None else as_dtype(dtype)
     target_device = param.device if device is None else as_device(device)
     if model.training or target_dtype != param.dtype or target_device != param.device:

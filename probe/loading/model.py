@@ -34,6 +34,9 @@ class ProbedModel:
     weights: str
     tokenizer: Any = None
     source: str = ""
+    #: What identifies the checkpoint beyond its name (:mod:`probe.loading.identity`): a
+    #: local folder's resolved path and fingerprint, a hub revision; empty for probe's own.
+    checkpoint: dict = field(default_factory=dict)
     _envoy: Any = field(default=None, repr=False)
     #: ``True`` (NDIF) or ``"local"`` (nnsight's local simulation of it): traces run there.
     remote: bool | str = False
@@ -49,7 +52,15 @@ class ProbedModel:
             from transformers import ViTImageProcessorPil
 
             size = self.config.image_size
-            self._image_processor = ViTImageProcessorPil(size={"height": size, "width": size})
+            channels = self.config.num_channels  # ViT's default mean and std are for RGB
+            spread = (
+                {}
+                if channels == 3
+                else {"image_mean": [0.5] * channels, "image_std": [0.5] * channels}
+            )
+            self._image_processor = ViTImageProcessorPil(
+                size={"height": size, "width": size}, **spread
+            )
         return self._image_processor
 
     @property

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import shutil
+import tempfile
+import weakref
 
 import torch
 
@@ -47,9 +50,6 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
     move activations between devices; the numbers are those of the unsplit model (the same
     operations on the same tensors).  No module is split inside (``_no_split_modules``).
     """
-    import tempfile
-    import weakref
-
     from accelerate import dispatch_model, infer_auto_device_map
     from accelerate.utils import get_balanced_memory
 
@@ -76,15 +76,12 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
                 f"cannot plan `device_map` {device_map} with `max_memory` {max_memory}: "
                 f"{one_line(err)}"
             ) from None
-    folder = offload_folder
-    if "disk" in placed.values() and folder is None:
-        folder = tempfile.mkdtemp(prefix="probe-offload-")
-        weakref.finalize(model, shutil.rmtree, folder, True)
     if placed.get("") == "disk":
         raise ProbeError(
             "`max_memory` leaves no room for any module in memory (all would go to the disk); "
             "allow more memory"
         )
+    folder = private_folder(offload_folder) if "disk" in placed.values() else None
     try:
         # Without accelerate's note that offloaded weights sit on the meta device.
         hush = logging.getLogger("accelerate.big_modeling")
@@ -93,10 +90,59 @@ def dispatch(model: torch.nn.Module, device_map, max_memory=None, offload_folder
             model = dispatch_model(model, device_map=placed, offload_dir=folder)
         finally:
             hush.setLevel(level)
-    except (ValueError, RuntimeError, OSError) as err:
-        raise ProbeError(f"cannot spread the model with `device_map`: {one_line(err)}") from None
+    except BaseException as err:  # an interrupt too: nothing offloaded is left behind
+        if folder is not None:
+            folder.remove()
+        if isinstance(err, ValueError | RuntimeError | OSError):
+            raise ProbeError(
+                f"cannot spread the model with `device_map`: {one_line(err)}"
+            ) from None
+        raise
+    if folder is not None:  # read from for as long as the model lives; gone at exit anyway
+        weakref.finalize(model, folder.remove)
     model.hf_device_map = placed
     return model
+
+
+class OffloadFolder(str):
+    """A run's private folder for offloaded weights (a ``str``: accelerate's ``offload_dir``).
+
+    accelerate reuses whatever offloaded weights its folder already holds, so a folder
+    shared between runs (or two runs at once) would run one model with another's layers.
+    Each model therefore offloads into a fresh folder of its own, made by ``mkdtemp``
+    inside the user's ``offload_folder`` (or the system's temporary folder), and removed
+    when the model is collected or the process exits, whichever comes first, as is the
+    user's folder if probe made it and it is empty then.
+    """
+
+    made_parent: str | None = None
+
+    def remove(self) -> None:
+        shutil.rmtree(self, ignore_errors=True)
+        if self.made_parent is not None:
+            with contextlib.suppress(OSError):
+                os.rmdir(self.made_parent)  # only when empty: another run may use it
+
+
+def private_folder(offload_folder=None) -> OffloadFolder:
+    """A fresh :class:`OffloadFolder` inside ``offload_folder`` (created if missing)."""
+    parent, made = None, None
+    if offload_folder is not None:
+        parent = os.path.abspath(os.fspath(offload_folder))
+        try:
+            if not os.path.isdir(parent):
+                os.makedirs(parent)
+                made = parent
+            folder = OffloadFolder(tempfile.mkdtemp(prefix="probe-offload-", dir=parent))
+        except OSError as err:
+            raise ProbeError(
+                f"cannot make a folder for offloaded weights in `offload_folder` {parent}: "
+                f"{one_line(err)}"
+            ) from None
+    else:
+        folder = OffloadFolder(tempfile.mkdtemp(prefix="probe-offload-"))
+    folder.made_parent = made
+    return folder
 
 
 @contextlib.contextmanager

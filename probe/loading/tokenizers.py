@@ -1,8 +1,10 @@
 """A checkpoint's tokenizer and image processor, where it has them.
 
 A model without a tokenizer is still probed (on synthetic token ids), so a tokenizer
-that cannot be had is None rather than an error; an image processor file that exists
-but cannot be read is refused, since guessing its preprocessing would change the inputs.
+that cannot be had is None rather than an error.  But tokenizer files a local folder
+holds and that cannot be read (a corrupt ``tokenizer.json``) are refused, as is an image
+processor file that exists but cannot be read: falling back would measure other inputs
+than the checkpoint's own, under its name.
 """
 
 from __future__ import annotations
@@ -33,7 +35,13 @@ def tokenizer_at(location):
             tokenizer = AutoTokenizer.from_pretrained(
                 location, trust_remote_code=False, **hub_kwargs(location)
             )
-    except Exception:  # no tokenizer files, no network, missing sentencepiece, ...
+    except Exception as err:  # no tokenizer files, no network, missing sentencepiece, ...
+        if isinstance(location, Path):  # the folder has tokenizer files: they are broken
+            held = ", ".join(f for f in TOKENIZER_FILES if (location / f).is_file())
+            raise ProbeError(
+                f"cannot read the tokenizer in {location} ({held}): {one_line(err)}; "
+                "repair or remove those files"
+            ) from None
         return None
     # transformers may build an empty default tokenizer (special tokens only): no use.
     if len(tokenizer) <= len(tokenizer.all_special_tokens) + 1:

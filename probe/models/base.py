@@ -17,6 +17,9 @@ import torch
 
 from ..ablate import Ablation
 
+#: Families whose position ids start after the padding index (RobertaEmbeddings).
+POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "camembert")
+
 
 class Adapter:
     """Base class: a family whose layers form a list, each called once."""
@@ -59,8 +62,33 @@ class Adapter:
         return config.hidden_size
 
     def max_tokens(self, config) -> int | None:
-        """Longest sequence the position embeddings allow (None: no limit)."""
-        return getattr(config, "max_position_embeddings", None)
+        """Longest sequence the position embeddings allow (None: no limit).
+
+        RoBERTa's embeddings number positions from ``padding_idx + 1`` (fairseq's
+        ``make_positions``), so ``padding_idx + 1`` rows of the table are never a real
+        token's.  ALiBi (Falcon with ``alibi``; BLOOM has no table) adds a bias that grows
+        with distance: no limit.  Rotary families keep the trained context as their limit
+        (nothing indexes past it, but nothing was trained there either); a ``linear`` or
+        ``dynamic`` rope scaling stretches it by its ``factor`` (the other rope types state
+        the stretched length in ``max_position_embeddings`` itself).
+        """
+        if getattr(config, "alibi", False):
+            return None
+        limit = getattr(config, "max_position_embeddings", None)
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            return None
+        if getattr(config, "model_type", None) in POSITIONS_AFTER_PADDING:
+            pad = getattr(config, "pad_token_id", None)
+            return limit - (pad if isinstance(pad, int) else 0) - 1
+        rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None)
+        if isinstance(rope, dict) and rope.get("rope_type", rope.get("type")) in (
+            "linear",
+            "dynamic",
+        ):
+            factor = rope.get("factor")
+            if isinstance(factor, int | float) and factor >= 1:
+                return int(limit * factor)
+        return limit
 
     def check(self, config) -> None:
         """Raise ProbeError for configurations this adapter cannot trace."""
