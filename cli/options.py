@@ -1,8 +1,8 @@
 """The options every model-based command shares, declared once, and the request built from them.
 
 ``probe collapse``, ``probe paths --sample/--decompose`` and ``probe check`` take the same
-model and input options: each is one annotated type here (its domain, its help), listed in
-:data:`SHARED`.  A command takes them with one decorator, :func:`shared_options`, naming
+model and input options: each is one annotated type here (its domain, its help) and one
+field of :class:`Shared` (its default).  A command takes them with one decorator, :func:`shared_options`, naming
 the ones it takes and the defaults it sets, and one parameter ``shared: Shared`` that they
 replace in the signature typer reads::
 
@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import functools
 import inspect
-from dataclasses import dataclass
+import typing
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Annotated
 
@@ -130,46 +131,27 @@ OutOption = Annotated[
 ]
 
 
-#: Every shared option, by the name its value has in Python, in the order ``--help`` lists them.
-SHARED = {
-    "init": InitOption,
-    "text": TextOption,
-    "images": ImagesOption,
-    "tokens": TokensOption,
-    "seed": SeedOption,
-    "device": DeviceOption,
-    "device_map": DeviceMapOption,
-    "max_memory": MaxMemoryOption,
-    "offload_folder": OffloadFolderOption,
-    "remote": RemoteOption,
-    "dtype": DtypeOption,
-    "batch_size": BatchSizeOption,
-    "allow_missing_weights": AllowMissingOption,
-    "quiet": QuietOption,
-    "out_dir": OutOption,
-}
-
-
 @dataclass(frozen=True)
 class Shared:
-    """The shared options of one command line; one a command does not take keeps its
-    default here (``probe check`` runs with seed 0, on no device map, ...)."""
+    """The shared options of one command line, in the order ``--help`` lists them.  Each
+    field is one option (its annotated type above) at its default; a command that does not
+    take an option runs at that default (``probe check``: seed 0, no device map, ...)."""
 
-    init: str = "both"
-    text: Path | None = None
-    images: Path | None = None
-    tokens: int | None = None
-    seed: int = 0
-    device: str = "cpu"
-    device_map: str | None = None
-    max_memory: str | None = None
-    offload_folder: Path | None = None
-    remote: bool = False
-    dtype: str | None = None
-    batch_size: int | None = None
-    allow_missing_weights: bool = False
-    quiet: bool = False
-    out_dir: Path = Path("probe-reports")
+    init: InitOption = "both"
+    text: TextOption = None
+    images: ImagesOption = None
+    tokens: TokensOption = None
+    seed: SeedOption = 0
+    device: DeviceOption = "cpu"
+    device_map: DeviceMapOption = None
+    max_memory: MaxMemoryOption = None
+    offload_folder: OffloadFolderOption = None
+    remote: RemoteOption = False
+    dtype: DtypeOption = None
+    batch_size: BatchSizeOption = None
+    allow_missing_weights: AllowMissingOption = False
+    quiet: QuietOption = False
+    out_dir: OutOption = Path("probe-reports")
 
     def models(self, names: list[str]) -> list[Model]:
         """One :class:`probe.Model` per name, all checked before anything is loaded.
@@ -211,18 +193,22 @@ class Shared:
         )
 
 
+#: The names of every shared option (``@shared_options(*SHARED)`` takes them all).
+SHARED = tuple(field.name for field in fields(Shared))
+
+
 def shared_options(*taken: str, **defaults):
     """Give the decorated command the shared options ``taken`` (at :class:`Shared`'s
     defaults) and ``defaults`` (at the defaults given), as one :class:`Shared` value.
 
     They take the place of the command's keyword-only parameter ``shared: Shared`` in the
-    signature typer reads (``__signature__``), in the order of :data:`SHARED`.  ``--quiet``, where the command
-    takes it, applies before the command runs."""
+    signature typer reads (``__signature__``), in the order of :data:`SHARED`.  ``--quiet``,
+    where the command takes it, applies before the command runs."""
     wanted = [name for name in SHARED if name in taken or name in defaults]
     unknown = set(taken).union(defaults).difference(SHARED)
     if unknown:
         raise TypeError(f"no shared option {', '.join(sorted(unknown))}")
-    initial = Shared()
+    types, initial = typing.get_type_hints(Shared, include_extras=True), Shared()
 
     def decorate(command):
         own = list(inspect.signature(command, eval_str=True).parameters.values())
@@ -232,7 +218,7 @@ def shared_options(*taken: str, **defaults):
                 name,
                 inspect.Parameter.KEYWORD_ONLY,
                 default=defaults.get(name, getattr(initial, name)),
-                annotation=SHARED[name],
+                annotation=types[name],
             )
             for name in wanted
         ]
