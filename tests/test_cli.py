@@ -16,7 +16,10 @@ import probe
 from cli.app import app
 from tests.conftest import SLOW
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+#: The pages whose shell examples run here: the README and every page of the docs site.
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 runner = CliRunner()
 
 
@@ -29,15 +32,19 @@ def small(*args, out, sequences=2, tokens=6):
     return invoke("collapse", *args, "--sequences", sequences, "--tokens", tokens, "--out", out)
 
 
-def readme_commands() -> list[str]:
-    """Every `probe ...` line inside the README's shell code blocks."""
-    blocks = re.findall(r"```(?:bash|sh|console)\n(.*?)```", README.read_text(), flags=re.S)
+def readme_commands(pages: list[Path] = PAGES) -> list[str]:
+    """Every `probe ...` line inside the shell code blocks of ``pages``, each once."""
+    blocks = [
+        block
+        for page in pages
+        for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", page.read_text(), flags=re.S)
+    ]
     lines = [line.strip().removeprefix("$ ") for block in blocks for line in block.splitlines()]
-    return [line for line in lines if line.startswith("probe ")]
+    return list(dict.fromkeys(line for line in lines if line.startswith("probe ")))
 
 
 def test_readme_has_examples():
-    commands = readme_commands()
+    commands = readme_commands([README])
     assert any(
         c.startswith("probe collapse bert-base-uncased --no-skip --init random") for c in commands
     )
@@ -45,7 +52,14 @@ def test_readme_has_examples():
 
 
 #: README placeholders for the user's own folders -> the tiny family whose folder stands in.
-PLACEHOLDERS = {"./tiny-llama": "llama", "./tiny-qwen3": "qwen3", "./my-vit": "vit"}
+PLACEHOLDERS = {
+    "./tiny-llama": "llama",
+    "./tiny-qwen3": "qwen3",
+    "./my-vit": "vit",
+    "./my-starcoder2": "starcoder2",
+}
+#: Hub checkpoints whose pretrained weights an offline test cannot have -> the tiny family.
+HUB_WEIGHTS = {"bigcode/starcoder2-3b": "starcoder2"}
 #: Real-size hub ids in README examples -> the tiny family run instead unless PROBE_SLOW=1
 #: (at random init each is minutes of CPU just to build).
 REAL_SIZE = {"meta-llama/Llama-3.2-1B": "llama", "google/vit-base-patch16-224": "vit"}
@@ -82,7 +96,8 @@ def readme_results(tmp_path_factory) -> Path:
 def test_readme_example(
     command, tmp_path, tiny_bert_with_tokenizer, tiny_family_folder, monkeypatch, request
 ):
-    """Each README example runs as written (short inputs unless PROBE_SLOW=1)."""
+    """Each example of the README and the docs pages runs as written (short inputs unless
+    PROBE_SLOW=1)."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "corpus.txt").write_text(
         "attention loses rank with depth, " * 200, encoding="utf-8"
@@ -91,13 +106,14 @@ def test_readme_example(
     args = shlex.split(command, comments=True)[1:]
     args = [tiny_bert_with_tokenizer if a == "./my-checkpoint" else a for a in args]
     args = [tiny_family_folder(PLACEHOLDERS[a]) if a in PLACEHOLDERS else a for a in args]
+    args = [tiny_family_folder(HUB_WEIGHTS[a]) if a in HUB_WEIGHTS else a for a in args]
     if not SLOW:
         args = [tiny_family_folder(REAL_SIZE[a]) if a in REAL_SIZE else a for a in args]
     if args[0] == "collapse" and not SLOW:
         args += ["--sequences", "2", "--tokens", "16"]
-    if args[0] == "paths" and "--sample" in args and "bert-base-cased" in args and not SLOW:
-        # The paper's notebook setting on BERT-base: the same command on fewer, shorter
-        # sequences (the last --sequences/--tokens win) keeps the suite's time.
+    if args[0] == "paths" and "--sample" in args and "--samples" in args and not SLOW:
+        # The paper's notebook setting (BERT-base, MiniLM): the same command on fewer,
+        # shorter sequences (the last --sequences/--tokens win) keeps the suite's time.
         args += ["--sequences", "4", "--tokens", "32"]
     if args[0] in ("compare", "report"):  # the results the README's examples name
         shutil.copytree(request.getfixturevalue("readme_results"), tmp_path / "probe-reports")

@@ -227,10 +227,11 @@ def readme_toy_commands() -> list[str]:
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = re.findall(r"```text\n(.*?)```", readme, flags=re.S)
+    root = Path(__file__).resolve().parents[1]
+    text = "".join((root / page).read_text() for page in ("README.md", "docs/toy.md"))
+    blocks = re.findall(r"```text\n(.*?)```", text, flags=re.S)
     lines = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()]
-    return [line for line in lines if line.startswith("probe toy ")]
+    return list(dict.fromkeys(line for line in lines if line.startswith("probe toy ")))
 
 
 def test_readme_lists_every_task() -> None:
@@ -238,10 +239,13 @@ def test_readme_lists_every_task() -> None:
     assert named == set(TASKS)
 
 
-@pytest.mark.parametrize("command", [c for c in readme_toy_commands() if len(c.split()) > 3])
+@pytest.mark.parametrize(
+    "command", [c for c in readme_toy_commands() if c.split()[3:] not in ([], ["--quick"])]
+)
 def test_readme_toy_example(command, tmp_path) -> None:
-    """Each README example with options runs (shortened: --quick, one epoch); the bare
-    `probe toy TASK` lines are the quick_runs fixture's commands."""
+    """Each example of the README and docs/toy.md with options runs (shortened: --quick,
+    one epoch); the bare `probe toy TASK` and `probe toy TASK --quick` lines are the
+    quick_runs fixture's commands."""
     import shlex
 
     args = shlex.split(command)[1:] + ["--quick", "--epochs", "1", "--out", str(tmp_path)]
@@ -262,14 +266,14 @@ def test_report_build_renders_a_toy_result(quick_runs, tmp_path) -> None:
 
 @pytest.mark.slow  # about a minute: quick sort and circle runs, which the CLI tests also make
 def test_readme_toy_python_block() -> None:
-    """The README's Python example for `probe toy` runs as written (it asks for --quick)."""
+    """docs/toy.md's Python example for `probe toy` runs as written (it asks for --quick)."""
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, flags=re.S) if "toy.run" in b]
+    page = (Path(__file__).resolve().parents[1] / "docs" / "toy.md").read_text()
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", page, flags=re.S) if "toy.run" in b]
     assert len(blocks) == 1
     scope: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), scope)  # noqa: S102
+    exec(compile(blocks[0], "docs/toy.md", "exec"), scope)  # noqa: S102
     assert scope["ds"].attrs["path_attention"] == "own"
     assert scope["circle"].attrs["setup"] == "strict"

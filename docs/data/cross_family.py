@@ -1,0 +1,123 @@
+"""The collapse table across families at random init, and its figure.
+
+    python docs/data/cross_family.py                   # run every model, write the table
+    python docs/data/cross_family.py --models gpt2 bert-base-uncased
+    python docs/data/cross_family.py --from RESULT.nc ...   # tabulate existing results
+
+Runs, per model, what ``probe collapse MODEL --init random --sequences 8 --tokens 128``
+runs (seed 0, float32, the default metrics; random token ids for configs without a
+tokenizer, seeded noise images for ViT), keeps each result in ``--out``, and writes the
+table of ``probe compare`` (per model: r after the last layer for each variant, the first
+layer where the SAN falls below 1e-3, the SAN's fitted order) as Markdown to
+``docs/data/cross_family.md``, with the machine and versions it ran on, and draws
+``probe.plot.across_models`` (one panel per variant, one line per model) to
+``docs/cross-family.png``.  A result already in ``--out`` is reused, so an interrupted
+run picks up where it stopped.  ``docs/collapse.md`` includes the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import xarray as xr
+
+from probe.names import VARIANTS
+from probe.plot import across_models
+from probe.stats import comparison_rows
+
+HERE = Path(__file__).resolve().parent
+
+#: Every shipped config that fits a 24 GiB machine at 8 x 128 in float32, in table order.
+MODELS = (
+    "bert-base-uncased",
+    "albert-base-v2",
+    "xlnet-base-cased",
+    "FacebookAI/roberta-base",
+    "distilbert/distilbert-base-uncased",
+    "google/electra-base-discriminator",
+    "microsoft/deberta-v3-base",
+    "answerdotai/ModernBERT-base",
+    "google-t5/t5-base",
+    "google/vit-base-patch16-224",
+    "gpt2",
+    "facebook/opt-125m",
+    "EleutherAI/pythia-160m",
+    "EleutherAI/pythia-1.4b",
+    "Qwen/Qwen2.5-0.5B",
+    "Qwen/Qwen3-0.6B",
+    "meta-llama/Llama-3.2-1B",
+)
+SEQUENCES, TOKENS = 8, 128
+
+
+def run_model(name: str, sequences: int = SEQUENCES, tokens: int = TOKENS) -> xr.Dataset:
+    """The collapse result of ``probe collapse NAME --init random`` at these sizes."""
+    from probe import Inputs, Model
+    from probe.analyses import collapse
+
+    return collapse.run(Model(name, init="random"), Inputs(sequences=sequences, tokens=tokens))
+
+
+def markdown_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> str:
+    rows = comparison_rows(datasets, threshold)
+    variants = [v for v in VARIANTS if any(v in row["final"] for row in rows)]
+    head = ["model", "family", "layers", *(f"r_L {v}" for v in variants)]
+    head += [f"SAN < {threshold:g} at layer", "SAN order"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for row in rows:
+        cells = [row["model"], row["family"], str(row["layers"])]
+        cells += [f"{row['final'][v]:.2g}" if v in row["final"] else "—" for v in variants]
+        cells.append("—" if row["san_below"] is None else str(row["san_below"]))
+        cells.append("—" if row["order"] is None else f"{row['order']:.2f}")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def where() -> str:
+    """The machine, its cores and the versions a table was measured with."""
+    import os
+    import platform
+    from importlib import metadata
+
+    versions = ", ".join(
+        f"{name} {metadata.version(name)}" for name in ("torch", "transformers", "nnsight")
+    )
+    cpu = platform.processor() or platform.machine()
+    return (
+        f"{platform.system()} {cpu}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}, {versions}"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", nargs="+", default=list(MODELS))
+    parser.add_argument("--from", dest="results", nargs="+", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=Path("probe-reports/cross-family"))
+    parser.add_argument("--table", type=Path, default=HERE / "cross_family.md")
+    parser.add_argument("--png", type=Path, default=HERE.parent / "cross-family.png")
+    args = parser.parse_args()
+    if args.results is not None:
+        datasets = [xr.load_dataset(p) for p in args.results]
+    else:
+        from probe import open_result, save_result
+
+        args.out.mkdir(parents=True, exist_ok=True)
+        datasets = []
+        for name in args.models:
+            path = args.out / (name.replace("/", "--") + ".nc")
+            if not path.is_file():
+                save_result(run_model(name), path)
+                print(f"{name}: {path}", flush=True)
+            datasets.append(open_result(path))
+    table = markdown_table(datasets)
+    note = f"*Measured on {where()}, by `python docs/data/cross_family.py`.*\n\n"
+    args.table.write_text(note + table + "\n", encoding="utf-8")
+    print(table)
+    across_models(datasets).savefig(args.png, dpi=110)
+    print(f"table: {args.table}\nfigure: {args.png}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,117 @@
+"""The README and the docs site: their Python examples run, their links hold, and the
+measured tables that are cheap to remeasure still hold under the pinned versions.
+
+Shell examples (```bash blocks) run in tests/test_cli.py, the toy ones in
+tests/test_toy_cli.py.  A ```python block is a runnable example and runs here as written;
+a ```py block is a fragment of a file (a registry entry, a dict line), shown, not run.
+`make test` builds the site with `mkdocs build --strict`, which fails on a broken link
+between pages or an API reference to a name that no longer exists.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def python_blocks() -> list[tuple[str, str]]:
+    """(page name and block number, code) for every ```python block of the pages."""
+    found = []
+    for page in PAGES:
+        blocks = re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S)
+        found += [(f"{page.name}-{i}", code) for i, code in enumerate(blocks)]
+    return found
+
+
+def test_every_page_has_its_examples() -> None:
+    names = [name for name, _ in python_blocks()]
+    for page in ("README.md", "collapse.md", "paths.md", "toy.md", "fastformer.md"):
+        assert any(name.startswith(page + "-") for name in names), page
+
+
+#: toy.run's example trains four networks: tests/test_toy_cli.py runs it (slow) and checks
+#: its results.  A model spread to disk by a device map takes minutes on a small CPU: slow
+#: (the same run from the command line is a shell example of tests/test_cli.py).
+EXAMPLES = [
+    pytest.param(name, code, id=name, marks=[pytest.mark.slow] if "device_map" in code else [])
+    for name, code in python_blocks()
+    if "toy.run(" not in code
+]
+
+
+@pytest.mark.parametrize("name, code", EXAMPLES)
+def test_python_example_runs(name, code, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "__example__"}
+    exec(compile(code, name, "exec"), scope)  # noqa: S102
+    assert scope  # the example ran to its end without raising
+
+
+def test_readme_links_reach_pages() -> None:
+    """The README is not part of the site, so the build does not check its links."""
+    readme = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\((docs/[^)#]+)(?:#[^)]*)?\)", readme)
+    assert len(targets) >= 10
+    for target in targets:
+        assert (ROOT / target).is_file(), target
+
+
+def test_site_pages_are_in_the_nav() -> None:
+    """Every page under docs/ is reachable from the site's navigation."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        assert f": {page.name}" in nav, page.name
+
+
+def test_measured_tables_say_where_they_come_from() -> None:
+    for name in ("cross_family.md", "paths_sample.md", "rotary.md"):
+        text = (ROOT / "docs" / "data" / name).read_text()
+        assert f"python docs/data/{name.removesuffix('.md')}.py" in text, name
+        if "|" in text or "**" in text:  # numbers: the versions they were measured with
+            assert "transformers" in text, name
+
+
+def _table_rows(text: str) -> dict[str, list[str]]:
+    rows = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if line.startswith("|") and cells[0] not in ("model", "") and not set(cells[0]) <= set("-"):
+            rows[cells[0]] = cells
+    return rows
+
+
+@pytest.mark.parametrize("model", ["bert-base-uncased", "FacebookAI/roberta-base"])
+def test_cross_family_row_holds(model) -> None:
+    """A fresh `probe collapse MODEL --init random --sequences 8 --tokens 128` gives the row
+    of docs/data/cross_family.md, so a pin change that moves the table fails here.
+
+    The cells are printed to two significant digits; those above float32's rounding must
+    print the same, and those at rounding (the encoders' SAN and SAN+MLP, about 1e-7,
+    which depend on the CPU's kernels) must be at rounding in both.
+    """
+    sys.path.insert(0, str(ROOT / "docs" / "data"))
+    try:
+        import cross_family
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "data"))
+    table = _table_rows((ROOT / "docs" / "data" / "cross_family.md").read_text())
+    assert model in table, f"{model} is not in the table"
+    fresh = _table_rows(cross_family.markdown_table([cross_family.run_model(model)]))[model]
+    written = table[model]
+    assert len(fresh) == len(written)
+    for was, now in zip(written, fresh, strict=True):
+        try:
+            was_value, now_value = float(was), float(now)
+        except ValueError:  # model, family and the "—" cells: the same text
+            assert now == was
+            continue
+        if was_value < 1e-5:  # float32 rounding: the digits are the kernels', not the model's
+            assert now_value < 1e-5, (was, now)
+        else:
+            assert now == was, (written, fresh)
