@@ -109,7 +109,7 @@ def test_readme_example(
     args = [tiny_family_folder(HUB_WEIGHTS[a]) if a in HUB_WEIGHTS else a for a in args]
     if not SLOW:
         args = [tiny_family_folder(REAL_SIZE[a]) if a in REAL_SIZE else a for a in args]
-    if args[0] == "collapse" and not SLOW:
+    if args[0] in ("collapse", "attention") and not SLOW:
         args += ["--sequences", "2", "--tokens", "16"]
     if args[0] == "paths" and "--sample" in args and "--samples" in args and not SLOW:
         # The paper's notebook setting (BERT-base, MiniLM): the same command on fewer,
