@@ -203,3 +203,10 @@ def test_removal_variants_are_of_the_full_transformer():
     assert Ablation(remove="sinks").name == "no-sink"
     assert Ablation(remove="massive", massive=((1, 0, 0, 1.0),)).name == "no-massive"
     assert not Ablation(remove="sinks").is_identity
+
+
+def test_a_family_outside_the_walker_never_runs_a_removal_silently():
+    probed = probe.wrap(tiny_model("albert"))
+    ids = torch.randint(3, 50, (1, 5))
+    with pytest.raises(ProbeError, match="removal variants .* need a family spec"):
+        probe.hidden_states(probed, ids, Ablation(remove="massive", massive=((1, 0, 0, 1.0),)))
