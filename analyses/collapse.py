@@ -10,6 +10,9 @@ with x the token mean (the paper's notebook) or the best rank-one fit, in
 several norms, together with effective rank, stable rank and token cosine
 similarity.  The paper shows r_l falling doubly exponentially for a pure
 attention network and staying away from 0 when skip connections are kept.
+The LayerNorm variants (LN-affine, no-LN) and the removal variants (no-sink, no-massive:
+``probe.removals`` finds the sinks and the massive entries in a clean run over the whole
+corpus first, attrs ``removed`` and ``removal_note`` say what went) run beside them.
 
 Metrics are computed inside the trace, layer by layer, so only per-sequence
 numbers leave the model.  ``metrics=`` chooses which (:data:`DEFAULT_METRICS`:
