@@ -10,6 +10,9 @@ with x the token mean (the paper's notebook) or the best rank-one fit, in
 several norms, together with effective rank, stable rank and token cosine
 similarity.  The paper shows r_l falling doubly exponentially for a pure
 attention network and staying away from 0 when skip connections are kept.
+The LayerNorm variants (LN-affine, no-LN) and the removal variants (no-sink, no-massive:
+``probe.removals`` finds the sinks and the massive entries in a clean run over the whole
+corpus first, attrs ``removed`` and ``removal_note`` say what went) run beside them.
 
 Metrics are computed inside the trace, layer by layer, so only per-sequence
 numbers leave the model.  ``metrics=`` chooses which (:data:`DEFAULT_METRICS`:
@@ -35,7 +38,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import bounds, memory, metrics, theory
+from probe import bounds, memory, metrics, removals, theory
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import check_input_kind, image_files, model_inputs, read_text
@@ -142,6 +145,7 @@ def prepare(
     first = models[0]
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
+        removals.check_removal(first, name)
     check_input_kind(first, given.text, given.images)
     tokens, batch_size = given.tokens, given.batch_size
     limit = first.adapter.max_tokens(first.config)
@@ -210,6 +214,7 @@ def execute(
 
     rank, world_size = part
     batches = plan.inputs.batches(plan.batch_size)
+    _find_removals(plan, batches)
     mine = batches[slice(*shard(len(batches), rank, world_size))]
     first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
     count = sum(ids.shape[0] for _, ids, _ in mine)
@@ -232,6 +237,38 @@ def execute(
             data[name][:, :, :, start - first : start - first + values.shape[3]] = values
     ds = _dataset(data, plan, world_size, measured)
     return ds.assign_coords(sequence=first + np.arange(count))
+
+
+def _find_removals(plan: Plan, batches) -> None:
+    """no-sink and no-massive: a clean run of every model over the whole corpus (every
+    batch, whatever this process' share) finds what they remove (:mod:`probe.removals`)."""
+    wanted = [name for name in plan.variants if PRESETS[name].remove]
+    if not wanted or plan.removals:
+        return
+    for j, probed in enumerate(plan.models):
+        found = removals.find(probed, batches, "no-sink" in wanted, "no-massive" in wanted)
+        for name in wanted:
+            plan.removals[(name, j)] = removals.ablation(name, found, plan.surgery)
+
+
+def _removal_attrs(plan: Plan) -> dict:
+    """What the removal variants removed, per variant and init, and one line for each."""
+    if not plan.removals:
+        return {}
+    removed, lines = {}, []
+    for (name, j), ablation in plan.removals.items():
+        init = plan.models[j].init
+        found = removals.Found(ablation.sinks, ablation.massive)
+        entries = ablation.sinks if ablation.remove == "sinks" else ablation.massive
+        removed.setdefault(name, {})[init] = [list(e) for e in entries]
+        lines.append(removals.note(name, found, init))
+    return {
+        # no-sink: [layer, head, key]; no-massive: [layer, token, dim, corpus mean]
+        "removed": json.dumps(removed),
+        "removal_note": "; ".join(lines),
+        "sink_epsilon": removals.EPSILON,
+        "massive_ratio_threshold": removals.MASSIVE_RATIO,
+    }
 
 
 def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> xr.Dataset:
@@ -346,6 +383,7 @@ def _dataset(
         "settings_id": settings_id(plan.settings),
         # Processes the run was split over (torchrun); the numbers do not depend on it.
         "world_size": int(world_size),
+        **_removal_attrs(plan),
     }
     # The paper's bounds from the model's own weights beside measured residuals
     # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.

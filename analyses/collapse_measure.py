@@ -49,6 +49,9 @@ class Plan:
     settings: dict = field(default_factory=dict)
     metrics: tuple[str, ...] = DEFAULT_METRICS
     effective_rank: str = "exact"  # as resolved from what was asked: exact or estimate
+    #: (variant, model index) -> the removal variant with what its clean run found
+    #: (``probe.removals``), filled in by ``collapse.execute`` before the first batch.
+    removals: dict = field(default_factory=dict)
 
     @property
     def steps(self) -> int:
@@ -116,9 +119,10 @@ def _run_batch(
     reducers = [Reducer(L + 1, plan, cuda) for _ in plan.models]
     runs = []
     for i, variant in enumerate(plan.variants):
-        ablation = PRESETS[variant].with_surgery(plan.surgery)
+        preset = PRESETS[variant].with_surgery(plan.surgery)
         tap = panel if variant in theory.PANEL_VARIANTS and plan.surgery == "probe" else 0
         for j, probed in enumerate(plan.models):
+            ablation = plan.removals.get((variant, j), preset)
             reducers[j].panel = tap
             runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask), tap))
             done[0] += 1

@@ -99,13 +99,13 @@ def collapse(
         option(
             "--variants",
             domain=CommaList(
-                names.VARIANTS + names.NORM_VARIANTS,
+                names.VARIANTS + names.NORM_VARIANTS + names.REMOVAL_VARIANTS,
                 parse_variants,
                 words=("all",),
                 metavar="all|LIST",
             ),
             help="all (the paper's four), or a comma list of "
-            "SAN,SAN+MLP,SAN+skip,transformer,LN-affine,no-LN.",
+            "SAN,SAN+MLP,SAN+skip,transformer,LN-affine,no-LN,no-sink,no-massive.",
         ),
     ] = None,
     no_layernorm: Annotated[

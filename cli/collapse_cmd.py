@@ -158,6 +158,9 @@ def _print_result(ds, nc, html, metric: str, norm: str, fit: str) -> None:
     # The table shows --metric, or the first metric computed where --metrics left it out.
     shown = metric if metric in ds.data_vars else ds.attrs["metrics"].split(",")[0]
     print_table(ds, shown, norm, fit)
+    # no-sink / no-massive: what each removed, or one line saying it is the transformer.
+    for line in filter(None, ds.attrs.get("removal_note", "").split("; ")):
+        out.print(line, markup=False)
     named("result", nc)
     named("report", html)
 

@@ -38,6 +38,14 @@ identity.  They apply to each norm module inside a transformer layer (not the
 embedding's LayerNorm, not a final norm after the last layer, not the query/key
 norms of Qwen3-style attention, which belong to the attention), and only to the
 full transformer; ``probe/models/spec.py`` performs them as walker steps.
+
+The last two (``names.REMOVAL_VARIANTS``, issue 29) remove what trained transformers do
+instead of collapsing, from the full transformer: ``no-sink`` removes, in every layer and
+head, the attention to that head's sink keys (``sinks``: (layer, head, key) triples) and
+renormalises each row over its other keys; ``no-massive`` replaces the massive entries of
+every layer's output (``massive``: (layer, token, dim, value)) by their corpus mean.  Both
+are found in a clean run first (``probe.removals``); the presets carry none, a run fills
+them in with :func:`dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -60,6 +68,12 @@ class Ablation:
     #: The norms inside each layer: ``kept``, ``affine`` (normalisation removed, scale and
     #: shift kept) or ``removed`` (see the module docstring); only with skip and MLP kept.
     norm: str = "kept"
+    #: What the run removes: ``""``, ``"sinks"`` (``no-sink``) or ``"massive"`` (``no-massive``).
+    remove: str = ""
+    #: (layer 1..L, head, key position) triples whose attention ``no-sink`` removes.
+    sinks: tuple[tuple[int, int, int], ...] = ()
+    #: (layer 1..L, token position, dim, corpus mean) of the entries ``no-massive`` replaces.
+    massive: tuple[tuple[int, int, int, float], ...] = ()
 
     def __post_init__(self) -> None:
         if self.surgery not in names.SURGERIES:
@@ -74,10 +88,18 @@ class Ablation:
             raise ProbeError(
                 "the LayerNorm variants (LN-affine, no-LN) are of the full transformer"
             )
+        if self.remove not in names.REMOVALS:
+            raise ProbeError(f"unknown removal {self.remove!r}; choose sinks or massive")
+        if self.remove and not (self.attn_skip and self.mlp and self.norm == "kept"):
+            raise ProbeError(
+                "the removal variants (no-sink, no-massive) are of the full transformer"
+            )
 
     @property
     def name(self) -> str:
         """The paper's name for this combination (``SAN``, ``SAN+MLP``, ...)."""
+        if self.remove:
+            return names.REMOVAL_VARIANTS[names.REMOVALS.index(self.remove) - 1]
         for name, preset in PRESETS.items():
             if (preset.attn_skip, preset.mlp, preset.norm) == (
                 self.attn_skip,
@@ -93,7 +115,7 @@ class Ablation:
 
     @property
     def is_identity(self) -> bool:
-        return self.attn_skip and self.mlp and self.norm == "kept"
+        return self.attn_skip and self.mlp and self.norm == "kept" and not self.remove
 
 
 SAN = Ablation(attn_skip=False, mlp=False)
@@ -102,18 +124,21 @@ SAN_SKIP = Ablation(attn_skip=True, mlp=False)
 TRANSFORMER = Ablation()
 LN_AFFINE = Ablation(norm="affine")
 NO_LN = Ablation(norm="removed")
+NO_SINK = Ablation(remove="sinks")
+NO_MASSIVE = Ablation(remove="massive")
 
-#: The paper's variants, named and ordered as in probe.names.VARIANTS, then the norm ones.
+#: The paper's variants, named and ordered as in probe.names.VARIANTS, then the norm ones, then
+#: the removal ones.
 PRESETS: dict[str, Ablation] = dict(
     zip(
-        names.VARIANTS + names.NORM_VARIANTS,
-        (SAN, SAN_MLP, SAN_SKIP, TRANSFORMER, LN_AFFINE, NO_LN),
+        names.VARIANTS + names.NORM_VARIANTS + names.REMOVAL_VARIANTS,
+        (SAN, SAN_MLP, SAN_SKIP, TRANSFORMER, LN_AFFINE, NO_LN, NO_SINK, NO_MASSIVE),
         strict=True,
     )
 )
 VARIANTS: tuple[str, ...] = names.VARIANTS
-#: Every variant a run may name: the paper's four, then the two LayerNorm variants.
-ALL_VARIANTS: tuple[str, ...] = names.VARIANTS + names.NORM_VARIANTS
+#: Every variant a run may name: the paper's four, the two LayerNorm and the two removal variants.
+ALL_VARIANTS: tuple[str, ...] = names.VARIANTS + names.NORM_VARIANTS + names.REMOVAL_VARIANTS
 
 
 def parse_variants(spec: str) -> list[str]:

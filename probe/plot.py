@@ -69,6 +69,8 @@ COLOURS = {
     "transformer": to_hex(_palette[2]),
     "LN-affine": to_hex(_palette[1]),
     "no-LN": to_hex(_palette[5]),
+    "no-sink": to_hex(_palette[9]),
+    "no-massive": to_hex(_palette[6]),
 }
 # SAN and SAN+MLP often lie on top of each other: a dashed line keeps both visible.
 LINESTYLES = {"SAN+MLP": "--"}

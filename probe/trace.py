@@ -110,10 +110,16 @@ def check_batch(probed, input_ids, attention_mask=None) -> None:
 
 
 def check_norm_variant(probed: ProbedModel, ablation: Ablation) -> None:
-    """The LayerNorm variants run as walker steps: a family outside the walker refuses them."""
+    """The LayerNorm and removal variants run as walker steps: a family outside the walker
+    refuses them."""
     if ablation.norm != "kept" and not hasattr(probed.adapter, "norm_steps"):
         raise ProbeError(
             f"the LayerNorm variants (LN-affine, no-LN) need a family spec; the "
+            f"{probed.adapter.family} family has its own adapter: leave them out"
+        )
+    if ablation.remove and not hasattr(probed.adapter, "sink_step"):  # no-sink, no-massive
+        raise ProbeError(
+            f"the removal variants (no-sink, no-massive) need a family spec; the "
             f"{probed.adapter.family} family has its own adapter: leave them out"
         )
 

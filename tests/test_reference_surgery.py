@@ -344,3 +344,28 @@ def test_rejects_unknown_models_and_bad_batches():
         reference_hidden_states(bert, ids.double())  # not token ids
     with pytest.raises(ValueError):
         reference_hidden_states(bert, ids, torch.ones(2, 3, dtype=torch.long))  # mask shape
+
+
+# --- the removal variants' reference (tests/reference/removals.py) -------------------
+
+
+@pytest.mark.parametrize("family_", ["bert", "gpt2"])
+def test_removal_references_with_nothing_to_remove_are_the_model(family_):
+    """With no sink and no massive entry, both references give the model's own stream
+    (their eager attention is the model's, to rounding); a removal then changes it."""
+    from tests.reference.removals import no_massive_hidden_states, no_sink_hidden_states
+
+    model = tiny_model(family_)
+    ids = _ids()
+    inputs = {"input_ids": ids, "attention_mask": _padded_mask(ids)}
+    plain = reference_hidden_states(model, ids, inputs["attention_mask"])
+    real = inputs["attention_mask"].bool()
+    for got in (
+        no_sink_hidden_states(model, inputs, ()),
+        no_massive_hidden_states(model, inputs, ()),
+    ):
+        assert all(_close(g[real], p[real]) for g, p in zip(got, plain, strict=True))
+    removed = no_sink_hidden_states(model, inputs, ((1, 0, 1), (2, 3, 2)))
+    assert (removed[-1][real] - plain[-1][real]).abs().max() > 1e-3
+    replaced = no_massive_hidden_states(model, inputs, ((1, 2, 3, 9.5),))
+    assert torch.equal(replaced[1][:, 2, 3], torch.full((2,), 9.5, dtype=torch.float64))

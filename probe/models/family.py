@@ -38,8 +38,8 @@ from typing import Any
 from ..ablate import Ablation
 from ..errors import ProbeError
 
-#: When a step applies: always (reads), or only under one of the two removals.
-WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed")
+#: When a step applies: always (reads), or only under one of the removals.
+WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed", "sinks")
 ACTS = ("read", "zero", "set", "skip")
 STYLES = ("pre", "post", "parallel", "sandwich")
 #: How a norm scales a token: LayerNorm centres it, the RMS norms do not; Gemma's
@@ -99,11 +99,12 @@ class Step:
             or (self.when == "no_skip" and not ablation.attn_skip)
             or (self.when == "no_mlp" and not ablation.mlp)
             or (self.when == f"norm_{ablation.norm}")
+            or (self.when == "sinks" and ablation.remove == "sinks")
         )
 
     def refs(self) -> tuple[str, ...]:
         """Earlier reads this edit's value needs."""
-        if self.act == "read" or self.value in ("", "zeros", "input") or self.is_affine:
+        if self.act == "read" or self.value in ("", "zeros", "input", "no-sink") or self.is_affine:
             return ()
         return tuple(self.value.split("+"))
 

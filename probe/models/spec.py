@@ -132,13 +132,41 @@ class SpecAdapter(Adapter):
                     "the LayerNorm variants (LN-affine, no-LN) are measured by probe collapse only"
                 )
             steps = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
+        if ablation.remove == "sinks":
+            steps = self.sink_steps(root, steps)
         needed = set(wanted) | {ref for s in steps for ref in s.refs()}
         layers = self.layers(root)
         yield {"x": first(layers[0].input)}
-        for layer in layers:
-            values = _run_steps(layer, steps, needed)
-            values["x"] = first(layer.output)
+        sinks, massive = _by_layer(ablation.sinks), _by_layer(ablation.massive)
+        for index, layer in enumerate(layers, start=1):
+            values = _run_steps(layer, steps, needed, sinks.get(index, ()))
+            x = first(layer.output)
+            if massive.get(index):  # no-massive: the clean run's corpus means, in place
+                _replace_massive(x, massive[index])
+            values["x"] = x
             yield values
+
+    def sink_steps(self, root, steps: list[Step]) -> list[Step]:
+        """``steps`` with the no-sink edit (:meth:`sink_step`) just before the probabilities'
+        read, the first step that touches the attention."""
+        at = next(i for i, s in enumerate(steps) if s.name == "probs")
+        return [*steps[:at], self.sink_step(root), *steps[at:]]
+
+    def sink_step(self, root) -> Step:
+        """The no-sink edit: the mask that transformers' attention function
+        (``attention_interface(self, q, k, v, mask)``, eager or ``probe_eager``) adds to the
+        scores gets the dtype's minimum at each sink key of the layer's heads
+        (:func:`_remove_sinks`), as a padding key has it.  A family whose attention computes
+        its own softmax (BLOOM, Falcon, DeBERTa-v2) refuses in one line."""
+        site = next(s.module for s in self.spec.steps_of(root._module.config) if s.name == "probs")
+        names = _resolve(self.layers(root)[0], site).source.names
+        ops = [name for name in names if name.startswith("attention_interface_")]
+        if not ops:
+            raise ProbeError(
+                f"no-sink needs an attention that calls transformers' attention functions; the "
+                f"{self.family} attention computes its own softmax: leave no-sink out"
+            )
+        return Step(f"{site}:{ops[-1]}", "set", part="mask", value="no-sink", when="sinks")
 
     def stream(self, root, tracer, ablation: Ablation) -> Iterator[torch.Tensor]:
         for values in self.walk(root, ablation):
@@ -263,8 +291,60 @@ def _paper(spec: Family) -> str:
 # --- running steps ----------------------------------------------------------------
 
 
-def _run_steps(layer, steps: list[Step], needed: set[str]) -> dict[str, Any]:
-    """Perform one layer's steps in order; the named reads that ``needed`` asks for."""
+def _by_layer(entries) -> dict[int, list[tuple]]:
+    """(layer, ...) tuples -> {layer: [(...), ...]}, in their order."""
+    out: dict[int, list[tuple]] = {}
+    for layer, *rest in entries:
+        out.setdefault(layer, []).append(tuple(rest))
+    return out
+
+
+def _remove_sinks(target, sinks) -> None:
+    """no-sink at an attention function's call: its mask gets the dtype's minimum at each
+    (head, key) of ``sinks``, so exp underflows to exactly 0 there and the softmax
+    renormalises each row over the other keys.  A row that sees no other key (a causal
+    model's first token, when it is a sink) is left as it is.  A key is visible where the
+    mask is above half the dtype's minimum (transformers' eager mask: 0 or the minimum)."""
+    args, kwargs = target.inputs
+    args = list(args)
+    query, key = args[1], args[2]
+    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
+    batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+    dtype = query.dtype if mask is None or mask.dtype == torch.bool else mask.dtype
+    low = torch.finfo(dtype).min
+    if mask is None:
+        mask = torch.zeros((batch, 1, rows, keys), dtype=dtype, device=query.device)
+    elif mask.dtype == torch.bool:
+        mask = torch.where(mask, 0.0, low).to(dtype)
+    mask = mask[:, :, :, :keys]
+    remove = torch.zeros((heads, keys), dtype=torch.bool, device=query.device)
+    for head, k in sinks:
+        if k < keys:
+            remove[head, k] = True
+    remove = remove[None, :, None, :]  # (1, head, 1, key)
+    other = ((mask > low / 2) & ~remove).any(-1, keepdim=True)  # (batch, head, row, 1)
+    new = torch.where(remove & other, torch.tensor(low, dtype=dtype, device=mask.device), mask)
+    if len(args) > 4:
+        args[4] = new
+    else:
+        kwargs = {**kwargs, "attention_mask": new}
+    target.inputs = (tuple(args), kwargs)
+
+
+def _replace_massive(x, entries) -> None:
+    """no-massive: x[:, t, d] <- the clean run's corpus mean there, in every sequence."""
+    entries = [(t, d, v) for t, d, v in entries if t < x.shape[1]]
+    if not entries:
+        return
+    tokens = torch.tensor([t for t, _, _ in entries], device=x.device)
+    dims = torch.tensor([d for _, d, _ in entries], device=x.device)
+    values = torch.tensor([v for _, _, v in entries], dtype=torch.float64).to(x.device, x.dtype)
+    x[:, tokens, dims] = values
+
+
+def _run_steps(layer, steps: list[Step], needed: set[str], sinks=()) -> dict[str, Any]:
+    """Perform one layer's steps in order; the named reads that ``needed`` asks for
+    (``sinks``: the layer's (head, key) pairs for the no-sink edit)."""
     reads: dict[str, Any] = {}
     fetched: dict[tuple[str, str], Any] = {}  # one request per location: nnsight serves it once
 
@@ -281,7 +361,9 @@ def _run_steps(layer, steps: list[Step], needed: set[str]) -> dict[str, Any]:
                 reads[step.name] = value if step.index is None else value[step.index]
             continue
         target = _site(layer, step)
-        if step.act == "skip":
+        if step.value == "no-sink":
+            _remove_sinks(target, sinks)
+        elif step.act == "skip":
             target.skip(_value(step, target, reads))
         elif step.act == "zero":
             _put(target, step.part, torch.zeros_like(first(_get(target, step.part))))
