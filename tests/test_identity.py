@@ -77,6 +77,28 @@ def test_a_folder_retrained_in_place_gets_a_new_id_and_a_copy_keeps_its_fingerpr
     assert folder_fingerprint(copy) == after["checkpoint_fingerprint"]
 
 
+def test_two_modules_of_one_class_with_other_weights_get_two_ids(monkeypatch):
+    from probe.loading import identity
+    from probe.loading.identity import module_fingerprint
+
+    first, second = (tiny_model("gpt2", seed=seed, dtype=torch.float32) for seed in (1, 2))
+    a = collapse.run(first, **SMALL).attrs
+    b = collapse.run(second, **SMALL).attrs
+    again = collapse.run(copy.deepcopy(first), **SMALL).attrs
+    assert a["model"] == b["model"]  # the class name: all a module says of itself
+    assert a["settings_id"] != b["settings_id"]
+    assert a["checkpoint_fingerprint"] != b["checkpoint_fingerprint"]
+    assert again["settings_id"] == a["settings_id"]  # the same weights, another object
+    # A change of one entry of one tensor is seen, whether tensors are hashed whole or
+    # (past WHOLE_BYTES, here lowered to 1 KiB) by sampled blocks, the first at entry 0.
+    for whole in (identity.WHOLE_BYTES, 2**10):
+        monkeypatch.setattr(identity, "WHOLE_BYTES", whole)
+        before = module_fingerprint(first)
+        with torch.no_grad():
+            first.wte.weight.view(-1)[0] += 1.0
+        assert module_fingerprint(first) != before
+
+
 @pytest.mark.parametrize(
     "edit",
     [

@@ -40,7 +40,7 @@ from ..errors import ProbeError
 from ..models import adapter_for
 from ..names import INITS
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
-from .identity import checkpoint_identity
+from .identity import checkpoint_identity, module_fingerprint
 from .model import ProbedModel
 from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_seed
 from .placement import DEVICE_MAPS, check_device_map, dispatch, input_device, onloaded
@@ -226,6 +226,7 @@ def wrap(
             weights="module passed by the caller",
             tokenizer=tokenizer,
             source="module passed by the caller",
+            checkpoint={"checkpoint_fingerprint": module_fingerprint(model)},
         )
     )
 

@@ -12,6 +12,11 @@ So a local folder is identified by its resolved path and a fingerprint of its co
   MiB read per file whatever its size.  No modification time enters: a copy of a folder is
   the same checkpoint, and touching a file changes nothing.
 
+A module the caller passes (``probe.wrap``) has no folder: it is identified by
+:func:`module_fingerprint`, the same hash over its parameters and buffers (names, dtypes,
+shapes, and their bytes, whole up to :data:`WHOLE_BYTES` a tensor, sampled above), so two
+modules of one class with other weights never share a result file.
+
 A hub id is identified by its name and, for pretrained weights from the local cache, the
 revision (the commit) the files came from.  Probe's own checkpoints (``minilm``, the shipped
 ``fastformer-tiny`` and ``gpt2-tiny``) and the configs bundled with it are identified by their
@@ -65,6 +70,31 @@ def folder_fingerprint(folder: str | os.PathLike) -> str:
         size = path.stat().st_size
         hasher.update(f"{path.name}\0{size}\0".encode())
         hasher.update(_file_digest(path, size))
+    return hasher.hexdigest()
+
+
+def module_fingerprint(model) -> str:
+    """A sha256 (hex) of a module's parameters and buffers, as :func:`folder_fingerprint`
+    hashes files: each tensor's name, dtype and shape, and its bytes (whole up to
+    :data:`WHOLE_BYTES`, else :data:`SAMPLES` evenly spaced blocks).  A tensor on the meta
+    device (offloaded by a device map) counts by its name, dtype and shape only."""
+    import torch
+
+    hasher = hashlib.sha256()
+    named = [*model.named_parameters(remove_duplicate=False), *model.named_buffers()]
+    for name, tensor in named:
+        hasher.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        if tensor.device.type == "meta" or tensor.numel() == 0:
+            continue
+        flat = tensor.detach().reshape(-1)
+        size = flat.numel() * flat.element_size()
+        if size <= WHOLE_BYTES:
+            data = flat.cpu().contiguous().view(torch.uint8)
+        else:  # the same sampled blocks a large file gets, taken on the tensor's device
+            per = max(1, BLOCK_BYTES // flat.element_size())
+            starts = [(flat.numel() - per) * i // (SAMPLES - 1) for i in range(SAMPLES)]
+            data = torch.cat([flat[a : a + per] for a in starts]).cpu().view(torch.uint8)
+        hasher.update(data.numpy().tobytes())
     return hasher.hexdigest()
 
 
