@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from probe.attention_stats import (
     Totals,
@@ -14,6 +17,7 @@ from probe.attention_stats import (
     head_sums,
     massive_sums,
     sink_rate,
+    top_two,
 )
 from probe.errors import ProbeError
 
@@ -150,3 +154,110 @@ def test_epsilon_outside_the_open_interval_is_refused_in_one_line(bad):
     with pytest.raises(ProbeError, match="`epsilon` must be a number strictly between 0 and 1"):
         check_epsilon(bad)
     assert check_epsilon(0.3) == 0.3
+
+
+# ------------------------------------- the spectrum against numpy's float64 SVD (top_two)
+# Both sides are backward-stable SVDs: each singular value within a few T eps sigma_1 of the
+# exact one (probe.attention_stats' docstring), so they agree to 4 T eps sigma_1 in every
+# sigma_i, 8 T eps sigma_1 in the gap; the stable rank (||A||_F^2 / sigma_1^2 against numpy's
+# sum sigma_i^2 / sigma_1^2) to 8 T eps relative.
+EPS = float(np.finfo(np.float64).eps)
+
+
+def _rows(logits: np.ndarray, causal: bool = False) -> np.ndarray:
+    """Row-wise softmax of (..., T, T) logits; ``causal``: only keys k <= i."""
+    if causal:
+        T = logits.shape[-1]
+        logits = np.where(np.tril(np.ones((T, T), dtype=bool)), logits, -np.inf)
+    e = np.exp(logits - logits.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def _hard_cases(T: int = 24) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(29)
+    noise = rng.standard_normal((3, T, T))
+    permutation = np.eye(T)[rng.permutation(T)]
+    return {
+        "uniform": np.full((1, T, T), 1 / T),  # sigma = (1, 0, ...)
+        "near-uniform": _rows(1e-7 * noise),  # sigma_2 ~ 1e-8: absolute accuracy only
+        "random-init": _rows(0.3 * noise),  # a flat bulk under sigma_1 ~ 1
+        "near-permutation": _rows(30 * permutation + 1e-3 * noise),  # sigma_1 ~ sigma_2 ~ 1
+        "permutation": permutation[None],  # every sigma = 1: the gap is 0
+        "causal": _rows(np.zeros((1, T, T)), causal=True),  # Cesaro-like: decaying spectrum
+        "causal-random": _rows(noise, causal=True),
+        "sink": _rows(np.where(np.arange(T) == 0, 8.0, 0.0) + 0.1 * noise),  # sigma_1 ~ sqrt T
+        "dirichlet": rng.dirichlet(np.full(T, 0.1), size=(3, T)),
+        "rank-two": np.repeat(np.stack([np.eye(T)[0], np.full(T, 1 / T)]), T // 2, 0)[None],
+    }
+
+
+def _numpy_spectrum(A: np.ndarray) -> np.ndarray:
+    return np.linalg.svd(A, compute_uv=False)
+
+
+@pytest.mark.parametrize("case", list(_hard_cases()))
+def test_top_two_against_numpy_svd_on_hard_cases(case):
+    A = _hard_cases()[case]
+    T = A.shape[-1]
+    sigma_1, sigma_2, frobenius = top_two(torch.from_numpy(A))
+    for m in range(A.shape[0]):
+        want = _numpy_spectrum(A[m])
+        tol = 4 * T * EPS * want[0]
+        assert abs(float(sigma_1[m]) - want[0]) <= tol
+        assert abs(float(sigma_2[m]) - want[1]) <= tol
+        assert float(frobenius[m]) == pytest.approx((want**2).sum(), rel=8 * T * EPS)
+
+
+@pytest.mark.parametrize("case", list(_hard_cases()))
+def test_gap_and_stable_rank_against_numpy_svd_with_padding(case):
+    """The matrices inside a padded batch (garbage in the padding rows and columns), each
+    sequence a different real length, summed over sequences as head_sums does."""
+    A = _hard_cases(16)[case]
+    T = 20
+    lengths = [16, 13, 9][: A.shape[0]] if A.shape[0] > 1 else [16]
+    probs = np.full((len(lengths), 2, T, T), 7.0)  # head 1: the transpose's rows renormalised
+    real = np.zeros((len(lengths), T), dtype=bool)
+    gap, stable = np.zeros(2), np.zeros(2)
+    for s, n in enumerate(lengths):
+        block = A[s % A.shape[0], :n, :n]
+        block = block / np.maximum(block.sum(-1, keepdims=True), 1e-300)
+        other = block.T / np.maximum(block.T.sum(-1, keepdims=True), 1e-300)
+        for h, M in enumerate((block, other)):
+            probs[s, h, :n, :n] = M
+            sigma = _numpy_spectrum(M)
+            gap[h] += sigma[0] - sigma[1]
+            stable[h] += (sigma**2).sum() / sigma[0] ** 2
+        real[s, :n] = True
+    sums = head_sums(torch.from_numpy(probs), torch.from_numpy(real))
+    count = len(lengths)
+    # Per sequence: gap within 8 T eps sigma_1, sigma_1 <= sqrt(T) for row-stochastic A.
+    np.testing.assert_allclose(sums["gap"].numpy(), gap, rtol=0, atol=count * 8 * T**1.5 * EPS)
+    np.testing.assert_allclose(sums["stable_rank"].numpy(), stable, rtol=8 * T * EPS, atol=0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    T=st.integers(1, 40),
+    concentration=st.sampled_from([1e-3, 0.05, 1.0, 50.0, 1e6]),
+    causal=st.booleans(),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_top_two_property_against_numpy(T, concentration, causal, seed):
+    """Random Dirichlet attention rows (from one-hot to uniform), causal or not: sigma_1 and
+    sigma_2 within 4 T eps sigma_1 of numpy's SVD, the stable rank within 8 T eps."""
+    rng = np.random.default_rng(seed)
+    A = np.zeros((2, T, T))
+    for m in range(2):
+        for i in range(T):
+            keys = i + 1 if causal else T  # a causal row i sees keys 0..i
+            A[m, i, :keys] = rng.dirichlet(np.full(keys, concentration))
+    sigma_1, sigma_2, frobenius = top_two(torch.from_numpy(A))
+    for m in range(2):
+        want = _numpy_spectrum(A[m])
+        second = want[1] if T > 1 else 0.0
+        tol = 4 * T * EPS * want[0]
+        assert abs(float(sigma_1[m]) - want[0]) <= tol
+        assert abs(float(sigma_2[m]) - second) <= tol
+        assert float(frobenius[m] / sigma_1[m] ** 2) == pytest.approx(
+            (want**2).sum() / want[0] ** 2, rel=8 * T * EPS
+        )
