@@ -51,7 +51,7 @@ browser:
 		|| echo "make: no chromium installed; the browser test will be skipped"; }
 
 test: $(STAMP) lint browser docs-strict
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=25
 
 # The site: mkdocs with the Material theme, the API reference from the docstrings
 # (mkdocstrings).  --strict turns every warning into a failure: a broken link, a missing
