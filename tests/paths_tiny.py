@@ -8,6 +8,7 @@ the few configurations only the path analyses care about (``PATH_VARIANTS``).
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from tests.reference.tiny import (
@@ -81,3 +82,27 @@ def model_inputs(model, batch: int = 2, tokens: int = 7, seed: int = 0) -> dict:
 
 def ids(batch: int = 2, tokens: int = 7, seed: int = 0) -> torch.Tensor:
     return torch.randint(0, 80, (batch, tokens), generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x.
+    Autouse in every test module that imports it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def padded_inputs(model):
+    """(forward keywords, ids or pixels, attention mask) of 3 seeded sequences of 7 tokens,
+    the last two right-padded as probe's batches are (images: no padding)."""
+    inputs = model_inputs(model, batch=3, tokens=7)
+    if "pixel_values" in inputs:
+        config = model.config
+        tokens = (config.image_size // config.patch_size) ** 2 + 1
+        return inputs, inputs["pixel_values"], torch.ones(3, tokens, dtype=torch.long)
+    mask = inputs["attention_mask"]
+    mask[1, 5:] = 0  # right padding, as probe's batches have it
+    mask[2, 4:] = 0
+    return inputs, inputs["input_ids"], mask

@@ -16,38 +16,21 @@ import probe
 from probe.analyses.attention import measure_batch
 from probe.attention_stats import Totals
 from probe.errors import ProbeError
-from tests.paths_tiny import model_inputs, path_model
+from tests.paths_tiny import (
+    one_thread,  # noqa: F401  (autouse: one torch thread here)
+    padded_inputs,
+    path_model,
+)
 from tests.reference.attention import register as reference_attention
 from tests.reference.attention_stats import statistics
 from tests.test_paths_sample import NAMES, _hf_attentions
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _padded(model):
-    inputs = model_inputs(model, batch=3, tokens=7)
-    if "pixel_values" in inputs:
-        config = model.config
-        tokens = (config.image_size // config.patch_size) ** 2 + 1
-        return inputs, inputs["pixel_values"], torch.ones(3, tokens, dtype=torch.long)
-    mask = inputs["attention_mask"]
-    mask[1, 5:] = 0  # right padding, as probe's batches have it
-    mask[2, 4:] = 0
-    return inputs, inputs["input_ids"], mask
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_statistics_equal_those_of_hf_output_attentions(name):
     model = path_model(name)
     probed = probe.wrap(model)
-    inputs, data, mask = _padded(model)
+    inputs, data, mask = padded_inputs(model)
     attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
     hf = _hf_attentions(model, inputs, attn).numpy()  # (layer, sequence, head, query, key)
     want = statistics(hf, mask.numpy())

@@ -43,7 +43,12 @@ from probe.errors import ProbeError
 from probe.models import ADAPTERS, SpecAdapter
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths
-from tests.paths_tiny import PATH_VARIANTS, model_inputs, path_model
+from tests.paths_tiny import (
+    PATH_VARIANTS,
+    model_inputs,
+    one_thread,  # noqa: F401  (autouse: one torch thread here)
+    path_model,
+)
 from tests.reference.attention import register as reference_attention
 from tests.reference.path_enumeration import (
     FrozenReference,
@@ -63,15 +68,6 @@ F32_PER_NORM = 8 * U32
 REGISTRY = sorted(ADAPTERS)
 #: Every tiny model: one per family in the registry, plus the config branches.
 NAMES = REGISTRY + sorted(TINY_VARIANTS) + sorted(PATH_VARIANTS)
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _family(name: str) -> str:

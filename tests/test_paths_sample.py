@@ -24,7 +24,14 @@ from probe.paths import SKIP, parse_path, path_length
 from probe.plot_paths import fit_decay
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths
-from tests.paths_tiny import PATH_VARIANTS, ids, model_inputs, path_model, tiny_paths_model
+from tests.paths_tiny import (
+    PATH_VARIANTS,
+    ids,
+    model_inputs,
+    one_thread,  # noqa: F401  (autouse: one torch thread here)
+    path_model,
+    tiny_paths_model,
+)
 from tests.reference import metrics_numpy
 from tests.reference.attention import register as reference_attention
 from tests.reference.tiny import TINY_VARIANTS
@@ -37,15 +44,6 @@ U32 = 2.0**-24  # float32's unit roundoff
 #: The Fastformer has no attention probabilities for HF to return: its pooling matrices are
 #: checked against its own reference in test_fastformer_paths.py.
 NAMES = [n for n in REGISTRY + sorted(TINY_VARIANTS) + sorted(PATH_VARIANTS) if n != "fastformer"]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def _family(name: str) -> str:

@@ -19,7 +19,11 @@ from probe import removals
 from probe.ablate import TRANSFORMER, Ablation, parse_variants
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from tests.paths_tiny import model_inputs, path_model
+from tests.paths_tiny import (
+    one_thread,  # noqa: F401  (autouse: one torch thread here)
+    padded_inputs,
+    path_model,
+)
 from tests.reference.attention import register as reference_attention
 from tests.reference.removals import (
     clean_hidden_states,
@@ -34,27 +38,6 @@ OWN_SOFTMAX = ("bloom", "deberta-v2", "falcon")
 #: Every walker family (and config branch) whose attention dispatches to transformers'.
 SINK_NAMES = [n for n in NAMES if n not in ("albert", "xlnet") and not n.startswith(OWN_SOFTMAX)]
 WALKER_NAMES = [n for n in NAMES if n not in ("albert", "xlnet")]
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny tensors gain nothing from torch's thread pool; on a busy machine it costs 10x."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def _padded(model):
-    inputs = model_inputs(model, batch=3, tokens=7)
-    if "pixel_values" in inputs:
-        config = model.config
-        tokens = (config.image_size // config.patch_size) ** 2 + 1
-        return inputs, inputs["pixel_values"], torch.ones(3, tokens, dtype=torch.long)
-    mask = inputs["attention_mask"]
-    mask[1, 5:] = 0  # right padding, as probe's batches have it
-    mask[2, 4:] = 0
-    return inputs, inputs["input_ids"], mask
 
 
 def _call(model, inputs):
@@ -81,7 +64,7 @@ def _sinks(probed):
 def test_no_sink_equals_module_surgery(name):
     model = path_model(name)
     probed = probe.wrap(model)
-    inputs, data, mask = _padded(model)
+    inputs, data, mask = padded_inputs(model)
     ablation = Ablation(remove="sinks", sinks=_sinks(probed))
     got = probe.hidden_states(probed, data, ablation, mask)
     want = no_sink_hidden_states(path_model(name), _call(model, inputs), ablation.sinks)
@@ -103,7 +86,7 @@ def test_a_row_that_sees_only_sinks_keeps_its_attention():
     X_l of token 0 is the clean run's bit for bit; the other tokens change."""
     model = path_model("gpt2")
     probed = probe.wrap(model)
-    inputs, data, mask = _padded(model)
+    inputs, data, mask = padded_inputs(model)
     sinks = tuple((layer, h, 0) for layer in (1, 2) for h in range(4))
     got = probe.hidden_states(probed, data, Ablation(remove="sinks", sinks=sinks), mask)
     clean = probe.hidden_states(probed, data, TRANSFORMER, mask)
@@ -116,7 +99,7 @@ def test_a_row_that_sees_only_sinks_keeps_its_attention():
 def test_no_massive_equals_module_surgery_exactly(name):
     model = path_model(name)
     probed = probe.wrap(model)
-    inputs, data, mask = _padded(model)
+    inputs, data, mask = padded_inputs(model)
     massive = tuple(
         entry
         for layer in range(1, probed.n_layers + 1)
@@ -138,7 +121,7 @@ def test_no_massive_equals_module_surgery_exactly(name):
 def test_the_clean_pass_finds_what_loops_over_hf_attentions_find(name):
     model = path_model(name)
     probed = probe.wrap(model)
-    inputs, data, mask = _padded(model)
+    inputs, data, mask = padded_inputs(model)
     attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
     hf = _hf_attentions(model, inputs, attn).numpy()
     reference = path_model(name)
