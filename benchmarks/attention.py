@@ -24,25 +24,13 @@ Llama-3.2-1B config at 4 x 1024 (on a GPU):
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
-import time
 
 import torch
+from timing import interleaved_medians, random_model
 
 import probe
 from probe.analyses.attention import measure_batch
 from probe.attention_stats import Totals
-
-
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -55,7 +43,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="keep the first N layers")
     args = parser.parse_args()
 
-    probed = _load(args.model, args.layers, args.device)
+    probed = random_model(args.model, args.layers, args.device)
     device = probed.device
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(0, probed.config.vocab_size, (args.batch, args.tokens), generator=generator)
@@ -69,13 +57,7 @@ def main() -> None:
         "(b) attention, every statistic": lambda: attention(True),
         "(c) attention, no spectrum": lambda: attention(False),
     }
-    for fn in runs.values():  # warm-up: nnsight wraps the model, allocators settle
-        fn()
-    times = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, fn in runs.items():
-            times[name].append(timed(fn, device))
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians = interleaved_medians(runs, args.repeats, device)
     depth = f", first {args.layers} layers" if args.layers else ""
     print(
         f"{args.model} (random init{depth}), {args.batch} x {args.tokens} tokens, {device}, "
@@ -86,20 +68,6 @@ def main() -> None:
     base = medians["(a) traced forward (capture)"]
     print(f"(b)/(a) ratio {medians['(b) attention, every statistic'] / base:.2f}x (goal <= 1.3)")
     print(f"(c)/(a) ratio {medians['(c) attention, no spectrum'] / base:.2f}x")
-
-
-def _load(name: str, layers: int | None, device: str):
-    if layers is None:
-        return probe.load(name, init="random", device=device)
-    from transformers import AutoConfig, AutoModel
-
-    from probe.loading import bundled_configs
-
-    config = AutoConfig.for_model(**json.loads(bundled_configs()[name].read_text()))
-    config.num_hidden_layers = layers
-    torch.manual_seed(0)
-    model = AutoModel.from_config(config, attn_implementation="eager")
-    return probe.wrap(model, name=name, init="random", device=device)
 
 
 if __name__ == "__main__":

@@ -23,22 +23,11 @@ width runs in a CPU-sized time; both sides run the same N layers.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from timing import interleaved_medians, random_model
 
 import probe
-
-
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -51,7 +40,7 @@ def main() -> None:
     parser.add_argument("--layers", type=int, default=None, help="keep the first N layers")
     args = parser.parse_args()
 
-    probed = _load(args.model, args.layers, args.device)
+    probed = random_model(args.model, args.layers, args.device)
     device = probed.device
     ids = torch.randint(
         0,
@@ -72,14 +61,7 @@ def main() -> None:
         "(b) probe traced capture": lambda: probe.hidden_states(probed, ids),
         "(c) probe traced SAN": lambda: probe.hidden_states(probed, ids, probe.SAN),
     }
-    for fn in runs.values():  # warm-up: nnsight wraps the model, allocators settle
-        fn()
-    times = {name: [] for name in runs}
-    for _ in range(args.repeats):
-        for name, fn in runs.items():
-            times[name].append(timed(fn, device))
-
-    medians = {name: statistics.median(values) for name, values in times.items()}
+    medians = interleaved_medians(runs, args.repeats, device)
     depth = f", first {args.layers} layers" if args.layers else ""
     print(
         f"{args.model} (random init{depth}), {args.batch} x {args.tokens} tokens, {device}, "
@@ -90,22 +72,6 @@ def main() -> None:
     base = medians["(a) plain HF forward"]
     print(f"(b)/(a) ratio {medians['(b) probe traced capture'] / base:.2f}x")
     print(f"(c)/(a) ratio {medians['(c) probe traced SAN'] / base:.2f}x")
-
-
-def _load(name: str, layers: int | None, device: str):
-    if layers is None:
-        return probe.load(name, init="random", device=device)
-    import json
-
-    from transformers import AutoConfig, AutoModel
-
-    from probe.loading import bundled_configs
-
-    config = AutoConfig.for_model(**json.loads(bundled_configs()[name].read_text()))
-    config.num_hidden_layers = layers
-    torch.manual_seed(0)
-    model = AutoModel.from_config(config, attn_implementation="eager")
-    return probe.wrap(model, name=name, init="random", device=device)
 
 
 if __name__ == "__main__":
