@@ -378,6 +378,9 @@ app.command("paths")(paths)
 from .attention_cmd import attention  # noqa: E402
 
 app.command("attention")(attention)
+from .sweep_cmd import sweep  # noqa: E402
+
+app.command("sweep")(sweep)
 from .toy_cmd import toy_app  # noqa: E402
 
 app.add_typer(toy_app, name="toy")

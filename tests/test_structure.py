@@ -134,7 +134,13 @@ ANALYSES = {
 }
 
 
+#: Drivers over the analyses: the sweep runs collapse (and attention) at every point of its
+#: grid, so it may import their public functions; no analysis may import a driver.
+DRIVERS = {m for m in MODULES if m.startswith("probe.analyses.sweep")}
+
+
 def test_no_analysis_imports_another():
+    assert not DRIVERS & set(ANALYSES)
     crossing = [
         f"{module} ({ANALYSES[module]}) imports {target} ({ANALYSES[target]})"
         for module in ANALYSES
@@ -142,6 +148,18 @@ def test_no_analysis_imports_another():
         if target in ANALYSES and ANALYSES[target] != ANALYSES[module]
     ]
     assert not crossing, "\n".join(crossing)
+
+
+def test_no_analysis_imports_a_driver():
+    assert DRIVERS, "the sweep's modules moved: update DRIVERS"
+    reaching = [
+        f"{module} imports the driver {target}"
+        for module in MODULES
+        if module.startswith("probe.analyses.") and module not in DRIVERS
+        for target, _ in _imports(module)
+        if target in DRIVERS
+    ]
+    assert not reaching, "\n".join(reaching)
 
 
 FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]*")

@@ -1,0 +1,460 @@
+"""Sweeps: how rank collapse moves with depth, width, residual scaling, context and training.
+
+A sweep is a driver over the analyses, not a new measurement: every point of its grid
+(:mod:`probe.analyses.sweep_points`) is one ``probe collapse`` run with that point's
+settings, ``collapse.run(model, inputs, ...)`` with the point's config overrides, seed,
+tokens, branch scale, revision or checkpoint folder, and its variables are that run's, bit
+for bit.  Beside them each point holds ``probe attention``'s Gu et al. sink rate and Sun et
+al. massive ratio of the same model on the same inputs (:mod:`probe.analyses.attention`),
+and a summary of its collapse curve:
+
+* ``final_residual`` (variant, init): the relative residual after the last layer, residual
+  to the token mean in the composite l1,inf norm (the paper's), median over sequences;
+* ``first_below`` (variant, init): the first layer whose mean relative residual (same fit
+  and norm, mean over sequences, as ``probe collapse``'s reports) is below 1e-3; -1 if none;
+* ``order`` (variant, init): the fitted order of collapse, :func:`probe.stats.fit_order`;
+* ``final_effective_rank`` (variant, init): the effective rank after the last layer,
+  median over sequences (NaN where the metrics left it out);
+* ``sink_rate`` (init) and ``max_massive_ratio`` (init, the largest over layers 1..L), and
+  ``massive_ratio`` (init, layer) itself; NaN where not measured (the Fastformer has no
+  attention probabilities: its sink rate is NaN, and ``attention=False`` measures neither).
+
+:func:`gather` stacks the points along the swept dimensions (coordinates: the swept values
+as given).  Points of different depth have different ``layer`` sizes: the per-layer
+variables are padded with NaN beyond a point's last layer; points of different token counts
+keep their own ``sequence`` sizes the same way (the summaries need no padding).  Attributes
+every point shares are kept; those that differ (the config, each point's settings and
+command) are per point in the variables ``command`` and ``point_id``.
+
+Each finished point is a file of its own in the store (:class:`sweep_points.Store`), so a
+stopped sweep resumes where it stopped; under torchrun the ranks take the points round
+robin (``part``) and rank 0 gathers them, bit for bit what one process gives.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+
+from probe import stats
+from probe.errors import ProbeError
+from probe.request import Inputs, Model, coerce
+from probe.results import settings_id, utc_now, versions
+
+from . import attention as attention_analysis
+from . import collapse
+from .sweep_points import Axis, Point, Store, grid, parse_counts, parse_setting, parse_words
+
+#: The threshold of ``first_below`` (as ``probe collapse``'s reports).
+THRESHOLD = 1e-3
+#: Points a sweep may hold unless told otherwise.
+MAX_POINTS = 1000
+#: The summaries per point, and what each is.
+SUMMARIES = {
+    "final_residual": "relative residual after the last layer (fit mean, norm l1inf), "
+    "median over sequences",
+    "first_below": f"first layer whose mean relative residual (fit mean, norm l1inf) is below "
+    f"{THRESHOLD:g}; -1 if none",
+    "order": "fitted order of collapse (probe.stats.fit_order, fit mean, norm l1inf)",
+    "final_effective_rank": "effective rank after the last layer, median over sequences",
+    "sink_rate": "Sink_eps of probe attention (Gu et al. 2025) at the same point",
+    "max_massive_ratio": "largest massive ratio of probe attention over layers 1..L "
+    "(Sun et al. 2024)",
+}
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass
+class Sweep:
+    """A checked sweep: the request, its grid, and the collapse options of every point."""
+
+    model: Model
+    inputs: Inputs
+    axes: tuple[Axis, ...]
+    points: list[Point]
+    options: dict
+    attention: bool
+    epsilon: float
+    fixed: dict
+    command: str | None = None
+
+    @property
+    def settings_id(self) -> str:
+        """The hash of the whole sweep: its fixed settings and its grid."""
+        grid_ = [[a.name, [str(v) for v in a.values]] for a in self.axes]
+        return settings_id({**self.fixed, "grid": grid_})
+
+    def store(self, out_dir: str | Path, name: str) -> Store:
+        return Store(Path(out_dir) / f"{name}.points", self.fixed)
+
+
+def _accepts(function, name: str) -> bool:
+    return name in inspect.signature(function).parameters
+
+
+def _model_field(name: str) -> bool:
+    return name in {f.name for f in fields(Model)}
+
+
+def axes_of(
+    config: dict | None = None,
+    branch_scale=None,
+    revisions=None,
+    steps: Sequence[tuple[int, str]] | None = None,
+    tokens=None,
+    seeds=None,
+) -> tuple[list[Axis], dict]:
+    """The axes of the values given (two or more each) and the fixed settings (one each)."""
+    given: list[tuple[str, str, tuple]] = []
+    for key, values in (config or {}).items():
+        if isinstance(values, str):
+            key, values = parse_setting(f"{key}={values}")
+        given.append((key, "config", tuple(values) if isinstance(values, Sequence) else (values,)))
+    if branch_scale is not None:
+        words = parse_words(branch_scale, "branch_scale") if isinstance(branch_scale, str) else (
+            tuple(branch_scale) if isinstance(branch_scale, Sequence) else (branch_scale,))  # fmt: skip
+        given.append(("branch_scale", "branch_scale", words))
+    if revisions is not None:
+        given.append(("revision", "revision", parse_words(revisions, "revisions")))
+    if tokens is not None:
+        given.append(("tokens", "tokens", parse_counts(tokens, "tokens", 2, 2**31 - 1)))
+    if seeds is not None:
+        given.append(("seed", "seed", parse_counts(seeds, "seeds", 0, 2**63 - 1)))
+    axes, fixed = [], {}
+    for name, kind, values in given:
+        if len(values) > 1:
+            axes.append(Axis(name, kind, values))
+        else:
+            fixed[(name, kind)] = values[0]
+    if steps is not None:
+        steps = list(steps)
+        numbers = tuple(int(step) for step, _ in steps)
+        axis = Axis("step", "step", numbers, tuple(str(folder) for _, folder in steps))
+        if list(numbers) != sorted(numbers):
+            raise ProbeError("`steps` must increase along the checkpoints")
+        axes.insert(len([a for a in axes if a.kind in ("config", "branch_scale")]), axis)
+    if len([a for a in axes if a.kind in ("revision", "step")]) > 1:
+        raise ProbeError("give either `revisions` or `steps`, not both")
+    return axes, fixed
+
+
+def plan(
+    model: Model | str | Path,
+    inputs: Inputs | None = None,
+    *,
+    config: dict | None = None,
+    branch_scale=None,
+    revisions=None,
+    steps: Sequence[tuple[int, str]] | None = None,
+    tokens=None,
+    seeds=None,
+    variants: str | Sequence[str] = "all",
+    surgery: str = "probe",
+    metrics: str | Sequence[str] | None = None,
+    effective_rank: str = "auto",
+    attention: bool = True,
+    epsilon: float = 0.3,
+    max_points: int = MAX_POINTS,
+    command: str | None = None,
+    **flat,
+) -> Sweep:
+    """Check a sweep before any point runs: its grid, every point's request, its size.
+
+    ``config``: {field: values} swept at random init (``{"n_layer": [2, 4, 8]}``);
+    ``branch_scale``: scales of the residual branches (numbers or texts in L such as
+    ``"1/sqrt(L)"``); ``revisions``: hub revisions; ``steps``: (training step, folder) of
+    local checkpoints; ``tokens`` and ``seeds``: numbers or texts like ``"0-4"``.  A
+    setting given one value is fixed, not swept.  The rest are ``collapse.prepare``'s.
+    A bad point raises :class:`ProbeError` naming it.
+    """
+    request, given = coerce(model, inputs, flat)
+    if not isinstance(request.source, str | os.PathLike):
+        raise ProbeError("a sweep loads every point itself: give the model by name or folder")
+    if given.ids is not None:
+        raise ProbeError("a sweep makes the inputs of each point: give `text`, or none")
+    if steps is None and revisions is None:
+        steps = _series(str(request.source))
+    axes, fixed_values = axes_of(config, branch_scale, revisions, steps, tokens, seeds)
+    if not axes:
+        raise ProbeError(
+            "nothing to sweep: give two values or more to `set`, `tokens`, `seeds`, "
+            "`branch_scale` or `revisions`, or several checkpoints with `steps`"
+        )
+    points = grid(axes)
+    max_points = int(max_points)
+    if len(points) > max_points:
+        sizes = " x ".join(f"{len(a.values)} {a.name}" for a in axes)
+        raise ProbeError(
+            f"the grid holds {len(points)} points ({sizes}), more than `max_points` "
+            f"{max_points}; raise it or sweep fewer values"
+        )
+    options = {"variants": variants, "surgery": surgery, "metrics": metrics,
+               "effective_rank": effective_rank}  # fmt: skip
+    base = _fixed_request(request, given, fixed_values, options)
+    sweep = Sweep(base[0], base[1], tuple(axes), points, {**options, **base[2]}, bool(attention),
+                  float(epsilon), {}, command)  # fmt: skip
+    for point in points:  # every point's request is checked before any runs
+        try:
+            point_request(sweep, point)
+        except ProbeError as err:
+            raise ProbeError(f"point {point.label()}: {err}") from None
+    sweep.fixed = _fixed_settings(sweep)
+    return sweep
+
+
+def _series(name: str) -> list[tuple[int, str]] | None:
+    """A shipped checkpoint series (``gpt2-tiny-steps``): its (step, folder) pairs."""
+    try:
+        from probe.loading.shipped import series
+    except ImportError:  # no series ship with this version
+        return None
+    try:
+        found = series(name)
+    except (KeyError, ProbeError):
+        return None
+    return [(int(step), str(folder)) for step, folder in found] if found else None
+
+
+def _fixed_request(request: Model, given: Inputs, fixed: dict, options: dict):
+    """The request with the settings given one value each applied (as in any point)."""
+    extra = {}
+    for (name, kind), value in fixed.items():
+        if kind == "config":
+            request = _with_config(request, {name: value})
+        elif kind == "branch_scale":
+            extra["branch_scale"] = value
+        elif kind == "revision":
+            request = _with_field(request, "revision", value)
+        elif kind == "tokens":
+            given = replace(given, tokens=value)
+        elif kind == "seed":
+            request = replace(request, seed=value)
+    if "branch_scale" in extra and not _accepts(collapse.prepare, "branch_scale"):
+        raise ProbeError("this version of probe cannot scale the residual branches")
+    return request, given, extra
+
+
+def _with_config(request: Model, overrides: dict) -> Model:
+    if not _model_field("config"):
+        raise ProbeError("this version of probe cannot override config fields")
+    return replace(request, config={**(getattr(request, "config", None) or {}), **overrides})
+
+
+def _with_field(request: Model, name: str, value) -> Model:
+    if not _model_field(name):
+        raise ProbeError(f"this version of probe cannot load a `{name}`")
+    return replace(request, **{name: value})
+
+
+def point_request(sweep: Sweep, point: Point) -> tuple[Model, Inputs, dict]:
+    """The point's request and collapse options: the sweep's, with the point's values."""
+    model, inputs, options = sweep.model, sweep.inputs, dict(sweep.options)
+    for axis, value in zip(point.axes, point.values, strict=True):
+        if axis.kind == "config":
+            model = _with_config(model, {axis.name: value})
+        elif axis.kind == "branch_scale":
+            if not _accepts(collapse.prepare, "branch_scale"):
+                raise ProbeError("this version of probe cannot scale the residual branches")
+            options["branch_scale"] = value
+        elif axis.kind == "revision":
+            model = _with_field(model, "revision", value)
+        elif axis.kind == "step":
+            model = replace(model, source=point.folder())
+        elif axis.kind == "tokens":
+            inputs = replace(inputs, tokens=value)
+        elif axis.kind == "seed":
+            model = replace(model, seed=value)
+    return model, inputs, options
+
+
+def _fixed_settings(sweep: Sweep) -> dict:
+    """What identifies the sweep's points beside their own values (the store's name)."""
+    model, inputs = sweep.model, sweep.inputs
+    identity = {k: v for k, v in vars(model).items() if k not in ("source",)}
+    identity = {k: (list(v) if isinstance(v, tuple) else v) for k, v in identity.items()}
+    source = str(model.source)
+    if Path(source).expanduser().is_dir() and not any(a.kind == "step" for a in sweep.axes):
+        from probe.loading.identity import folder_fingerprint
+
+        source = folder_fingerprint(Path(source).expanduser())
+    text = None
+    if inputs.text is not None:
+        text = hashlib.sha256(Path(inputs.text).read_bytes()).hexdigest()
+    device = str(model.device or "cpu").split(":")[0]
+    return {
+        "analysis": "sweep",
+        "model": source,
+        **identity,
+        "device": device,
+        "text": text,
+        "images": str(inputs.images) if inputs.images is not None else None,
+        "sequences": inputs.sequences,
+        "tokens": inputs.tokens,
+        "batch_size": inputs.batch_size,
+        "options": {k: (list(v) if isinstance(v, tuple) else v) for k, v in sweep.options.items()},
+        "attention": sweep.attention,
+        "epsilon": sweep.epsilon,
+        **versions(),
+    }
+
+
+# --- running -------------------------------------------------------------------------------
+
+
+def run_point(sweep: Sweep, point: Point, warn: Callable[[str], None] | None = None) -> xr.Dataset:
+    """One point: ``collapse.run`` with its settings, plus its attention and summaries."""
+    model, inputs, options = point_request(sweep, point)
+    ds = collapse.run(model, inputs, warn=warn, **options)
+    inits = list(ds.init.values)
+    rate = xr.DataArray(np.full(len(inits), np.nan), coords={"init": inits}, dims="init")
+    massive = xr.DataArray(
+        np.full((len(inits), ds.sizes["layer"]), np.nan),
+        coords={"init": inits, "layer": ds.layer.values},
+        dims=("init", "layer"),
+    )
+    note = "attention not measured (attention=False)"
+    if sweep.attention:
+        measured = attention_analysis.run(model, inputs, epsilon=sweep.epsilon)
+        rate, massive = measured["sink_rate"], measured["massive_ratio"]
+        note = str(measured.attrs.get("attention_note", ""))
+    ds = ds.assign(sink_rate=rate, massive_ratio=massive)
+    ds = ds.assign(summaries(ds))
+    ds.attrs["attention_note"] = note
+    return ds
+
+
+def summaries(ds: xr.Dataset) -> dict[str, xr.DataArray]:
+    """The summary variables of one point's collapse result (module docstring)."""
+    residual = ds["relative_residual"].sel(fit="mean", norm="l1inf")
+    final = residual.isel(layer=-1).median("sequence")
+    mean = stats.stats(ds, "relative_residual", "l1inf", "mean")["mean"]
+    below = (mean < THRESHOLD).values
+    first = np.where(below.any(axis=-1), mean.layer.values[below.argmax(axis=-1)], -1)
+    first_below = xr.DataArray(
+        first.astype(np.int64),
+        coords={"variant": mean.variant.values, "init": mean.init.values},
+        dims=("variant", "init"),
+    )
+    order = stats.fit_order(ds, "l1inf", "mean")
+    if "effective_rank" in ds:
+        rank = ds["effective_rank"].isel(layer=-1).median("sequence")
+    else:
+        rank = xr.full_like(final, np.nan)
+    peak = ds["massive_ratio"].isel(layer=slice(1, None)).max("layer", skipna=True)
+    out = {
+        "final_residual": final.drop_vars(["fit", "norm", "layer"], errors="ignore"),
+        "first_below": first_below,
+        "order": order.drop_attrs(),
+        "final_effective_rank": rank.drop_vars("layer", errors="ignore"),
+        "max_massive_ratio": peak,
+    }
+    for name, value in out.items():
+        out[name] = value.assign_attrs(long_name=SUMMARIES[name])
+    return out
+
+
+def execute(
+    sweep: Sweep,
+    store: Store | None = None,
+    part: tuple[int, int] = (0, 1),
+    progress: Progress | None = None,
+    warn: Callable[[str], None] | None = None,
+) -> list[xr.Dataset | None]:
+    """Run this process's share of the points (``part=(rank, size)``: every size-th point,
+    from the rank-th), skipping those the store already holds; each is written to the store
+    as it finishes.  Returns every point's Dataset this process has (None for the others)."""
+    rank, size = part
+    results: list[xr.Dataset | None] = [None] * len(sweep.points)
+    mine = list(range(rank, len(sweep.points), size))
+    for done, index in enumerate(mine):
+        point = sweep.points[index]
+        ds = store.read(point) if store is not None else None
+        if ds is None:
+            ds = run_point(sweep, point, warn)
+            if store is not None:
+                store.write(point, ds)
+        results[index] = ds
+        if progress is not None:
+            progress(done + 1, len(mine), f"point {point.label()}")
+    return results
+
+
+def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
+        progress: Progress | None = None, **options) -> xr.Dataset:  # fmt: skip
+    """Plan and run a sweep in this process; the gathered Dataset (module docstring).
+
+    ``store``: a folder to keep each finished point in (resumes from it); the options are
+    :func:`plan`'s."""
+    sweep = plan(model, inputs, **options)
+    kept = Store(store, sweep.fixed) if store is not None else None
+    return gather(sweep, execute(sweep, kept, progress=progress))
+
+
+def gather(sweep: Sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
+    """The points' Datasets stacked along the swept dimensions (module docstring).
+
+    Points without a Dataset (None: not finished) are NaN; ``done`` says which are there,
+    and the attributes ``points_done``/``points`` count them."""
+    axes = sweep.axes
+    present = [(p, ds) for p, ds in zip(sweep.points, datasets, strict=True) if ds is not None]
+    if not present:
+        raise ProbeError("no point of the sweep has finished yet")
+    parts = []
+    for _, ds in present:
+        ds = ds.assign(
+            command=str(ds.attrs.get("command", "")),
+            point_id=str(ds.attrs.get("settings_id", "")),
+        )
+        parts.append(ds.expand_dims(point=[len(parts)]))
+    stacked = xr.concat(parts, "point", join="outer", data_vars="all", coords="minimal",
+                        compat="override", combine_attrs="drop_conflicts")  # fmt: skip
+    for number, axis in enumerate(axes):
+        stacked = stacked.assign_coords(
+            {axis.name: ("point", [p.values[number] for p, _ in present])}
+        )
+    names = [a.name for a in axes]
+    if len(axes) == 1:
+        stacked = stacked.swap_dims(point=names[0]).drop_vars("point")
+    else:
+        stacked = stacked.set_index(point=names).unstack("point")
+    stacked = stacked.reindex({a.name: list(a.values) for a in axes})
+    # A point not finished is missing from the stack: reindexing left its id NaN.
+    done = np.vectorize(lambda v: isinstance(v, str), otypes=[bool])(stacked["point_id"].values)
+    stacked["done"] = (stacked["point_id"].dims, done)
+    stacked = stacked.transpose(*names, ...)
+    for axis in axes:
+        stacked[axis.name].attrs["sweep_kind"] = axis.kind
+        if axis.kind == "step":
+            stacked = stacked.assign_coords(folder=(axis.name, list(axis.folders)))
+    stacked.attrs.update(_attrs(sweep, len(present)))
+    return stacked
+
+
+def _attrs(sweep: Sweep, done: int) -> dict:
+    grid_ = {a.name: [str(v) for v in a.values] for a in sweep.axes}
+    return {
+        "analysis": "sweep",
+        "model": str(sweep.model.name),
+        "sweep_dims": json.dumps(grid_),
+        "sweep_kinds": json.dumps({a.name: a.kind for a in sweep.axes}),
+        "points": len(sweep.points),
+        "points_done": done,
+        "summaries_note": "; ".join(f"{k}: {v}" for k, v in SUMMARIES.items()),
+        "padding_note": "per-layer variables of points with fewer layers (or sequences) "
+        "are NaN beyond their last layer (sequence)",
+        "sweep_settings": json.dumps(sweep.fixed, sort_keys=True, default=str),
+        "settings_id": sweep.settings_id,
+        "command": sweep.command or "probe.analyses.sweep.run(...)",
+        "created": utc_now(),
+        "world_size": 1,
+        **versions(),
+    }

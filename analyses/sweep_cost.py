@@ -1,0 +1,130 @@
+"""What each point of a sweep will cost, before any runs: memory, time, and a valid config.
+
+Every point's config is read and checked the way loading checks it
+(:func:`probe.loading.resolve.check_config`: heads dividing the width, positive sizes, a
+model transformers can build, on the meta device), so a point the config rejects is refused
+by name before the first point runs.  From that config:
+
+* memory: the weights (parameters x element size, float32 while loading) plus
+  :func:`probe.memory.forward_bytes` of one batch and the inputs, plus, for ``probe
+  attention``'s statistics, the float64 probabilities of one layer (three copies);
+* time: the forward passes' floating-point work, 2 x parameters x tokens per sequence
+  (the matrix products) plus 4 x layers x tokens^2 x width (attention scores and their
+  product with the values), for every variant and init, and once more per init for the
+  attention statistics, divided by the rate of a float32 matrix product measured here
+  (:func:`matmul_rate`).  A lower bound: the metrics, the walker's hooks and the loading
+  are not counted; on small models they dominate.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import time
+from dataclasses import dataclass
+
+from probe import memory
+from probe.errors import ProbeError
+
+from .sweep_points import Point
+
+
+@dataclass(frozen=True)
+class Cost:
+    """One point's estimate: bytes held at once and seconds of forward passes."""
+
+    bytes: int
+    seconds: float
+    parameters: int
+
+
+def point_config(model, source: str):
+    """The config a point runs: the model's (or the step folder's) with its overrides."""
+    from probe.loading.resolve import read_config
+
+    config, _ = read_config(source)
+    overrides = getattr(model, "config", None) or {}
+    if overrides:
+        config = copy.deepcopy(config)
+        for key, value in overrides.items():
+            if not hasattr(config, key):
+                raise ProbeError(f"the config of {source} has no field {key}")
+            setattr(config, key, value)
+    return config
+
+
+@functools.cache
+def matmul_rate() -> float:
+    """Float32 multiply-adds per second of a 512 x 512 matrix product here (x2: FLOP/s)."""
+    import torch
+
+    a = torch.ones(512, 512)
+    a @ a  # warm up
+    start, runs = time.perf_counter(), 0
+    while time.perf_counter() - start < 0.05:
+        a @ a
+        runs += 1
+    return 2 * 512**3 * runs / (time.perf_counter() - start)
+
+
+def estimate(sweep, point: Point, cache: dict | None = None) -> Cost:
+    """The point's :class:`Cost`; a config it cannot run raises ProbeError."""
+    from probe.loading.resolve import check_config
+    from probe.models import adapter_for
+
+    from .sweep import point_request
+
+    model, inputs, options = point_request(sweep, point)
+    source = str(model.source)
+    key = (source, repr(sorted((getattr(model, "config", None) or {}).items())))
+    if cache is not None and key in cache:
+        config, adapter, params = cache[key]
+    else:
+        config = point_config(model, source)
+        try:
+            adapter = adapter_for(config.model_type)
+        except (KeyError, ProbeError):
+            raise ProbeError(f"probe has no family for model_type {config.model_type}") from None
+        params = check_config(source, config, adapter)
+        if cache is not None:
+            cache[key] = (config, adapter, params)
+    sequences = inputs.sequences if isinstance(inputs.sequences, int) else 32
+    tokens, batch = inputs.tokens or 128, min(inputs.batch_size or 16, sequences)
+    hidden, heads = adapter.hidden_size(config), adapter.n_heads(config)
+    layers = adapter.n_layers(config)
+    itemsize = {"float64": 8, "float16": 2, "bfloat16": 2}.get(model.dtype or "", 4)
+    intermediate = next((getattr(config, k) for k in ("intermediate_size", "n_inner", "d_inner")
+                         if isinstance(getattr(config, k, None), int)), 0)  # fmt: skip
+    held = params * max(itemsize, 4) + memory.inputs_bytes(sequences, tokens)
+    held += memory.forward_bytes(batch, tokens, hidden, heads, itemsize, intermediate)
+    if sweep.attention:
+        held += 3 * batch * heads * tokens * tokens * 8
+    variants = options.get("variants", "all")
+    runs = 4 if variants == "all" else len(str(variants).split(","))
+    passes = len(model.init) * (runs + (1 if sweep.attention else 0))
+    flops = passes * sequences * (2 * params * tokens + 4 * layers * tokens**2 * hidden)
+    return Cost(int(held), flops / matmul_rate(), params)
+
+
+def costs(sweep) -> list[Cost]:
+    """Every point's cost, each config read once; the first bad point is named."""
+    cache: dict = {}
+    found = []
+    for point in sweep.points:
+        try:
+            found.append(estimate(sweep, point, cache))
+        except ProbeError as err:
+            raise ProbeError(f"point {point.label()}: {err}") from None
+    return found
+
+
+def require(sweep, found: list[Cost]) -> None:
+    """Refuse a sweep whose largest point does not fit the device's free memory."""
+    worst = max(range(len(found)), key=lambda i: found[i].bytes)
+    point = sweep.points[worst]
+    memory.require(
+        found[worst].bytes,
+        str(sweep.model.device or "cpu"),
+        f"point {point.label()}",
+        "sweep smaller values, fewer `sequences`, `tokens` or a smaller `batch_size`",
+    )

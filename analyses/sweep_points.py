@@ -1,0 +1,236 @@
+"""The points of a sweep: its grid of settings, and the store that keeps each finished point.
+
+A sweep varies a few settings of one ``probe collapse`` request (:mod:`probe.analyses.sweep`).
+Each varied setting is an :class:`Axis`: its name (the dimension of the result), its
+values, and what it changes in the request:
+
+* ``config``: one field of the model's config at random init (``n_layer``, ``hidden_size``,
+  ``initializer_range`` ...), through ``probe.Model(config=...)``;
+* ``branch_scale``: the residual branches' scale alpha (a number or a text in ``L``, the
+  depth, such as ``1/sqrt(L)``), the collapse analysis's own option;
+* ``revision``: a hub revision of the checkpoint (``step1000``), ``probe.Model(revision=...)``;
+* ``step``: training steps of several local checkpoints, one folder per step: the model
+  source itself;
+* ``tokens``: real tokens per sequence (``probe.Inputs(tokens=...)``);
+* ``seed``: the seed of the random init and of the synthetic inputs (``probe.Model(seed=...)``).
+
+The grid is the product of the axes, in their order, the last varying fastest.  A
+:class:`Point` is one cell: a value per axis.  Its identity (:func:`point_id`) is the hash of
+the sweep's fixed settings and its own values, so the same point of a larger grid (one more
+seed, say) is the same file.
+
+The store (:class:`Store`): one netCDF file per finished point in a folder beside the
+result, ``<out>/<name>.points/point-<id>.nc``, written as a unit of one
+(:func:`probe.results.save_result`: staged, then renamed), so an interrupted or killed sweep
+keeps its finished points and never holds half of one.  A point file records the settings it
+was computed with (attribute ``sweep_point``); the store takes a file as the point only when
+they match, so a sweep never gives a point that ran with other settings than the ones it
+names.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import xarray as xr
+
+from probe import checks
+from probe.errors import ProbeError
+from probe.results import ENGINE, save_result, settings_id
+
+#: What each kind of axis changes; dimensions with these names are not config fields.
+KINDS = ("config", "branch_scale", "revision", "step", "tokens", "seed")
+#: Names a config field may not take as a dimension: the result's own dimensions.
+RESERVED = (*KINDS, "point", "variant", "init", "layer", "sequence", "token", "fit", "norm", "head")
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One swept setting: ``name`` (the result's dimension), ``kind`` (see module
+    docstring) and ``values``; a ``step`` axis also holds the folder of each step."""
+
+    name: str
+    kind: str
+    values: tuple
+    folders: tuple = ()
+
+    def __post_init__(self) -> None:
+        if not self.values:
+            raise ProbeError(f"`{self.name}` has no values to sweep")
+        seen = [str(v) for v in self.values]
+        twice = sorted({v for v in seen if seen.count(v) > 1})
+        if twice:
+            raise ProbeError(f"`{self.name}` gives {', '.join(twice)} more than once")
+
+
+@dataclass(frozen=True)
+class Point:
+    """One cell of the grid: ``values`` holds (dimension, value) in the order of the axes."""
+
+    axes: tuple[Axis, ...]
+    values: tuple
+
+    def __getitem__(self, name: str):
+        return dict(zip((a.name for a in self.axes), self.values, strict=True))[name]
+
+    def label(self) -> str:
+        """``n_layer=4, branch_scale=1/sqrt(L), seed=0``: the point as a person names it."""
+        return ", ".join(f"{a.name}={v}" for a, v in zip(self.axes, self.values, strict=True))
+
+    def as_dict(self) -> dict:
+        return {a.name: v for a, v in zip(self.axes, self.values, strict=True)}
+
+    def folder(self) -> str | None:
+        """The checkpoint folder of a ``step`` point (None without a step axis)."""
+        for axis, value in zip(self.axes, self.values, strict=True):
+            if axis.kind == "step":
+                return axis.folders[axis.values.index(value)]
+        return None
+
+
+def grid(axes: Sequence[Axis]) -> list[Point]:
+    """Every point of the product of ``axes``, the last axis varying fastest."""
+    import itertools
+
+    axes = tuple(axes)
+    return [Point(axes, values) for values in itertools.product(*(a.values for a in axes))]
+
+
+# --- reading the values of an axis --------------------------------------------------------
+
+
+def parse_counts(text: str | Sequence[int], name: str, low: int, high: int) -> tuple[int, ...]:
+    """``64,256,1024``, ``0-4`` or ``0,3,7`` (ranges inclusive) -> whole numbers in
+    [low, high], in the order given; a sequence of numbers is checked the same way."""
+    if not isinstance(text, str):
+        return tuple(checks.integer(f"`{name}`", v, low, high) for v in text)
+    values: list[int] = []
+    for item in text.split(","):
+        item = item.strip()
+        first, dash, last = item.partition("-")
+        if dash and first.strip() and last.strip():
+            start = checks.integer(f"`{name}`", first.strip(), low, high)
+            stop = checks.integer(f"`{name}`", last.strip(), low, high)
+            if stop < start:
+                raise ProbeError(f"`{name}` range {item} runs backwards; write {stop}-{start}")
+            if stop - start >= 100_000:
+                raise ProbeError(f"`{name}` range {item} holds over 100000 values")
+            values += range(start, stop + 1)
+        else:
+            values.append(checks.integer(f"`{name}`", item, low, high))
+    return tuple(values)
+
+
+def parse_value(text: str):
+    """A config value as typed: an integer, a number, true/false, or the text itself."""
+    word = text.strip()
+    if word.lower() in ("true", "false"):
+        return word.lower() == "true"
+    if re.fullmatch(r"[+-]?[0-9]+", word):
+        return int(word)
+    try:
+        number = float(word)
+    except ValueError:
+        return word
+    if number != number or number in (float("inf"), float("-inf")):
+        raise ProbeError(f"config value {word} is not a finite number")
+    return number
+
+
+def parse_setting(text: str) -> tuple[str, tuple]:
+    """``KEY=V1,V2,...`` -> (key, values)."""
+    key, eq, rest = str(text).partition("=")
+    key = key.strip()
+    if not eq or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise ProbeError(
+            f"`set` takes KEY=V1,V2,... with KEY a config field; got {checks.shown(text)}"
+        )
+    if key in RESERVED:
+        raise ProbeError(
+            f"`set` cannot sweep a config field named {key}: the result has a dimension of "
+            "that name"
+        )
+    items = [item.strip() for item in rest.split(",")]
+    if not rest.strip() or not all(items):
+        raise ProbeError(f"`set` {key} has an empty value; give KEY=V1,V2,...")
+    return key, tuple(parse_value(item) for item in items)
+
+
+def parse_words(text: str | Sequence[str], name: str) -> tuple[str, ...]:
+    """A comma list of non-empty words (branch scales, revisions)."""
+    items = text.split(",") if isinstance(text, str) else [str(v) for v in text]
+    words = tuple(item.strip() for item in items)
+    if not words or not all(words):
+        raise ProbeError(f"`{name}` has an empty value; give a comma list")
+    return words
+
+
+# --- the store ------------------------------------------------------------------------------
+
+
+def point_id(fixed: dict, point: Point) -> str:
+    """The hash naming a point's file: the sweep's fixed settings and the point's values."""
+    return settings_id(point_settings(fixed, point))
+
+
+def point_settings(fixed: dict, point: Point) -> dict:
+    values = point.as_dict()
+    folder = point.folder()
+    if folder is not None:  # the step's checkpoint by what it holds, not by its path
+        from probe.loading.identity import folder_fingerprint
+
+        values["checkpoint"] = folder_fingerprint(folder)
+    return {**fixed, "point": values}
+
+
+class Store:
+    """The folder of a sweep's finished points: ``point-<id>.nc`` each (module docstring)."""
+
+    def __init__(self, folder: str | Path, fixed: dict) -> None:
+        self.folder = Path(folder)
+        self.fixed = fixed
+
+    def path(self, point: Point) -> Path:
+        return self.folder / f"point-{point_id(self.fixed, point)}.nc"
+
+    def expected(self, point: Point) -> str:
+        return json.dumps(point_settings(self.fixed, point), sort_keys=True, default=str)
+
+    def read(self, point: Point) -> xr.Dataset | None:
+        """The finished point, loaded, or None: no file, a damaged one, or other settings."""
+        path = self.path(point)
+        if not path.is_file():
+            return None
+        try:
+            with xr.open_dataset(path, engine=ENGINE) as ds:
+                if ds.attrs.get("sweep_point") != self.expected(point):
+                    return None
+                return ds.load()
+        except (OSError, ValueError):
+            return None
+
+    def done(self, points: Sequence[Point]) -> list[bool]:
+        """Whether each point has its file with matching settings (attributes read only)."""
+        found = []
+        for point in points:
+            path = self.path(point)
+            ok = False
+            if path.is_file():
+                try:
+                    with xr.open_dataset(path, engine=ENGINE) as ds:
+                        ok = ds.attrs.get("sweep_point") == self.expected(point)
+                except (OSError, ValueError):
+                    ok = False
+            found.append(ok)
+        return found
+
+    def write(self, point: Point, ds: xr.Dataset) -> Path:
+        """Put the point in place as a unit (staged, renamed): whole or not at all."""
+        ds = ds.copy()
+        ds.attrs["sweep_point"] = self.expected(point)
+        ds.attrs["sweep_values"] = json.dumps(point.as_dict(), default=str)
+        return save_result(ds, self.path(point))

@@ -1,0 +1,222 @@
+"""``probe sweep MODEL``: one ``probe collapse`` per point of a grid, gathered into one result.
+
+Made of the shared request options (:mod:`cli.options`) and the grid's own: ``--set
+KEY=V1,V2`` (repeatable), ``--tokens``, ``--seeds``, ``--branch-scale``, ``--revisions``,
+``--steps`` (with several checkpoint folders as MODEL).  Everything is checked before the
+first point runs: the grid, every point's request and config, its size against
+``--max-points`` and the largest point against free memory.  ``--dry-run`` stops there and
+prints the points with their estimates.
+
+Each finished point is a file in ``<out>/<name>.points/`` (:mod:`probe.analyses.sweep_points`),
+so a sweep stopped by Ctrl-C, ``kill -9`` or a failure keeps its points and the same command
+resumes.  Once every point is there, the result and its report are put in place together
+and the point store is removed: the result holds every point.  Under torchrun the ranks take
+the points round robin and rank 0 gathers them (:func:`cli.sharded.run_sharded`).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from probe import checks, names
+
+from .console import command_line, fail, out
+from .domains import CommaList, Count, ModelName, Text, argument, option
+from .options import SHARED, Shared, shared_options
+
+
+class Counts(Count):
+    """A comma list of whole numbers and ranges (``64,256``, ``0-4``, ``0,3,7``) in
+    [low, high]; the fuzzer draws single numbers from the bounds, one list of one."""
+
+    metavar = "LIST"
+
+    def check(self, value):
+        from probe.analyses.sweep_points import parse_counts
+
+        parse_counts(str(value), self.name.lstrip("-").replace("-", "_"), self.low, self.high)
+        return str(value)
+
+    def describe(self) -> str:
+        return f"comma list or ranges A-B of {self.low} to {self.high}"
+
+
+class Setting(Text):
+    """``KEY=V1,V2,...``: a config field and the values it sweeps."""
+
+    metavar = "KEY=V1,V2"
+
+    def check(self, value):
+        from probe.analyses.sweep_points import parse_setting
+
+        text = super().check(value)
+        parse_setting(text)
+        return text
+
+
+def _parse_variants(text: str):
+    from probe.ablate import parse_variants
+
+    return parse_variants(text)
+
+
+@shared_options(*(name for name in SHARED if name != "tokens"), dtype="float32", batch_size=16)
+def sweep(
+    models: Annotated[
+        list[str],
+        argument(
+            "MODEL",
+            ModelName(),
+            help="A hub id, a local folder, a bundled name, a shipped checkpoint series "
+            "(gpt2-tiny-steps), or several checkpoint folders with --steps.",
+        ),
+    ],
+    settings: Annotated[
+        list[str] | None,
+        option(
+            "--set",
+            domain=Setting(),
+            help="A config field and its values, e.g. n_layer=2,4,8 (repeatable: a grid).",
+        ),
+    ] = None,
+    tokens: Annotated[
+        str | None,
+        option("--tokens", domain=Counts(2), help="Real tokens per sequence, e.g. 64,256,1024."),
+    ] = None,
+    seeds: Annotated[
+        str | None,
+        option("--seeds", domain=Counts(0, checks.MAX_SEED), help="Seeds, e.g. 0-4 or 0,3,7."),
+    ] = None,
+    branch_scale: Annotated[
+        str | None,
+        option(
+            "--branch-scale",
+            domain=Text(),
+            help="Scales alpha of the residual branches, e.g. 1,0.5,1/sqrt(L) (L: the depth).",
+        ),
+    ] = None,
+    revisions: Annotated[
+        str | None,
+        option("--revisions", domain=Text(), help="Hub revisions, e.g. step0,step1000."),
+    ] = None,
+    steps: Annotated[
+        str | None,
+        option(
+            "--steps",
+            domain=Counts(0),
+            help="The training step of each MODEL folder, in order, e.g. 0,100,1000.",
+        ),
+    ] = None,
+    variants: Annotated[
+        str,
+        option(
+            "--variants",
+            domain=CommaList(
+                names.VARIANTS + names.NORM_VARIANTS,
+                _parse_variants,
+                words=("all",),
+                metavar="all|LIST",
+            ),  # fmt: skip
+            help="all (the paper's four), or a comma list of variants.",
+        ),
+    ] = "all",
+    sequences: Annotated[
+        int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
+    ] = 32,
+    no_attention: Annotated[
+        bool,
+        typer.Option(
+            "--no-attention",
+            help="Skip probe attention's sink rate and massive ratio at each point (NaN).",
+        ),
+    ] = False,
+    max_points: Annotated[
+        int,
+        option("--max-points", domain=Count(1), help="Refuse a grid with more points."),
+    ] = 1000,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run", help="Print the points and their estimated memory and time; run nothing."
+        ),
+    ] = False,
+    *,
+    shared: Shared,
+) -> None:
+    """Collapse over a grid of configs, scales, context lengths, seeds or checkpoints."""
+    from probe.analyses import sweep as analysis
+    from probe.analyses import sweep_cost
+
+    if seeds is not None and shared.seed != 0:
+        fail("use either --seed or --seeds, not both")
+    folders: list[tuple[int, str]] | None = None
+    if steps is not None:
+        numbers = [int(n) for n in steps.split(",")] if "-" not in steps else None
+        if numbers is None or len(numbers) != len(models):
+            fail(f"--steps gives one step per MODEL folder: {len(models)} folders, --steps {steps}")
+        folders = list(zip(numbers, models, strict=True))
+        for _, folder in folders:
+            if not Path(folder).expanduser().is_dir():
+                fail(f"--steps takes checkpoint folders as MODEL; {folder} is not a folder")
+    elif len(models) > 1:
+        fail("give one MODEL, or several checkpoint folders with --steps")
+    (request,) = shared.models(models[:1])
+    config = dict(_setting(text) for text in settings or [])
+    if len(config) != len(settings or []):
+        fail("--set gives a config field more than once; give each field once")
+    plan = analysis.plan(
+        request, shared.inputs(sequences), config=config, branch_scale=branch_scale,
+        revisions=revisions, steps=folders, tokens=tokens, seeds=seeds, variants=variants,
+        attention=not no_attention, max_points=max_points, command=command_line(),
+    )  # fmt: skip
+    found = sweep_cost.costs(plan)
+    sweep_cost.require(plan, found)
+    name = result_name(plan)
+    if dry_run:
+        print_points(plan, found, plan.store(shared.out_dir, name))
+        return
+    from . import sweep_run
+
+    sweep_run.run(plan, shared.out_dir, name)
+
+
+def _setting(text: str) -> tuple[str, tuple]:
+    from probe.analyses.sweep_points import parse_setting
+
+    return parse_setting(text)
+
+
+def result_name(plan) -> str:
+    """``sweep-<model>-<init>-<dtype>-<id>``: the id is the whole sweep's."""
+    from probe.reports.naming import model_stem
+
+    model = plan.model
+    parts = ["sweep", model_stem(str(model.name)), *model.init, str(model.dtype or "float32")]
+    return "-".join([*parts, plan.settings_id])
+
+
+def print_points(plan, found, store) -> None:
+    """One line per point (its values, whether the store has it, its estimates), the total."""
+    from probe.memory import fmt
+
+    done = store.done(plan.points)
+    for number, (point, cost, have) in enumerate(zip(plan.points, found, done, strict=True)):
+        state = "done" if have else "to run"
+        out.print(
+            f"point {number + 1}/{len(plan.points)}: {point.label()} · {state} · "
+            f"{cost.parameters:,} parameters · memory {fmt(cost.bytes)} · "
+            f"time >= {cost.seconds:.3g} s",
+            markup=False,
+        )
+    todo = [c for c, have in zip(found, done, strict=True) if not have]
+    out.print(
+        f"total: {len(plan.points)} points ({len(plan.points) - len(todo)} done), "
+        f"{len(todo)} to run, time >= {sum(c.seconds for c in todo):.3g} s "
+        "(forward passes at this machine's matrix-product rate: a lower bound), "
+        f"memory at most {fmt(max(c.bytes for c in found))} at once",
+        markup=False,
+    )
+    out.print("dry run: nothing was run or written", markup=False)

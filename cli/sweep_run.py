@@ -1,0 +1,138 @@
+"""Running a checked sweep: the points into their store, then one result and its report.
+
+One process runs every point not yet in the store; a torchrun job's ranks take them round
+robin (:func:`probe.analyses.sweep.execute`'s ``part``) and rank 0 publishes once every rank
+has finished (:func:`cli.sharded.run_sharded`).  Either way the result is gathered from the
+store's files, so one process and a torchrun job read the same bytes: the results are
+equal bit for bit.  An interrupt or a failure keeps the finished points, and says where.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import xarray as xr
+from rich.table import Table
+
+from probe import distributed
+from probe.analyses import sweep as analysis
+from probe.errors import ProbeError
+from probe.interrupts import Interrupted
+
+from .console import Reporter, named, out, say, warn, wrote
+from .output import check_out_dir, no_empty_folder, write_index, write_pair
+from .sharded import rank_warn, run_sharded
+
+
+def run(plan, out_dir: Path, name: str) -> None:
+    """Run ``plan``'s points (those the store lacks), then publish the result."""
+    check_out_dir(out_dir)
+    here = distributed.world()
+    if here.parallel:
+        device = distributed.device_for(plan.model.device, here)
+        plan.model = replace(plan.model, device=device)
+        store = plan.store(out_dir, name)
+        with distributed.process_group(here, device):
+            run_sharded(
+                here,
+                out_dir,
+                lambda _: _work(plan, store, (here.rank, here.size), rank_warn(here)),
+                lambda _: _publish(plan, store, out_dir, name, here.size),
+            )
+        return
+    store = plan.store(out_dir, name)
+    with no_empty_folder(out_dir):
+        _work(plan, store, (0, 1), warn)
+        _publish(plan, store, out_dir, name, 1)
+
+
+def _work(plan, store, part: tuple[int, int], warn_) -> None:
+    """This process's points into the store; on a stop, say which points are kept."""
+    reporter = Reporter()
+    mine = len(range(part[0], len(plan.points), part[1]))
+    try:
+        with reporter.bar(mine):
+            analysis.execute(plan, store, part, progress=reporter.update, warn=warn_)
+    except Interrupted:
+        _kept(plan, store)
+        raise
+    except ProbeError as err:
+        kept = sum(store.done(plan.points))
+        if kept:
+            raise ProbeError(
+                f"{err}; the {kept} finished points are kept in {store.folder}, "
+                "and the same command resumes from them"
+            ) from None
+        raise
+    if any(store.done(plan.points[part[0] :: part[1]])):
+        wrote(store.folder)
+
+
+def _kept(plan, store) -> None:
+    kept = sum(store.done(plan.points))
+    if kept:
+        wrote(store.folder)
+        say(f"probe: note: {kept} of {len(plan.points)} points are kept in {store.folder}; "
+            "the same command resumes from them")  # fmt: skip
+
+
+def _publish(plan, store, out_dir: Path, name: str, world_size: int) -> None:
+    """Every point from the store, gathered into the result and its report; the store is
+    then removed (the result holds every point)."""
+    from probe.reports.sweep_report import render_sweep
+
+    datasets = [store.read(point) for point in plan.points]
+    missing = [p.label() for p, ds in zip(plan.points, datasets, strict=True) if ds is None]
+    if missing:
+        raise ProbeError(f"point {missing[0]} is not in {store.folder}; run the command again")
+    ds = analysis.gather(plan, datasets)
+    ds.attrs["world_size"] = int(world_size)
+    nc, html = write_pair(ds, out_dir, name, render_sweep(ds, result_file=f"{name}.nc"))
+    shutil.rmtree(store.folder, ignore_errors=True)
+    print_summary(ds)
+    named("result", nc)
+    named("report", html)
+    named("index", write_index(out_dir))
+
+
+def _value(at: xr.Dataset, name: str, variant: str) -> str:
+    if variant not in at.variant.values:
+        return "-"
+    number = float(at[name].sel(variant=variant))
+    return f"{number:.3g}" if np.isfinite(number) else "-"
+
+
+def print_summary(ds: xr.Dataset) -> None:
+    """One row per point and init: the summaries of its transformer and its SAN."""
+    from probe.plot_sweep import swept
+
+    dims = swept(ds)
+    table = Table(title=f"{ds.attrs.get('model', '?')} · sweep", title_justify="left")
+    for column in (*dims, "init", "final r (transformer)", "final r (SAN)", "SAN < 1e-3 at",
+                   "SAN order", "eff. rank", "sink rate"):  # fmt: skip
+        table.add_column(column, justify="right")
+    flat = ds[["final_residual", "first_below", "order", "final_effective_rank",
+               "sink_rate"]].stack(point=dims)  # fmt: skip
+    variants = list(ds.variant.values)
+    for index in range(flat.sizes["point"]):
+        one = flat.isel(point=index)
+        for init in ds.init.values:
+            at = one.sel(init=init)
+
+            below = int(at["first_below"].sel(variant="SAN")) if "SAN" in variants else -1
+            table.add_row(
+                *(str(one[d].item()) for d in dims),
+                str(init),
+                _value(at, "final_residual", "transformer"),
+                _value(at, "final_residual", "SAN"),
+                "never" if below < 0 else str(below),
+                _value(at, "order", "SAN"),
+                _value(at, "final_effective_rank", "transformer"),
+                f"{float(at['sink_rate']):.3g}" if np.isfinite(float(at["sink_rate"])) else "-",
+            )
+    out.print(table)
+    if ds.attrs.get("inputs") == "synthetic ids":
+        say("probe: note: no tokenizer could be loaded; inputs are seeded random token ids")
