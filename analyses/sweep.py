@@ -37,6 +37,7 @@ import hashlib
 import inspect
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -378,13 +379,16 @@ def execute(
     for done, index in enumerate(mine):
         point = sweep.points[index]
         ds = store.read(point) if store is not None else None
+        label = f"point {point.label()}" + (" (kept from an earlier run)" if ds is not None else "")
         if ds is None:
+            start = time.perf_counter()
             ds = run_point(sweep, point, warn)
+            ds.attrs["seconds"] = round(time.perf_counter() - start, 3)
             if store is not None:
                 store.write(point, ds)
         results[index] = ds
         if progress is not None:
-            progress(done + 1, len(mine), f"point {point.label()}")
+            progress(done + 1, len(mine), label)
     return results
 
 
@@ -413,6 +417,8 @@ def gather(sweep: Sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
         ds = ds.assign(
             command=str(ds.attrs.get("command", "")),
             point_id=str(ds.attrs.get("settings_id", "")),
+            point_created=str(ds.attrs.get("created", "")),
+            seconds=float(ds.attrs.get("seconds", np.nan)),
         )
         parts.append(ds.expand_dims(point=[len(parts)]))
     stacked = xr.concat(parts, "point", join="outer", data_vars="all", coords="minimal",

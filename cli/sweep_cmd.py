@@ -200,6 +200,8 @@ def result_name(plan) -> str:
 
 def print_points(plan, found, store) -> None:
     """One line per point (its values, whether the store has it, its estimates), the total."""
+    import numpy as np
+
     from probe.memory import fmt
 
     done = store.done(plan.points)
@@ -212,11 +214,27 @@ def print_points(plan, found, store) -> None:
             markup=False,
         )
     todo = [c for c, have in zip(found, done, strict=True) if not have]
+    lower = sum(c.seconds for c in todo)
+    # Finished points say how far the lower bound is from what a point takes here.
+    ratios = []
+    for point, cost, have in zip(plan.points, found, done, strict=True):
+        seconds = store.read(point).attrs.get("seconds") if have else None
+        if seconds is not None and cost.seconds > 0:
+            ratios.append(float(seconds) / cost.seconds)
+    if ratios:
+        time_text = (
+            f"time about {lower * float(np.median(ratios)):.3g} s (the lower bound "
+            f"{lower:.3g} s scaled as the {len(ratios)} finished points measured)"
+        )
+    else:
+        time_text = (
+            f"time >= {lower:.3g} s (forward passes at this machine's matrix-product rate: "
+            "a lower bound; loading and the metrics come on top)"
+        )
     out.print(
         f"total: {len(plan.points)} points ({len(plan.points) - len(todo)} done), "
-        f"{len(todo)} to run, time >= {sum(c.seconds for c in todo):.3g} s "
-        "(forward passes at this machine's matrix-product rate: a lower bound), "
-        f"memory at most {fmt(max(c.bytes for c in found))} at once",
+        f"{len(todo)} to run, {time_text}, memory at most {fmt(max(c.bytes for c in found))} "
+        "at once",
         markup=False,
     )
     out.print("dry run: nothing was run or written", markup=False)
