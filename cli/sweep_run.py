@@ -22,7 +22,7 @@ from probe.analyses import sweep as analysis
 from probe.errors import ProbeError
 from probe.interrupts import Interrupted
 
-from .console import Reporter, named, out, say, warn, wrote
+from .console import Reporter, checked, named, out, say, warn, wrote
 from .output import check_out_dir, no_empty_folder, write_index, write_pair
 from .sharded import rank_warn, run_sharded
 
@@ -30,6 +30,7 @@ from .sharded import rank_warn, run_sharded
 def run(plan, out_dir: Path, name: str) -> None:
     """Run ``plan``'s points (those the store lacks), then publish the result."""
     check_out_dir(out_dir)
+    checked()  # every check has passed: warnings held so far are printed, no more are held
     here = distributed.world()
     if here.parallel:
         device = distributed.device_for(plan.model.device, here)

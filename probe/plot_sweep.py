@@ -81,10 +81,11 @@ def _x(ds: xr.Dataset, dim: str) -> tuple[np.ndarray, list[str] | None, str]:
     return numbers, None, "log" if (numbers > 0).all() and _spans_decades(numbers) else "linear"
 
 
-def _mean_range(values: xr.DataArray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _mean_range(values: xr.DataArray, dim: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean, least and largest over seeds where they are swept (and not the x axis)."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
-        if "seed" in values.dims:
+        if "seed" in values.dims and dim != "seed":
             return (values.mean("seed").values, values.min("seed").values,
                     values.max("seed").values)  # fmt: skip
     v = values.values.astype(float)
@@ -113,13 +114,15 @@ def curves(ds: xr.Dataset) -> Figure:
                     one = data[name].sel(init=init)
                     if variant is not None:
                         one = one.sel(variant=variant)
-                    mean, low, high = _mean_range(one.astype(float))
+                    if name == "first_below":  # -1: never below; not a layer
+                        one = one.where(one >= 0)
+                    mean, low, high = _mean_range(one.astype(float), dim)
                     c = colour(variant) if variant else "#333333"
                     text = f"{variant or 'transformer'} · {init}" if len(inits) > 1 else (
                         variant or "transformer")  # fmt: skip
                     ax.plot(x, mean, marker="o", color=c, linestyle=_INIT_STYLES.get(init, "-"),
                             label=text)  # fmt: skip
-                    if "seed" in one.dims:
+                    if "seed" in one.dims and dim != "seed":
                         ax.fill_between(x, low, high, color=c, alpha=0.15, linewidth=0)
             if scale == "log":
                 log_axis(ax, "x")

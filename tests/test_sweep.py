@@ -243,6 +243,9 @@ def test_figures(swept):
     with pytest.raises(ValueError, match="two swept values"):
         phase(swept)
     assert figure(swept).axes[0].get_xlabel() == "tokens"
+    seeds = curves(swept.sel(tokens=8))  # only seeds swept: they are the x axis
+    assert seeds.axes[0].get_xlabel() == "seed"
+    np.testing.assert_array_equal(seeds.axes[0].lines[0].get_xdata(), [0, 1])
     two = xr.concat([swept.expand_dims(width=[w]) for w in (32, 64)], "width")
     two.attrs["sweep_dims"] = '{"width": ["32", "64"], "tokens": ["8", "12"], "seed": ["0", "1"]}'
     heat = phase(two)

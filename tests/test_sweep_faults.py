@@ -1,0 +1,104 @@
+"""A stopped sweep keeps its finished points and the same command resumes; torchrun's ranks
+split the points and give the single-process result.
+
+The command runs in a process of its own (tests/cli_process.py): SIGINT or ``kill -9`` is
+sent once the first point's file is in the store.  Every file the store then holds must be a
+whole point, and the rerun must take those points from the store (their creation time is
+the one they had before the rerun) and finish the sweep.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import xarray as xr
+
+import probe
+from probe.results import ENGINE
+from tests import cli_process
+
+SEEDS = 4
+ARGS = ["--init", "random", "--sequences", "2", "--batch-size", "2", "--tokens", "8",
+        "--variants", "SAN", "--no-attention"]  # fmt: skip
+
+
+def _first_point(run, out: Path, timeout: float = 300) -> list[Path]:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and run.process.exitcode is None:
+        found = list(out.glob("*.points/point-*.nc"))
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"no point was stored\n{run.err()}")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGKILL])
+def test_a_stopped_sweep_resumes_from_its_finished_points(tiny_folders, tmp_path, signum):
+    args = ["sweep", tiny_folders["gpt2"], *ARGS, "--seeds", f"0-{SEEDS - 1}", "--out", "r"]
+    run = cli_process.start(args, tmp_path, tmp_path / "logs", "stopped")
+    _first_point(run, tmp_path / "r")
+    os.kill(run.pid, signum)
+    code = run.wait()
+    assert code == (130 if signum == signal.SIGINT else -signal.SIGKILL), run.err()
+    kept = {}
+    for path in (tmp_path / "r").glob("*.points/point-*.nc"):
+        with xr.open_dataset(path, engine=ENGINE) as ds:  # a whole point, never half of one
+            kept[int(ds.attrs["seed"])] = (ds.attrs["created"], ds["relative_residual"].values)
+    assert 1 <= len(kept) < SEEDS, run.err()
+    if signum == signal.SIGINT:
+        lines = run.err().splitlines()
+        assert (
+            "points are kept in r/sweep-" in run.err() and "the same command resumes" in run.err()
+        )
+        assert lines[-1].startswith("probe: error: interrupted; written before the interrupt: r/")
+    again = cli_process.start(args, tmp_path, tmp_path / "logs", "again")
+    assert again.wait() == 0, again.err()
+    assert again.err().count("(kept from an earlier run) done") == len(kept)
+    (nc,) = (tmp_path / "r").glob("sweep-*.nc")
+    ds = probe.open_result(nc)
+    assert ds.attrs["points_done"] == SEEDS and ds["done"].all()
+    for seed, (created, residual) in kept.items():
+        assert ds["point_created"].sel(seed=seed).item() == created  # taken from the store
+        np.testing.assert_array_equal(ds["relative_residual"].sel(seed=seed).values, residual)
+    left = sorted(p.name for p in (tmp_path / "r").iterdir())
+    assert left == sorted([nc.name, nc.with_suffix(".html").name, "index.html"]), left
+
+
+@pytest.mark.slow  # two torchrun processes import torch and run six points: about a minute
+def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    args = ["sweep", tiny_folders["gpt2"], *ARGS, "--seeds", "0-2", "--tokens", "8,12", "-q"]
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+         "-m", "probe.cli", *args, "--out", "r"],
+        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path / "two",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path / "one")
+    single = CliRunner().invoke(app, [*args, "--out", "r"])
+    assert single.exit_code == 0, single.output
+    (two,) = (tmp_path / "two" / "r").glob("sweep-*.nc")
+    (one,) = (tmp_path / "one" / "r").glob("sweep-*.nc")
+    assert two.name == one.name
+    a, b = probe.open_result(two), probe.open_result(one)
+    assert a.attrs["world_size"] == 2 and b.attrs["world_size"] == 1
+    variable = [n for n in a.data_vars if n not in ("point_created", "seconds")]
+    for name in variable:
+        xr.testing.assert_identical(a[name], b[name])  # bit for bit
+    assert sorted(p.name for p in two.parent.iterdir()) == sorted(
+        p.name for p in one.parent.iterdir()
+    )
