@@ -26,7 +26,12 @@ class ProbeAccessor:
 
     def plot(self, log: bool = True, **kwargs) -> Figure:
         """The paper's figure (relative residual against layer); of an attention result, the
-        layer x head heatmaps of sink score and entropy (``probe.plot_attention``)."""
+        layer x head heatmaps of sink score and entropy (``probe.plot_attention``); of a
+        sweep, its phase diagram or curves (``probe.plot_sweep.figure``)."""
+        if self._ds.attrs.get("analysis") == "sweep":
+            from .plot_sweep import figure
+
+            return figure(self._ds)
         if self._ds.attrs.get("analysis") == "attention":
             from .plot_attention import heatmaps
 

@@ -251,3 +251,18 @@ def test_figures(swept):
     heat = phase(two)
     assert [ax.get_title() for ax in heat.axes[:2]] == ["SAN", "transformer"]
     assert heat.axes[0].get_ylabel() == "width" and heat.axes[0].get_xlabel() == "tokens"
+    assert swept.probe.plot().axes[0].get_xlabel() == "tokens"  # the notebook's figure
+    assert two.probe.plot().axes[0].get_title() == "SAN"
+
+
+def test_the_report_draws_the_phase_diagram_of_two_swept_values(swept):
+    from probe.reports.sweep_report import render_sweep
+
+    page = render_sweep(swept, result_file="s.nc")
+    assert "phase diagram" not in page and page.count("<svg") == 1
+    assert '<meta name="probe:analysis" content="sweep">' in page
+    assert "4 of 4 points" in page and page.count("probe collapse ") >= 4
+    two = xr.concat([swept.expand_dims(width=[w]) for w in (32, 64)], "width")
+    two.attrs["sweep_dims"] = '{"width": ["32", "64"], "tokens": ["8", "12"], "seed": ["0", "1"]}'
+    page = render_sweep(two, result_file="s.nc")
+    assert "The phase diagram" in page and page.count("<svg") == 2

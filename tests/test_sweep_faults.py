@@ -71,7 +71,7 @@ def test_a_stopped_sweep_resumes_from_its_finished_points(tiny_folders, tmp_path
     assert left == sorted([nc.name, nc.with_suffix(".html").name, "index.html"]), left
 
 
-@pytest.mark.slow  # two torchrun processes import torch and run six points: about a minute
+@pytest.mark.slow  # two torchrun processes import torch and run six points: about two minutes on a shared CPU
 def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
