@@ -28,20 +28,21 @@ from .domains import CommaList, Count, ModelName, Text, argument, option
 from .options import SHARED, Shared, shared_options
 
 
-class Counts(Count):
+class Numbers(CommaList):
     """A comma list of whole numbers and ranges (``64,256``, ``0-4``, ``0,3,7``) in
-    [low, high]; the fuzzer draws single numbers from the bounds, one list of one."""
+    [low, high]; ``examples`` are values the fuzzer lists (any in the bounds are taken)."""
 
-    metavar = "LIST"
+    def __init__(self, low: int, high: int, examples: tuple[str, ...]) -> None:
+        super().__init__(examples, self._numbers, metavar="LIST")
+        self.low, self.high = low, high
 
-    def check(self, value):
+    def _numbers(self, text: str):
         from probe.analyses.sweep_points import parse_counts
 
-        parse_counts(str(value), self.name.lstrip("-").replace("-", "_"), self.low, self.high)
-        return str(value)
+        return parse_counts(text, self.name.lstrip("-").replace("-", "_"), self.low, self.high)
 
     def describe(self) -> str:
-        return f"comma list or ranges A-B of {self.low} to {self.high}"
+        return f"a comma list, or ranges A-B, of {self.low} to {self.high}"
 
 
 class Setting(Text):
@@ -63,7 +64,10 @@ def _parse_variants(text: str):
     return parse_variants(text)
 
 
-@shared_options(*(name for name in SHARED if name != "tokens"), dtype="float32", batch_size=16)
+# --tokens and --seeds take lists here: they replace the shared --tokens and --seed.
+@shared_options(
+    *(name for name in SHARED if name not in ("tokens", "seed")), dtype="float32", batch_size=16
+)
 def sweep(
     models: Annotated[
         list[str],
@@ -84,11 +88,20 @@ def sweep(
     ] = None,
     tokens: Annotated[
         str | None,
-        option("--tokens", domain=Counts(2), help="Real tokens per sequence, e.g. 64,256,1024."),
+        option(
+            "--tokens",
+            domain=Numbers(2, checks.MAX_COUNT, ("8", "12", "16")),
+            help="Real tokens per sequence, e.g. 64,256,1024 (one value: every point's).",
+        ),
     ] = None,
     seeds: Annotated[
         str | None,
-        option("--seeds", domain=Counts(0, checks.MAX_SEED), help="Seeds, e.g. 0-4 or 0,3,7."),
+        option(
+            "--seeds",
+            domain=Numbers(0, checks.MAX_SEED, ("0", "1", "2")),
+            help="Seeds of the random init and synthetic inputs, e.g. 0-4 or 0,3,7 "
+            "(one value: every point's).",
+        ),
     ] = None,
     branch_scale: Annotated[
         str | None,
@@ -106,7 +119,7 @@ def sweep(
         str | None,
         option(
             "--steps",
-            domain=Counts(0),
+            domain=Numbers(0, checks.MAX_COUNT, ("0", "10", "100")),
             help="The training step of each MODEL folder, in order, e.g. 0,100,1000.",
         ),
     ] = None,
@@ -150,12 +163,12 @@ def sweep(
     from probe.analyses import sweep as analysis
     from probe.analyses import sweep_cost
 
-    if seeds is not None and shared.seed != 0:
-        fail("use either --seed or --seeds, not both")
     folders: list[tuple[int, str]] | None = None
     if steps is not None:
-        numbers = [int(n) for n in steps.split(",")] if "-" not in steps else None
-        if numbers is None or len(numbers) != len(models):
+        from probe.analyses.sweep_points import parse_counts
+
+        numbers = parse_counts(steps, "steps", 0, checks.MAX_COUNT)
+        if len(numbers) != len(models):
             fail(f"--steps gives one step per MODEL folder: {len(models)} folders, --steps {steps}")
         folders = list(zip(numbers, models, strict=True))
         for _, folder in folders:

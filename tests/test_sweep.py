@@ -195,7 +195,8 @@ def test_dry_run_prints_the_points_and_writes_nothing(gpt2, tmp_path, monkeypatc
     ("args", "message"),
     [
         (["--steps", "0,10"], "one step per MODEL folder: 1 folders"),
-        (["--seeds", "0-1", "--seed", "3"], "either --seed or --seeds"),
+        (["--seeds", "0,x"], "--seeds must be a whole number from 0 to "),
+        (["--seeds", "0-1", "--seed", "3"], "No such option: --seed"),  # --seeds takes one
         (["--set", "n_layer"], "KEY=V1,V2"),
         (["--tokens", "8,8"], "--tokens gives 8 more than once"),
         (["--seeds", "0-9", "--max-points", "5"], "10 points (10 seed), more than --max-points 5"),
