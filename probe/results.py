@@ -102,6 +102,10 @@ def netcdf_safe(attrs: dict) -> dict:
 
 def save_result(ds: xr.Dataset, path: str | os.PathLike) -> Path:
     """Write ``ds`` to ``path`` atomically (temporary file, then rename: a unit of one)."""
+    if not isinstance(ds, xr.Dataset):
+        raise ProbeError(f"`ds` must be an xarray.Dataset; got {type(ds).__name__}")
+    if not isinstance(path, str | os.PathLike) or not str(path).strip():
+        raise ProbeError("`path` must be a file path such as result.nc")
     return write_together({Path(path): lambda tmp: write_netcdf(ds, tmp)})[0]
 
 

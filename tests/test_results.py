@@ -125,3 +125,16 @@ def test_schema_allows_only_the_metrics_a_result_chose_to_leave_out():
     # The relative residual may never be left out.
     with pytest.raises(probe.ProbeError, match="without the variable 'relative_residual'"):
         check_schema(full.drop_vars("relative_residual").assign_attrs(metrics="stable_rank"))
+
+
+def test_save_result_refuses_what_is_not_a_dataset_or_a_file_path(tmp_path):
+    ds = xr.Dataset({"x": ("layer", [1.0])}, attrs={"analysis": "collapse"})
+    with pytest.raises(probe.ProbeError, match=r"^`ds` must be an xarray.Dataset; got list$"):
+        save_result([1.0], tmp_path / "r.nc")
+    with pytest.raises(probe.ProbeError, match=r"^`path` must be a file path"):
+        save_result(ds, "  ")
+    with pytest.raises(probe.ProbeError, match=r"^`path` must be a file path"):
+        save_result(ds, 3)
+    with pytest.raises(probe.ProbeError, match="a folder is in the way"):
+        save_result(ds, tmp_path)  # a folder, not a file: nothing staged is left behind
+    assert os.listdir(tmp_path) == []
