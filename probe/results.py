@@ -185,6 +185,14 @@ SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
         "sink_rate": ("init",),
         "input_ids": ("sequence", "token"),
     },
+    "sweep": {  # besides the swept dimensions (attribute sweep_dims)
+        "final_residual": ("variant", "init"),
+        "first_below": ("variant", "init"),
+        "order": ("variant", "init"),
+        "sink_rate": ("init",),
+        "command": (),
+        "done": (),
+    },
     "toy": {"train_loss": ()},  # the rest depends on the task: see TOY_SCHEMAS
     "training": {
         "train_loss": ("model", "step"),
@@ -239,6 +247,14 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
     # is damage.
     chosen = ds.attrs.get("metrics")
     chosen = set(str(chosen).split(",")) if chosen is not None else None
+    swept: set[str] = set()
+    if analysis == "sweep":  # its own dimensions: the swept settings
+        try:
+            swept = set(json.loads(str(ds.attrs.get("sweep_dims"))))
+        except (ValueError, TypeError):
+            raise ProbeError(
+                f"{path}: its sweep_dims attribute is damaged; run the sweep again"
+            ) from None
     for name, dims in schema.items():
         left_out = chosen is not None and name not in chosen
         if (
@@ -252,7 +268,7 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
                 f"{path} is a {analysis} result without the variable {name!r}: "
                 "it was damaged or edited; run the probe again"
             )
-        if set(ds[name].dims) - OPTIONAL_DIMS != set(dims) - OPTIONAL_DIMS:
+        if set(ds[name].dims) - OPTIONAL_DIMS - swept != set(dims) - OPTIONAL_DIMS:
             raise ProbeError(
                 f"{path}: {name} has dims ({', '.join(ds[name].dims)}), expected "
                 f"({', '.join(dims)}); run the probe again"

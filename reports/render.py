@@ -179,6 +179,10 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
         from .attention_report import render_attention
 
         return render_attention(ds, result_file)
+    if ds.attrs.get("analysis") == "sweep":  # `probe sweep` results have their own page
+        from .sweep_report import render_sweep
+
+        return render_sweep(ds, result_file)
     if ds.attrs.get("analysis") == "toy":  # `probe toy` results have their own page
         from .toy import render_toy
 

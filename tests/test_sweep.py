@@ -232,6 +232,10 @@ def test_the_command_writes_one_result_whose_points_equal_probe_collapse(
         np.testing.assert_array_equal(ds[name].sel(tokens=12).values, one[name].values)
     html = nc.with_suffix(".html").read_text()
     assert "sweep over tokens" in html and "<svg" in html
+    nc.with_suffix(".html").unlink()  # `probe report build` renders it again from the result
+    again = _cli(["report", "build", str(nc)], monkeypatch, tmp_path)
+    assert again.exit_code == 0, again.output
+    assert "sweep over tokens" in nc.with_suffix(".html").read_text()
 
 
 def test_figures(swept):
