@@ -82,6 +82,9 @@ def gather(sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
             point_id=str(ds.attrs.get("settings_id", "")),
             point_created=str(ds.attrs.get("created", "")),
             seconds=float(ds.attrs.get("seconds", np.nan)),
+            n_layers=int(ds.attrs.get("n_layers", -1)),
+            # alpha at this point's depth (1: unscaled), as the collapse run recorded it
+            branch_scale_value=float(ds.attrs.get("branch_scale_value", 1.0)),
         )
         parts.append(ds.expand_dims(point=[len(parts)]))
     stacked = xr.concat(parts, "point", join="outer", data_vars="all", coords="minimal",

@@ -94,6 +94,7 @@ def test_checkpoints_of_different_depth_are_padded_with_nan(gpt2, tmp_path):
     alone = collapse.run(Model(gpt2, init="pretrained"), Inputs(tokens=8, **SIZES), variants="SAN")
     np.testing.assert_array_equal(r.sel(step=0, layer=[0, 1, 2]).values, alone[r.name].values)
     assert list(ds["folder"].values) == [gpt2, str(deeper)]
+    assert list(ds["n_layers"].values) == [2, 3]
 
 
 def test_two_processes_split_the_points_and_gather_the_same(gpt2, tmp_path):
