@@ -199,15 +199,13 @@ def plan(
 
 
 def _series(name: str) -> list[tuple[int, str]] | None:
-    """A shipped checkpoint series (``gpt2-tiny-steps``): its (step, folder) pairs."""
+    """A checkpoint series (``gpt2-tiny-steps``, or a folder one training run wrote): its
+    (step, folder) pairs; None for any other name.  A damaged series is said in one line."""
     try:
         from probe.loading.shipped import series
     except ImportError:  # no series ship with this version
         return None
-    try:
-        found = series(name)
-    except (KeyError, ProbeError):
-        return None
+    found = series(name)
     return [(int(step), str(folder)) for step, folder in found] if found else None
 
 
