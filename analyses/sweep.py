@@ -296,9 +296,13 @@ def _fixed_settings(sweep: Sweep) -> dict:
 
 
 def run_point(sweep: Sweep, point: Point, warn: Callable[[str], None] | None = None) -> xr.Dataset:
-    """One point: ``collapse.run`` with its settings, plus its attention and summaries."""
+    """One point: ``collapse.run`` with its settings, plus its attention and summaries.
+
+    ``probe attention`` runs on the models the collapse run loaded (the same weights a load
+    of its own would give, with the point's seed for its inputs): one load per point."""
     model, inputs, options = point_request(sweep, point)
-    ds = collapse.run(model, inputs, warn=warn, **options)
+    plan = collapse.prepare(model, inputs, warn=warn, **options)
+    ds = collapse.execute(plan)
     inits = list(ds.init.values)
     rate = xr.DataArray(np.full(len(inits), np.nan), coords={"init": inits}, dims="init")
     massive = xr.DataArray(
@@ -308,7 +312,16 @@ def run_point(sweep: Sweep, point: Point, warn: Callable[[str], None] | None = N
     )
     note = "attention not measured (attention=False)"
     if sweep.attention:
-        measured = attention_analysis.run(model, inputs, epsilon=sweep.epsilon)
+        measured = xr.concat(
+            [
+                attention_analysis.run(
+                    Model(probed, init=probed.init, seed=model.seed), inputs, epsilon=sweep.epsilon
+                )
+                for probed in plan.models
+            ],
+            "init",
+            data_vars="all",
+        )
         rate, massive = measured["sink_rate"], measured["massive_ratio"]
         note = str(measured.attrs.get("attention_note", ""))
     ds = ds.assign(sink_rate=rate, massive_ratio=massive)
