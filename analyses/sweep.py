@@ -223,8 +223,12 @@ def _fixed_request(request: Model, given: Inputs, fixed: dict, options: dict):
             given = replace(given, tokens=value)
         elif kind == "seed":
             request = replace(request, seed=value)
-    if "branch_scale" in extra and not _accepts(collapse.prepare, "branch_scale"):
-        raise ProbeError("this version of probe cannot scale the residual branches")
+    if "branch_scale" in extra:
+        if not _accepts(collapse.prepare, "branch_scale"):
+            raise ProbeError("this version of probe cannot scale the residual branches")
+        from probe.scaling import parse_branch_scale
+
+        parse_branch_scale(extra["branch_scale"])
     return request, given, extra
 
 
@@ -249,6 +253,9 @@ def point_request(sweep: Sweep, point: Point) -> tuple[Model, Inputs, dict]:
         elif axis.kind == "branch_scale":
             if not _accepts(collapse.prepare, "branch_scale"):
                 raise ProbeError("this version of probe cannot scale the residual branches")
+            from probe.scaling import parse_branch_scale
+
+            parse_branch_scale(value)  # a scale it cannot read fails here, naming the point
             options["branch_scale"] = value
         elif axis.kind == "revision":
             model = _with_field(model, "revision", value)

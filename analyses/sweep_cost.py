@@ -39,17 +39,25 @@ class Cost:
 
 
 def point_config(model, source: str):
-    """The config a point runs: the model's (or the step folder's) with its overrides."""
-    from probe.loading.resolve import read_config
+    """The config a point runs: the model's (or the step folder's) at its revision, with its
+    overrides; a revision not to be had offline, a key the config lacks or a value of the
+    wrong type raise ProbeError here, before any point runs."""
+    from probe.loading.resolve import config_at, locate
 
-    config, _ = read_config(source)
-    overrides = getattr(model, "config", None) or {}
+    location, _ = locate(source)
+    revision = getattr(model, "revision", None)
+    if revision is not None:
+        from probe.loading.resolve import check_revision
+
+        check_revision(source, location, revision)
+        config = config_at(source, location, prefer_bundled=False, revision=revision)
+    else:
+        config = config_at(source, location, prefer_bundled=model.init == ("random",))
+    overrides = getattr(model, "config", None)
     if overrides:
-        config = copy.deepcopy(config)
-        for key, value in overrides.items():
-            if not hasattr(config, key):
-                raise ProbeError(f"the config of {source} has no field {key}")
-            setattr(config, key, value)
+        from probe.loading.overrides import apply_overrides
+
+        config = apply_overrides(source, copy.deepcopy(config), overrides)
     return config
 
 
