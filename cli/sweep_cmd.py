@@ -64,10 +64,11 @@ def _parse_variants(text: str):
     return parse_variants(text)
 
 
-# --tokens and --seeds take lists here: they replace the shared --tokens and --seed.
-@shared_options(
-    *(name for name in SHARED if name not in ("tokens", "seed")), dtype="float32", batch_size=16
-)
+#: Shared options a sweep takes as lists of its own: --tokens, --seeds, --set, --revisions.
+OWN = ("tokens", "seed", "config", "revision")
+
+
+@shared_options(*(name for name in SHARED if name not in OWN), dtype="float32", batch_size=16)
 def sweep(
     models: Annotated[
         list[str],

@@ -58,6 +58,28 @@ def test_every_point_equals_its_collapse_run_bit_for_bit(swept, gpt2):
             )
 
 
+def test_config_and_branch_scale_points_equal_their_collapse_runs(gpt2):
+    pytest.importorskip("probe.scaling")  # the knobs: Model(config=...), branch_scale
+    ds = sweep.run(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES),
+                   config={"n_layer": [1, 3]}, branch_scale="1,1/sqrt(L)", variants=VARIANTS)  # fmt: skip
+    assert ds.sizes["layer"] == 4 and list(ds.branch_scale.values) == ["1", "1/sqrt(L)"]
+    for layers in (1, 3):
+        for scale in ("1", "1/sqrt(L)"):
+            model = Model(gpt2, init="random", config={"n_layer": layers})
+            alone = collapse.run(model, Inputs(tokens=8, **SIZES), variants=VARIANTS,
+                                 branch_scale=scale)  # fmt: skip
+            point = ds.sel(n_layer=layers, branch_scale=scale, layer=range(layers + 1))
+            for name in (*METRICS, *bounds.VARIABLES):
+                np.testing.assert_array_equal(point[name].values, alone[name].values)
+            assert point["command"].item() == alone.attrs["command"]
+            assert float(point["branch_scale_value"]) == alone.attrs["branch_scale_value"]
+            assert int(point["n_layers"]) == layers
+    assert float(ds["branch_scale_value"].sel(n_layer=3, branch_scale="1/sqrt(L)")) == 1 / np.sqrt(
+        3
+    )
+    assert np.isnan(ds["relative_residual"].sel(n_layer=1, layer=[2, 3])).all()  # padded
+
+
 def test_the_summaries_by_hand(swept):
     point = swept.sel(tokens=12, seed=1)
     r = point["relative_residual"].sel(fit="mean", norm="l1inf")  # variant, init, layer, sequence
