@@ -36,6 +36,7 @@ DRAWN = {
     "max_massive_ratio": ("largest massive ratio", False),
 }
 _INIT_STYLES = {"pretrained": "-", "random": ":"}
+_STYLES = ("-", "--", ":", "-.")
 
 
 def swept(ds: xr.Dataset) -> list[str]:
@@ -76,8 +77,8 @@ def _x(ds: xr.Dataset, dim: str) -> tuple[np.ndarray, list[str] | None, str]:
     numbers = _numeric(ds[dim].values)
     if numbers is None:
         return np.arange(ds.sizes[dim], dtype=float), [str(v) for v in ds[dim].values], "linear"
-    if _kinds(ds).get(dim) == "step" and (numbers == 0).any():
-        return numbers, None, "symlog"
+    if _kinds(ds).get(dim) == "step":  # training steps: a log axis, step 0 at its left edge
+        return numbers, None, "symlog" if (numbers == 0).any() else "log"
     return numbers, None, "log" if (numbers > 0).all() and _spans_decades(numbers) else "linear"
 
 
@@ -92,15 +93,30 @@ def _mean_range(values: xr.DataArray, dim: str) -> tuple[np.ndarray, np.ndarray,
     return v, v, v
 
 
+def _series(ds: xr.Dataset, dims: list[str], inits: list[str]) -> list[tuple[str, dict, str, str]]:
+    """The lines of each panel besides the variants: (init, selection, label, line style).
+    A second swept value takes the line styles (at the first init); else the inits do."""
+    if len(dims) < 2:
+        return [(init, {}, init if len(inits) > 1 else "", _INIT_STYLES.get(init, "-"))
+                for init in inits]  # fmt: skip
+    second = dims[1]
+    return [
+        (inits[0], {second: k}, f"{second} {value}", _STYLES[k % len(_STYLES)])
+        for k, value in enumerate(ds[second].values)
+    ]
+
+
 def curves(ds: xr.Dataset) -> Figure:
-    """Each summary against the first swept value (module docstring)."""
+    """Each summary against the first swept value (module docstring), a line per variant
+    and per value of the second swept value (or per init where there is none)."""
     data, dims, note = _shown(ds)
     dim = dims[0] if dims else "seed"
-    others = {d: 0 for d in dims[1:]}
-    data = data.isel(others)
     x, labels, scale = _x(ds, dim)
     inits = ordered(ds.init.values, INITS)
     variants = ordered(ds.variant.values, VARIANTS)
+    series = _series(ds, dims, inits)
+    if len(dims) > 1 and len(inits) > 1:
+        note += f" ({inits[0]} init)"
     with styled():
         fig = Figure(figsize=(11.0, 6.6), layout="constrained")
         axes = fig.subplots(2, 3).ravel()
@@ -108,36 +124,34 @@ def curves(ds: xr.Dataset) -> Figure:
             if name not in data:
                 ax.set_visible(False)
                 continue
-            for init in inits:
-                lines = variants if per_variant else [None]
-                for variant in lines:
-                    one = data[name].sel(init=init)
+            for init, chosen, text, style in series:
+                for variant in variants if per_variant else [None]:
+                    one = data[name].sel(init=init).isel(chosen)
                     if variant is not None:
                         one = one.sel(variant=variant)
                     if name == "first_below":  # -1: never below; not a layer
                         one = one.where(one >= 0)
                     mean, low, high = _mean_range(one.astype(float), dim)
                     c = colour(variant) if variant else "#333333"
-                    text = f"{variant or 'transformer'} · {init}" if len(inits) > 1 else (
-                        variant or "transformer")  # fmt: skip
-                    ax.plot(x, mean, marker="o", color=c, linestyle=_INIT_STYLES.get(init, "-"),
-                            label=text)  # fmt: skip
+                    words = " · ".join(filter(None, [variant or "transformer", text]))
+                    ax.plot(x, mean, marker="o", color=c, linestyle=style, label=words)
                     if "seed" in one.dims and dim != "seed":
                         ax.fill_between(x, low, high, color=c, alpha=0.15, linewidth=0)
             if scale == "log":
                 log_axis(ax, "x")
             elif scale == "symlog":
-                ax.set_xscale("symlog", linthresh=max(1.0, float(np.min(x[x > 0])) if (x > 0).any() else 1.0))  # fmt: skip
+                positive = x[x > 0]
+                ax.set_xscale("symlog", linthresh=float(positive.min()) if positive.size else 1.0)
             if labels is not None:
                 ax.set_xticks(x, labels)
             values = np.asarray(data[name].values, dtype=float)
             if name in ("final_residual", "max_massive_ratio") and _spans_decades(values.ravel()):
                 log_axis(ax, "y")
-            ax.set_xlabel("training step" if _kinds(ds).get(dim) in ("step",) else dim)
+            ax.set_xlabel("training step" if _kinds(ds).get(dim) == "step" else dim)
             ax.set_ylabel(label)
         handles, texts = axes[0].get_legend_handles_labels()
         if handles:
-            fig.legend(handles, texts, loc="outside lower center", ncol=min(len(texts), 6))
+            fig.legend(handles, texts, loc="outside lower center", ncol=min(len(texts), 4))
         fig.suptitle(plain(f"{ds.attrs.get('model', '')} · sweep over {dim}{note}"))
     return fig
 

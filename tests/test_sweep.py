@@ -277,6 +277,14 @@ def test_figures(swept):
     two = xr.concat([swept.expand_dims(width=[w]) for w in (32, 64)], "width")
     two.attrs["sweep_dims"] = '{"width": ["32", "64"], "tokens": ["8", "12"], "seed": ["0", "1"]}'
     heat = phase(two)
+    lines = curves(two).axes[0].lines  # SAN and transformer, at tokens 8 and 12
+    assert [line.get_label() for line in lines] == [
+        "SAN · tokens 8",
+        "transformer · tokens 8",
+        "SAN · tokens 12",
+        "transformer · tokens 12",
+    ]
+    assert [line.get_linestyle() for line in lines] == ["-", "-", "--", "--"]
     assert [ax.get_title() for ax in heat.axes[:2]] == ["SAN", "transformer"]
     assert heat.axes[0].get_ylabel() == "width" and heat.axes[0].get_xlabel() == "tokens"
     assert swept.probe.plot().axes[0].get_xlabel() == "tokens"  # the notebook's figure
