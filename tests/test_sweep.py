@@ -119,6 +119,29 @@ def test_checkpoints_of_different_depth_are_padded_with_nan(gpt2, tmp_path):
     assert list(ds["n_layers"].values) == [2, 3]
 
 
+@pytest.mark.slow  # seven checkpoints: over a minute on a shared CPU
+def test_the_shipped_checkpoint_series_runs_offline(tmp_path, monkeypatch):
+    shipped = pytest.importorskip("probe.loading.shipped")
+    if not hasattr(shipped, "series"):
+        pytest.skip("no checkpoint series ships with this version")
+    steps = shipped.series("gpt2-tiny-steps")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    done = _cli(["sweep", "gpt2-tiny-steps", "--init", "pretrained", "--sequences", "2",
+                 "--tokens", "8", "--variants", "SAN", "--no-attention", "--out", "r", "-q"],
+                monkeypatch, tmp_path)  # fmt: skip
+    assert done.exit_code == 0, done.output
+    (nc,) = (tmp_path / "r").glob("sweep-gpt2-tiny-steps-*.nc")
+    ds = probe.open_result(nc)
+    assert list(ds.step.values) == [step for step, _ in steps]
+    assert list(ds.folder.values) == [str(folder) for _, folder in steps]
+    step, folder = steps[-1]
+    alone = collapse.run(Model(str(folder), init="pretrained"), Inputs(tokens=8, **SIZES),
+                         variants="SAN")  # fmt: skip
+    np.testing.assert_array_equal(
+        ds["relative_residual"].sel(step=step).values, alone["relative_residual"].values
+    )
+
+
 def test_two_processes_split_the_points_and_gather_the_same(gpt2, tmp_path):
     plan = sweep.plan(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES), seeds="0-2",
                       variants="SAN")  # fmt: skip
