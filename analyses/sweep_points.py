@@ -125,20 +125,25 @@ def parse_counts(text: str | Sequence[int], name: str, low: int, high: int) -> t
     return tuple(values)
 
 
+#: A whole number and a real number as ``probe collapse --set`` reads them
+#: (:mod:`probe.overrides`), so that a sweep's point and its collapse run read one value alike.
+_INT = re.compile(r"[+-]?[0-9]+")
+_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
+
+
 def parse_value(text: str):
-    """A config value as typed: an integer, a number, true/false, or the text itself."""
+    """A config value as typed: a whole number, a real number, true/false, else the text."""
     word = text.strip()
+    if _INT.fullmatch(word):
+        return int(word)
+    if _FLOAT.fullmatch(word):
+        number = float(word)
+        if number in (float("inf"), float("-inf")):
+            raise ProbeError(f"config value {word} is not a finite number")
+        return number
     if word.lower() in ("true", "false"):
         return word.lower() == "true"
-    if re.fullmatch(r"[+-]?[0-9]+", word):
-        return int(word)
-    try:
-        number = float(word)
-    except ValueError:
-        return word
-    if number != number or number in (float("inf"), float("-inf")):
-        raise ProbeError(f"config value {word} is not a finite number")
-    return number
+    return word
 
 
 def parse_setting(text: str) -> tuple[str, tuple]:

@@ -195,6 +195,7 @@ def test_settings_are_typed():
     assert parse_setting("n_layer=2,4") == ("n_layer", (2, 4))
     assert parse_setting("initializer_range=0.02,1e-1") == ("initializer_range", (0.02, 0.1))
     assert parse_setting("use_cache=true,false") == ("use_cache", (True, False))
+    assert parse_setting("x=1.,.5,1_000,nan,0x10") == ("x", (1.0, 0.5, "1_000", "nan", "0x10"))
     assert parse_setting("activation_function=gelu,relu") == ("activation_function",
                                                                ("gelu", "relu"))  # fmt: skip
 
