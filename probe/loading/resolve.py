@@ -127,12 +127,23 @@ def read_config(name: str, prefer_bundled: bool = True):
     return config_at(name, location, prefer_bundled), where
 
 
-def config_at(name: str, location, prefer_bundled: bool):
-    """The config at ``location`` (from :func:`locate`), refused if it asks to run its own code."""
+def check_revision(name: str, location, revision: str | None) -> None:
+    """A hub revision (a branch, tag or commit: Pythia's ``step1000``) is asked of a hub id
+    only: a local folder, ``minilm`` and probe's shipped checkpoints have none."""
+    if revision is not None and not isinstance(location, str):
+        what = "a local folder" if Path(name).expanduser().is_dir() else "probe's own checkpoint"
+        raise ProbeError(f"{name} is {what}, not a hub id: it has no revisions; drop `revision`")
+
+
+def config_at(name: str, location, prefer_bundled: bool, revision: str | None = None):
+    """The config at ``location`` (from :func:`locate`), refused if it asks to run its own code.
+
+    ``revision``: the hub revision to read it at (the bundled config is the default
+    revision's, so a revision always reads the hub or its local cache)."""
     from transformers import AutoConfig
 
     bundled = bundled_configs()
-    if prefer_bundled and isinstance(location, str) and location in bundled:
+    if revision is None and prefer_bundled and isinstance(location, str) and location in bundled:
         data = json.loads(bundled[location].read_text())
         return AutoConfig.for_model(**data)
     if isinstance(location, Path):
@@ -142,13 +153,18 @@ def config_at(name: str, location, prefer_bundled: bool):
     try:
         with quiet():
             config = AutoConfig.from_pretrained(
-                location, trust_remote_code=False, **hub_kwargs(location)
+                location, trust_remote_code=False, **hub_kwargs(location), **at(revision)
             )
     except ValueError as err:  # an unknown model_type, say
         raise ProbeError(f"cannot read the config of {name}: {one_line(err)}") from None
     except OSError as err:
         if isinstance(location, Path):
             raise ProbeError(f"cannot read {location / 'config.json'}: {one_line(err)}") from None
+        if revision is not None:
+            raise ProbeError(
+                f"cannot get {name} at revision {revision!r}: it is not in the local "
+                f"HuggingFace cache and {hub_state()}; it cannot be had offline"
+            ) from None
         hint = (
             f"`init` random works offline for {', '.join(sorted(bundled))}; "
             if location in bundled
@@ -161,6 +177,11 @@ def config_at(name: str, location, prefer_bundled: bool):
     if getattr(config, "auto_map", None):  # a hub config: its code was not run, nor will be
         raise ProbeError(custom_code_refusal(name, "config.json", config.model_type))
     return config
+
+
+def at(revision: str | None) -> dict:
+    """``from_pretrained``'s keyword for a revision (none for the default one)."""
+    return {} if revision is None else {"revision": revision}
 
 
 def _may_be_fastformer(location) -> bool:
