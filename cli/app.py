@@ -259,7 +259,7 @@ def _print_spec(name: str) -> None:
 
 
 @app.command("check")
-@shared_options("device", init="random", dtype="float64", tokens=8)
+@shared_options("device", "config", "revision", init="random", dtype="float64", tokens=8)
 def check(
     model: Annotated[
         str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")

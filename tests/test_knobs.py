@@ -190,6 +190,8 @@ def test_overrides_work_for_a_local_folder(tmp_path):
             "gpt2 with n_head=5: the config of gpt2: hidden size 768 is not a multiple",
         ),
         ({"n_layer": 0}, "gpt2 with n_layer=0"),
+        # Counted from one- and two-layer copies, refused at once (never built).
+        ({"n_layer": 10**9}, "gpt2 with n_layer=1000000000: .* needs about 28,351 TB"),
     ],
 )
 def test_bad_overrides_are_one_line_naming_the_key(config, match):
@@ -360,3 +362,33 @@ def test_gpt2_config_is_what_the_overrides_check_against():
     """The keys the tests above use are GPT-2's own fields (a renamed field fails here)."""
     fields = set(GPT2Config().to_dict())
     assert {"n_layer", "n_embd", "n_head", "initializer_range", "scale_attn_weights"} <= fields
+
+
+def test_attention_with_branch_scale_equals_the_scaled_module(gpt2_folder):
+    """probe attention of the model with its branches scaled by the walker equals probe
+    attention of the hand-scaled copy (tests/reference/branch_scale.py), run as it is."""
+    from probe.analyses import attention
+
+    model = Model(gpt2_folder, init="pretrained", dtype="float64")
+    got = attention.run(model, Inputs(ids=_ids()), branch_scale=0.37)
+    reference = scaled_copy(tiny_model("gpt2", seed=3, dtype=torch.float64), 0.37)
+    want = attention.run(Model(reference, init="pretrained"), Inputs(ids=_ids()))
+    plain = attention.run(model, Inputs(ids=_ids()))
+    for name in want.data_vars:
+        np.testing.assert_array_equal(got[name].values, want[name].values, err_msg=name)
+    assert not np.array_equal(got["anisotropy"].values, plain["anisotropy"].values)
+    assert got.attrs["branch_scale"] == "0.37" and got.attrs["branch_scale_value"] == 0.37
+    assert json.loads(got.attrs["settings"]) == {"epsilon": 0.3, "branch_scale": "0.37"}
+    assert json.loads(plain.attrs["settings"]) == {"epsilon": 0.3}
+    assert "--branch-scale 0.37" in got.attrs["command"]
+
+
+def test_collapse_removal_variants_take_the_branch_scale(gpt2_folder):
+    """no-sink and no-massive remove what the scaled transformer's clean run finds."""
+    model = Model(gpt2_folder, init="pretrained", dtype="float64")
+    inputs = Inputs(ids=_ids())
+    ds = collapse.run(model, inputs, variants="transformer,no-massive", branch_scale=0.37)
+    plain = collapse.run(model, inputs, variants="transformer,no-massive")
+    assert "no-massive" in ds.attrs["removal_note"]
+    scaled = ds["relative_residual"].sel(variant="transformer")
+    assert not np.array_equal(scaled.values, plain["relative_residual"].sel(variant="transformer"))

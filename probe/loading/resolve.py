@@ -15,6 +15,7 @@ can be built from, and :func:`check_size` weights that cannot fit the device.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import json
@@ -221,9 +222,35 @@ def check_config(name: str, config, adapter: Adapter) -> int:
             f"the config of {name}: hidden size {hidden} is not a multiple of its {heads} heads"
         )
     try:
+        if layers > WHOLE_BUILD_LAYERS and (counted := _extrapolated(config, adapter, layers)):
+            return counted
         return memory.parameters(config)
     except ProbeError as err:
         raise ProbeError(f"{name}: {err}") from None
+
+
+#: Deeper configs are counted from one- and two-layer copies: building a million layers on
+#: the meta device (``--set n_layer=1000000``) takes longer than refusing them should.
+WHOLE_BUILD_LAYERS = 128
+
+
+def _extrapolated(config, adapter: Adapter, layers: int) -> int | None:
+    """The parameter count of ``layers`` layers from copies of one and two: p1 + (L-1)(p2-p1),
+    exact for a stack of equal layers (every family here; ALBERT's shared layer adds none).
+    None where the layer count cannot be changed alone (a per-layer list in the config)."""
+    from .. import memory
+
+    counts = []
+    for depth in (1, 2):
+        small = copy.deepcopy(config)
+        try:
+            small.num_hidden_layers = depth
+            if adapter.n_layers(small) != depth:
+                return None
+            counts.append(memory.parameters(small))
+        except Exception:  # a field that must match the depth: build the whole config instead
+            return None
+    return counts[0] + (layers - 1) * (counts[1] - counts[0])
 
 
 def check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:
