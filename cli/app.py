@@ -17,6 +17,7 @@ from probe.ablate import parse_variants
 
 from .console import OneLineErrors, checked, fail, out
 from .domains import (
+    BranchScale,
     Choice,
     CommaList,
     Count,
@@ -166,6 +167,15 @@ def collapse(
             "the surgery the paper's code applied (differs for ALBERT without MLP).",
         ),
     ] = "probe",
+    branch_scale: Annotated[
+        str,
+        option(
+            "--branch-scale",
+            domain=BranchScale(),
+            help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
+            "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
+        ),
+    ] = "1",
     sequences: Annotated[
         str,
         option(
@@ -212,6 +222,7 @@ def collapse(
         surgery=_value(surgery),
         metrics=metrics,
         effective_rank=_value(effective_rank),
+        branch_scale=branch_scale,
         out_dir=shared.out_dir,
     )
 
@@ -248,7 +259,7 @@ def _print_spec(name: str) -> None:
 
 
 @app.command("check")
-@shared_options("device", init="random", dtype="float64", tokens=8)
+@shared_options("device", "config", "revision", init="random", dtype="float64", tokens=8)
 def check(
     model: Annotated[
         str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")
