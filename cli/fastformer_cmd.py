@@ -149,14 +149,14 @@ def train_command(
         ),
     ] = None,
     save_dtype: Annotated[
-        str,
+        str | None,
         option(
             "--save-dtype",
             domain=Choice(SAVE_DTYPES),
             help="The dtype of the checkpoints --save-every keeps (the training runs in "
-            "float32 whatever it is).",
+            "float32 whatever it is) [default: float32].",
         ),
-    ] = "float32",
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option(
@@ -192,9 +192,12 @@ def train_command(
     )
     if baseline is not None and baseline_out is None:  # the default folder is checked too
         checks.new_folder(baseline_folder(settings), "the baseline's folder", TRAINING, WRITER)
+    if save_dtype is not None and save_every is None:
+        raise ProbeError("--save-dtype goes with --save-every (the dtype of those checkpoints)")
     if save_every is not None:
         every = save_every if save_every == SAVE_LOG else int(save_every)
-        settings = dataclasses.replace(settings, save_every=every, save_dtype=save_dtype)
+        dtype = save_dtype or "float32"
+        settings = dataclasses.replace(settings, save_every=every, save_dtype=dtype)
         settings.check_saving()  # the series folders apart from the others, before they are checked
         for folder in [Path(out_dir)] + ([baseline_folder(settings)] if baseline else []):
             what = f"the checkpoints along training of {folder}"

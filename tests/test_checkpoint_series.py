@@ -193,6 +193,7 @@ def test_float16_steps_are_the_weights_rounded_and_load_as_float32(tmp_path):
         (["--save-every", "-3"], "--save-every must be a whole number from 1"),
         (["--save-every", "often"], "--save-every must be a whole number from 1"),
         (["--save-every", "2", "--save-dtype", "int8"], "--save-dtype must be one of"),
+        (["--save-dtype", "float16"], "--save-dtype goes with --save-every"),
         (["--save-every", "2", "--baseline", "gpt2", "--baseline-out", "o-steps"], "overlap"),
     ],
 )
@@ -259,13 +260,20 @@ def test_a_damaged_series_is_refused_in_one_line(tmp_path):
         series(str(root))
 
 
-def test_collapse_of_a_series_says_it_is_one_in_one_line(tmp_path):
-    for name in (SERIES[0], str(_copy_series(tmp_path))):
+def test_collapse_of_a_series_says_it_is_one_in_one_line(tmp_path, monkeypatch):
+    def refused(name, where):
         result = invoke("collapse", name, "--init", "pretrained", "--out", tmp_path / "r")
         assert result.exit_code == 2, result.output
         lines = result.output.strip().splitlines()
         assert len(lines) == 1 and "is a series of 7 checkpoints" in lines[0], result.output
-        assert "probe sweep" in lines[0] and "step-000400" in lines[0]
+        assert "probe sweep" in lines[0] and f"{where}/step-000400" in lines[0], lines[0]
+
+    refused(SERIES[0], str(shipped.series_path(SERIES[0])))  # by name
+    other = _copy_series(tmp_path)
+    refused(str(other), str(other))  # a folder a run wrote
+    _copy_series(tmp_path, SERIES[0])  # a local folder of the series' own name wins
+    monkeypatch.chdir(tmp_path)
+    refused(SERIES[0], SERIES[0])
     assert not (tmp_path / "r").exists()
 
 
@@ -331,6 +339,16 @@ def test_each_step_is_its_own_checkpoint():
     assert next(first.model.parameters()).dtype == torch.float32
     model = probe.Model(str(found[-1][1]), init="pretrained")
     assert model.init == ("pretrained",)
+
+
+def test_float16_steps_load_into_the_dtype_asked_for():
+    folder = series("gpt2-tiny-steps")[-1][1]
+    stored = load_file(folder / "model.safetensors")["transformer.h.0.mlp.c_fc.weight"]
+    for dtype, torch_dtype in (("float32", torch.float32), ("float64", torch.float64)):
+        model = probe.load(str(folder), dtype=dtype).model
+        weight = dict(model.named_parameters())["h.0.mlp.c_fc.weight"]
+        assert weight.dtype == torch_dtype
+        assert torch.equal(weight, stored.to(torch_dtype))  # float16 values are exact in both
 
 
 def test_the_package_data_holds_every_checkpoint_file():

