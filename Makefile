@@ -50,8 +50,11 @@ browser:
 		&& (apt-get update -qq && apt-get install -y -qq chromium >/dev/null) \
 		|| echo "make: no chromium installed; the browser test will be skipped"; }
 
+# The suite runs in one pytest-xdist worker a core (JOBS=0 runs it in this process); a worker
+# takes the next test when it is free, so the long ones do not wait behind each other.
+JOBS ?= auto
 test: $(STAMP) lint browser docs-strict
-	$(BIN)/python -m pytest -q --durations=25
+	$(BIN)/python -m pytest -q -n $(JOBS) --dist worksteal --durations=25
 
 # The site: mkdocs with the Material theme, the API reference from the docstrings
 # (mkdocstrings).  --strict turns every warning into a failure: a broken link, a missing

@@ -37,13 +37,15 @@ import torch
 import xarray as xr
 
 from probe import memory
-from probe.ablate import TRANSFORMER
+from probe.ablate import TRANSFORMER, Ablation
 from probe.attention_stats import EPSILON, Totals, check_epsilon, head_sums, sink_rate
 from probe.errors import ProbeError
 from probe.inputs import Encoded, model_inputs
 from probe.loading import ProbedModel
 from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
 from probe.results import utc_now, versions
+from probe.scaling import ONE, BranchScale, parse_branch_scale
+from probe.trace import check_norm_variant
 
 Progress = Callable[[int, int, str], None]
 
@@ -92,6 +94,7 @@ def run(
     inputs: Inputs | None = None,
     *,
     epsilon: float = EPSILON,
+    branch_scale: str | float | BranchScale = 1,
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
@@ -102,14 +105,20 @@ def run(
     ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
     unset sizes default to 32 sequences of 128 tokens in batches of 8.  ``epsilon``: the
     sink threshold of ``sink_rate``, strictly between 0 and 1 (Gu et al.: 0.3).
+    ``branch_scale``: the model's residual branches scaled, y = x + alpha f(x), as in
+    ``collapse.run`` (:mod:`probe.scaling`); 1 runs the model as it is.
     """
     epsilon = check_epsilon(epsilon)
+    scale = parse_branch_scale(branch_scale)
     request, given = coerce(model, inputs, flat)
     given = given.with_defaults(sequences=32, tokens=128, batch_size=8)
     if given.sequences == "all":
         raise ProbeError("`sequences` 'all' is for collapse; give a number of sequences")
     models = request.load()
     first = models[0]
+    alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
+    clean = TRANSFORMER if alpha == 1 else Ablation(branch_scale=alpha)
+    check_norm_variant(first, clean)  # a family outside the walker refuses a scale
     limit = first.adapter.max_tokens(first.config)
     if first.adapter.inputs == "ids" and limit is not None and given.tokens > limit:
         raise ProbeError(
@@ -132,23 +141,28 @@ def run(
     for probed in models:
         sums = Totals(probed.n_layers)
         for start, ids, mask in batches:
-            measure_batch(probed, ids, mask, sums, start)
+            measure_batch(probed, ids, mask, sums, start, ablation=clean)
             done += 1
             if progress is not None:
                 progress(done, len(models) * len(batches), f"{probed.init} attention")
         totals.append(sums)
     if command is None and isinstance(request.source, str | Path):
-        command = _equivalent_command(request, given, encoded, epsilon, dtype_name(first.dtype))
-    return _dataset(models, encoded, totals, epsilon, command or "probe.attention(<a model>)")
+        dtype = dtype_name(first.dtype)
+        command = _equivalent_command(request, given, encoded, epsilon, dtype, scale)
+    command = command or "probe.attention(<a model>)"
+    return _dataset(models, encoded, totals, epsilon, command, (scale, alpha))
 
 
 #: The library's name for the analysis: ``probe.attention(model, inputs, epsilon=0.3)``.
 attention = run
 
 
-def _equivalent_command(request: Model, given: Inputs, encoded: Encoded, epsilon, dtype) -> str:
+def _equivalent_command(
+    request: Model, given: Inputs, encoded: Encoded, epsilon, dtype, scale=ONE
+) -> str:
     """The CLI command with the same settings, for the "reproduce with" line of a library run."""
     own = [] if epsilon == EPSILON else ["--epsilon", repr(epsilon)]
+    own += [] if scale.is_one else ["--branch-scale", scale.text]
     sizes = {"sequences": encoded.sequences, "tokens": encoded.tokens}
     return reproduce("attention", request, given, *own, dtype=dtype, **sizes)
 
@@ -160,9 +174,11 @@ def measure_batch(
     sums: Totals,
     start: int,
     spectrum: bool = True,
+    ablation: Ablation = TRANSFORMER,
 ) -> None:
-    """One unablated forward of one batch; each layer reduced inside the trace into ``sums``
-    (``spectrum=False`` leaves out the singular values: the benchmark times them apart)."""
+    """One unablated forward of one batch (``ablation``: the transformer, or with its branches
+    scaled); each layer reduced inside the trace into ``sums`` (``spectrum=False`` leaves
+    out the singular values: the benchmark times them apart)."""
     device = probed.device
     ids, mask = ids.to(device), mask.to(device)
     real = mask.bool()
@@ -173,9 +189,9 @@ def measure_batch(
         probed.tracer_root.trace(**adapter.model_inputs(ids, mask), **probed.trace_options) as tr,
     ):
         if wanted:
-            reads = adapter.paths_stream(root, tr, TRANSFORMER, norms=False)
+            reads = adapter.paths_stream(root, tr, ablation, norms=False)
         else:
-            reads = ({"x": x} for x in adapter.stream(root, tr, TRANSFORMER))
+            reads = ({"x": x} for x in adapter.stream(root, tr, ablation))
         for layer, values in enumerate(reads):
             if "attn" in values:
                 sums.add_heads(layer, head_sums(values["attn"], real, spectrum))
@@ -202,7 +218,12 @@ def token_text(probed: ProbedModel, encoded: Encoded) -> tuple[np.ndarray, np.nd
 
 
 def _dataset(
-    models: list[ProbedModel], encoded: Encoded, totals: list[Totals], epsilon: float, command
+    models: list[ProbedModel],
+    encoded: Encoded,
+    totals: list[Totals],
+    epsilon: float,
+    command,
+    scaled: tuple[BranchScale, float] = (ONE, 1.0),
 ) -> xr.Dataset:
     first = models[0]
     L, H = first.n_layers, first.adapter.n_heads(first.config)
@@ -256,7 +277,13 @@ def _dataset(
             else first.family == "fastformer"
         ),
         "attention_note": attention_note(first),
-        "settings": json.dumps({"epsilon": epsilon}, sort_keys=True),
+        "branch_scale": scaled[0].text,
+        "branch_scale_value": float(scaled[1]),
+        # The branch scale only where one is set: unscaled results keep their settings.
+        "settings": json.dumps(
+            {"epsilon": epsilon} | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text}),
+            sort_keys=True,
+        ),
     }
     return ds
 

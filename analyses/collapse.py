@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -55,10 +56,17 @@ from probe.request import (
     reproduce,
 )
 from probe.results import ENGINE, settings_id, utc_now, versions
+from probe.scaling import BranchScale, parse_branch_scale
 from probe.trace import check_norm_variant
 
 from . import collapse_measure as measure
 from .collapse_measure import DEFAULT_METRICS, Plan, Progress
+
+#: Why a run with scaled residual branches has no theory panel.
+SCALED_PANEL = (
+    "no theory panel with the residual branches scaled by {alpha}: the paper's bounds are "
+    "of the unscaled layers"
+)
 
 
 def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -109,6 +117,7 @@ def prepare(
     surgery: str = "probe",
     metrics: str | Sequence[str] | None = None,
     effective_rank: str = "auto",
+    branch_scale: str | float | BranchScale = 1,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
     **flat,
@@ -121,8 +130,12 @@ def prepare(
     batches of 16.  Everything that can be wrong with a request (an unknown model, weights
     that do not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
     command probing several models fails before it computes anything.
+
+    ``branch_scale``: alpha of y = x + alpha f(x) in every layer (:mod:`probe.scaling`): a
+    number or an expression of the depth L such as ``"1/sqrt(L)"``; 1 runs the model as it is.
     """
     request, given = coerce(model, inputs, flat)
+    scale = parse_branch_scale(branch_scale)
     given = given.with_defaults(sequences=32, tokens=128, batch_size=16)
     if not isinstance(variants, str) and not (
         isinstance(variants, Sequence) and all(isinstance(v, str) for v in variants)
@@ -143,9 +156,12 @@ def prepare(
         )
     models = request.load()
     first = models[0]
+    alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
         removals.check_removal(first, name)
+        if alpha != 1:  # and so does one (or a variant) that takes no branch scaling
+            check_norm_variant(first, replace(PRESETS[name], branch_scale=alpha))
     check_input_kind(first, given.text, given.images)
     tokens, batch_size = given.tokens, given.batch_size
     limit = first.adapter.max_tokens(first.config)
@@ -181,6 +197,8 @@ def prepare(
         "metrics": list(chosen),
         **{k: v for k, v in identity.items() if k != "checkpoint_path"},
     }
+    if not scale.is_one:  # absent for the unscaled model: its settings stay as they were
+        settings["branch_scale"] = scale.text
     if "effective_rank" in chosen:  # what "auto" means at this size and device
         settings["effective_rank"] = effective_rank_method(
             effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
@@ -189,7 +207,10 @@ def prepare(
         command = _equivalent_command(request, given, settings, effective_rank)
     # The method as resolved here, not "auto": what the result's attrs state is what runs.
     method = settings.get("effective_rank", "exact")
-    return Plan(models, names, encoded, surgery, batch_size, command, settings, chosen, method)
+    return Plan(
+        models, names, encoded, surgery, batch_size, command, settings, chosen, method,
+        branch_scale=alpha,
+    )  # fmt: skip
 
 
 def execute(
@@ -245,10 +266,16 @@ def _find_removals(plan: Plan, batches) -> None:
     wanted = [name for name in plan.variants if PRESETS[name].remove]
     if not wanted or plan.removals:
         return
+    clean = plan.ablation("transformer")  # with the run's branch scale
     for j, probed in enumerate(plan.models):
-        found = removals.find(probed, batches, "no-sink" in wanted, "no-massive" in wanted)
+        found = removals.find(
+            probed, batches, "no-sink" in wanted, "no-massive" in wanted, clean=clean
+        )
         for name in wanted:
-            plan.removals[(name, j)] = removals.ablation(name, found, plan.surgery)
+            removed = removals.ablation(name, found, plan.surgery)
+            if plan.branch_scale != 1:
+                removed = replace(removed, branch_scale=plan.branch_scale)
+            plan.removals[(name, j)] = removed
 
 
 def _removal_attrs(plan: Plan) -> dict:
@@ -275,6 +302,10 @@ def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> xr.Data
     """The theory panel (result variables), from the residuals the run's first batch measured
     (``measured``) where it holds them, else from traces of its own (a shard of a torchrun
     run without the first batch, or a run without SAN, SAN+MLP or SAN+skip)."""
+    if plan.branch_scale != 1:  # the bounds know nothing of alpha: none is drawn
+        missing = [SCALED_PANEL.format(alpha=plan.settings.get("branch_scale"))]
+        layers = np.arange(plan.models[0].n_layers + 1)
+        return bounds.variables([{"init": m.init, "missing": missing} for m in plan.models], layers)
     return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
 
 
@@ -311,6 +342,8 @@ def _equivalent_command(request: Model, given: Inputs, settings: dict, method: s
         own += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
     if method != "auto" and "effective_rank" in settings:
         own += ["--effective-rank", method]
+    if "branch_scale" in settings:
+        own += ["--branch-scale", settings["branch_scale"]]
     return reproduce(
         "collapse",
         request,
@@ -379,6 +412,9 @@ def _dataset(
             adapter.spec.causal if hasattr(adapter, "spec") else first.family == "fastformer"
         ),
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
+        # alpha of y = x + alpha f(x) as given (an expression of L) and at this depth.
+        "branch_scale": plan.settings.get("branch_scale", "1"),
+        "branch_scale_value": float(plan.branch_scale),
         "settings": json.dumps(plan.settings, sort_keys=True),
         "settings_id": settings_id(plan.settings),
         # Processes the run was split over (torchrun); the numbers do not depend on it.

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
 
 from probe import metrics, theory
-from probe.ablate import PRESETS
+from probe.ablate import PRESETS, Ablation
 from probe.errors import ProbeError
 from probe.inputs import Encoded
 from probe.loading import ProbedModel
@@ -52,6 +52,15 @@ class Plan:
     #: (variant, model index) -> the removal variant with what its clean run found
     #: (``probe.removals``), filled in by ``collapse.execute`` before the first batch.
     removals: dict = field(default_factory=dict)
+    #: alpha of residual branch scaling at the model's depth (:mod:`probe.scaling`); 1: none.
+    branch_scale: float = 1.0
+
+    def ablation(self, variant: str) -> Ablation:
+        """The variant's ablation under this run's surgery and branch scale."""
+        preset = PRESETS[variant].with_surgery(self.surgery)
+        if self.branch_scale == 1:
+            return preset
+        return replace(preset, branch_scale=self.branch_scale)
 
     @property
     def steps(self) -> int:
@@ -119,8 +128,10 @@ def _run_batch(
     reducers = [Reducer(L + 1, plan, cuda) for _ in plan.models]
     runs = []
     for i, variant in enumerate(plan.variants):
-        preset = PRESETS[variant].with_surgery(plan.surgery)
+        preset = plan.ablation(variant)
+        # The theory panel's bounds are of the unscaled model: no residuals for it here.
         tap = panel if variant in theory.PANEL_VARIANTS and plan.surgery == "probe" else 0
+        tap = tap if plan.branch_scale == 1 else 0
         for j, probed in enumerate(plan.models):
             ablation = plan.removals.get((variant, j), preset)
             reducers[j].panel = tap

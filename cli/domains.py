@@ -195,6 +195,49 @@ class Text(Domain):
         return text
 
 
+class Setting(Domain):
+    """One ``KEY=VALUE`` of a config override (``--set n_layer=4``): the value is read as a
+    whole number, a real number, true/false or text (:func:`probe.overrides.parse_setting`);
+    whether the key and type fit the model is said once its config is read."""
+
+    kind = "setting"
+    metavar = "KEY=VALUE"
+
+    def check(self, value):
+        from probe.overrides import parse_setting
+
+        parse_setting(value)
+        return str(value)
+
+
+class Revision(Domain):
+    """A hub revision: a branch, tag or commit name (:func:`probe.request.check_revision`)."""
+
+    kind = "revision"
+    metavar = "REV"
+
+    def check(self, value):
+        from probe.request import check_revision
+
+        return check_revision(str(value))
+
+
+class BranchScale(Domain):
+    """alpha of residual branch scaling: a number or an expression of the depth L
+    (:func:`probe.scaling.parse_branch_scale`)."""
+
+    kind = "branch-scale"
+    metavar = "ALPHA"
+
+    def check(self, value):
+        from probe.scaling import parse_branch_scale
+
+        return parse_branch_scale(str(value)).text
+
+    def describe(self) -> str:
+        return "a number, or an expression of the depth L: 1/sqrt(L), 1/L, L^-0.5"
+
+
 class ModelName(Domain):
     kind = "model"
     metavar = "MODEL"

@@ -54,6 +54,12 @@ FULL = dict(hidden=256, layers=4, heads=4, context=256, steps=1000, batch=16, lr
 QUICK = dict(hidden=32, layers=2, heads=4, context=64, steps=40, batch=8, lr=3e-3)
 TRAINING = "training.json"
 WRITER = "probe fastformer train"
+#: --save-every's word for log-spaced checkpoints, and the dtypes they may be stored in
+#: (probe.fastformer.train_steps.LOG and SAVE_DTYPES; not imported, as MAX_LR above).
+SAVE_LOG = "log"
+SAVE_DTYPES = ("float32", "float16", "bfloat16")
+#: The file at the root of a series of checkpoints (probe.loading.shipped.SERIES_FILE).
+SERIES = "series.json"
 
 
 def _sized(name: str, help: str, low: int = 1):
@@ -132,6 +138,25 @@ def train_command(
             "--eval-every", domain=Count(1), help="Steps between evaluations [default: steps/10]."
         ),
     ] = None,
+    save_every: Annotated[
+        str | None,
+        option(
+            "--save-every",
+            domain=Count(1, words=(SAVE_LOG,)),
+            help="Also keep a checkpoint every N optimizer steps, at step 0 and at the last "
+            "step, or at log-spaced steps (log: 0, 1, 3, 10, 30, 100, ... and the last), in "
+            "OUT-steps/step-NNNNNN (and BASELINE-OUT-steps) beside each model's folder.",
+        ),
+    ] = None,
+    save_dtype: Annotated[
+        str | None,
+        option(
+            "--save-dtype",
+            domain=Choice(SAVE_DTYPES),
+            help="The dtype of the checkpoints --save-every keeps (the training runs in "
+            "float32 whatever it is) [default: float32].",
+        ),
+    ] = None,
     quick: Annotated[
         bool,
         typer.Option(
@@ -142,7 +167,7 @@ def train_command(
 ) -> None:
     """Train a character-level Fastformer; --baseline gpt2 trains the matching GPT-2 beside it."""
     from probe import checks
-    from probe.fastformer.train import TrainSettings, baseline_folder, train
+    from probe.fastformer.train import TrainSettings, baseline_folder, series_folder, train
 
     from .output import no_empty_folder
 
@@ -167,6 +192,16 @@ def train_command(
     )
     if baseline is not None and baseline_out is None:  # the default folder is checked too
         checks.new_folder(baseline_folder(settings), "the baseline's folder", TRAINING, WRITER)
+    if save_dtype is not None and save_every is None:
+        raise ProbeError("--save-dtype goes with --save-every (the dtype of those checkpoints)")
+    if save_every is not None:
+        every = save_every if save_every == SAVE_LOG else int(save_every)
+        dtype = save_dtype or "float32"
+        settings = dataclasses.replace(settings, save_every=every, save_dtype=dtype)
+        settings.check_saving()  # the series folders apart from the others, before they are checked
+        for folder in [Path(out_dir)] + ([baseline_folder(settings)] if baseline else []):
+            what = f"the checkpoints along training of {folder}"
+            checks.new_folder(series_folder(folder), what, SERIES, WRITER)
     settings.check_options()  # before the text is read (stdlib takes a while to gather)
     source, body = _read(text)
     settings = dataclasses.replace(settings, text=body, text_source=source)
@@ -185,6 +220,11 @@ def train_command(
             f"{curve.steps[-1]} steps, {curve.seconds[-1]:.0f} s -> {shown(curve.folder)}",
             markup=False,
         )
+        if save_every is not None:
+            out.print(
+                f"{curve.name}: checkpoints along training -> {shown(series_folder(curve.folder))}",
+                markup=False,
+            )
     named("training report", Path(out_dir) / "training.html")
 
 

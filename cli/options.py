@@ -35,10 +35,23 @@ from typing import Annotated
 import typer
 
 from probe import names
+from probe.overrides import parse_settings
 from probe.request import DEVICE_MAPS, Inputs, Model
 
 from .console import fail, settings
-from .domains import Choice, Count, Device, ImageFolder, OutFolder, Seed, Text, TextFile, option
+from .domains import (
+    Choice,
+    Count,
+    Device,
+    ImageFolder,
+    OutFolder,
+    Revision,
+    Seed,
+    Setting,
+    Text,
+    TextFile,
+    option,
+)
 
 InitOption = Annotated[
     str,
@@ -125,6 +138,24 @@ OffloadFolderOption = Annotated[
         help="With --device-map: folder for weights offloaded to disk.",
     ),
 ]
+SetOption = Annotated[
+    list[str] | None,
+    option(
+        "--set",
+        domain=Setting(),
+        help="Change a config field before the model is built, at random init only "
+        "(repeatable): --set n_layer=4 --set hidden_act=relu.",
+    ),
+]
+RevisionOption = Annotated[
+    str | None,
+    option(
+        "--revision",
+        domain=Revision(),
+        help="The hub revision (branch, tag or commit) of a hub id's files, e.g. Pythia's "
+        "step1000; offline it must be in the local HuggingFace cache.",
+    ),
+]
 QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
 OutOption = Annotated[
     Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
@@ -150,6 +181,8 @@ class Shared:
     dtype: DtypeOption = None
     batch_size: BatchSizeOption = None
     allow_missing_weights: AllowMissingOption = False
+    config: SetOption = None
+    revision: RevisionOption = None
     quiet: QuietOption = False
     out_dir: OutOption = Path("probe-reports")
 
@@ -163,6 +196,7 @@ class Shared:
         max_memory = self.max_memory
         if max_memory is not None and self.device_map is not None:
             max_memory = memory(max_memory)
+        overrides = parse_settings(self.config)
         return [
             Model(
                 name,
@@ -175,6 +209,8 @@ class Shared:
                 offload_folder=self.offload_folder,
                 remote=self.remote,
                 allow_missing_weights=self.allow_missing_weights,
+                config=overrides,
+                revision=self.revision,
             )
             for name in names
         ]

@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 @shared_options(
     "init", "text", "seed", "device", "device_map", "max_memory", "offload_folder", "dtype",
-    "quiet", "out_dir", tokens=128, batch_size=8,
+    "config", "revision", "quiet", "out_dir", tokens=128, batch_size=8,
 )  # fmt: skip
 def paths(
     ctx: typer.Context,
@@ -85,8 +85,9 @@ def paths(
     if mode != "count":
         if model is None:
             raise ProbeError(f"--{mode} needs a MODEL (a hub id, a local folder, or minilm)")
+    flags = {param.name: param.opts[0] for param in ctx.command.params}  # --set for config
     ignored = [
-        "--" + name.replace("_", "-")
+        flags.get(name, "--" + name.replace("_", "-"))
         for name in NOT_FOR[mode]
         if ctx.get_parameter_source(name) is not None
         and ctx.get_parameter_source(name).name == "COMMANDLINE"
@@ -203,6 +204,8 @@ NOT_FOR = {
         "offload_folder",
         "dtype",
         "batch_size",
+        "config",
+        "revision",
     ),
     "sample": ("layers", "heads"),
     "decompose": ("samples", "layers", "heads"),

@@ -74,6 +74,9 @@ class Ablation:
     sinks: tuple[tuple[int, int, int], ...] = ()
     #: (layer 1..L, token position, dim, corpus mean) of the entries ``no-massive`` replaces.
     massive: tuple[tuple[int, int, int, float], ...] = ()
+    #: alpha of residual branch scaling (:mod:`probe.scaling`): every layer's attention and
+    #: MLP branch is multiplied by it before its addition, y = x + alpha f(x); 1: no step.
+    branch_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if self.surgery not in names.SURGERIES:
@@ -93,6 +96,19 @@ class Ablation:
         if self.remove and not (self.attn_skip and self.mlp and self.norm == "kept"):
             raise ProbeError(
                 "the removal variants (no-sink, no-massive) are of the full transformer"
+            )
+
+        scale = self.branch_scale
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, int | float)
+            or not 0 < scale < float("inf")
+        ):
+            raise ProbeError(f"`branch_scale` must be a positive number, got {scale!r}")
+        if scale != 1 and self.norm != "kept":
+            raise ProbeError(
+                "branch scaling runs with SAN, SAN+MLP, SAN+skip, transformer and the removal "
+                "variants; leave LN-affine and no-LN out"
             )
 
     @property
@@ -115,7 +131,13 @@ class Ablation:
 
     @property
     def is_identity(self) -> bool:
-        return self.attn_skip and self.mlp and self.norm == "kept" and not self.remove
+        return (
+            self.attn_skip
+            and self.mlp
+            and self.norm == "kept"
+            and not self.remove
+            and self.branch_scale == 1
+        )
 
 
 SAN = Ablation(attn_skip=False, mlp=False)

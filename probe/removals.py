@@ -63,9 +63,11 @@ def find(
     massive: bool,
     epsilon: float = EPSILON,
     ratio: float = MASSIVE_RATIO,
+    clean: Ablation = TRANSFORMER,
 ) -> Found:
     """The clean run of ``probed`` over ``batches`` ((start, ids, mask) each): what to remove
-    (``epsilon``, ``ratio``: the thresholds of the module docstring)."""
+    (``epsilon``, ``ratio``: the thresholds of the module docstring; ``clean``: the run the
+    removals are of, the transformer or the transformer with its branches scaled)."""
     adapter, root = probed.adapter, probed.envoy
     received: dict[int, torch.Tensor] = {}
     sequences = 0
@@ -81,9 +83,9 @@ def find(
             ) as tr,
         ):
             if sinks:
-                reads = adapter.paths_stream(root, tr, TRANSFORMER, norms=False)
+                reads = adapter.paths_stream(root, tr, clean, norms=False)
             else:
-                reads = ({"x": x} for x in adapter.stream(root, tr, TRANSFORMER))
+                reads = ({"x": x} for x in adapter.stream(root, tr, clean))
             for layer, values in enumerate(reads):
                 if layer == 0:
                     continue

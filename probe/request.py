@@ -26,12 +26,14 @@ from __future__ import annotations
 import copy
 import os
 import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from . import checks
 from .errors import ProbeError
 from .names import DTYPES, INITS
+from .overrides import freeze
 
 #: Strategies accelerate spreads a model with (``device_map``), besides an explicit map.
 DEVICE_MAPS = ("auto", "balanced", "sequential")
@@ -59,6 +61,26 @@ def dtype_name(dtype) -> str | None:
     return name
 
 
+#: Longest revision accepted (a branch, a tag or a 40-digit commit is far shorter).
+MAX_REVISION = 200
+
+
+def check_revision(revision) -> str:
+    """A hub revision: a non-empty text without spaces or NUL characters."""
+    if not isinstance(revision, str):
+        raise ProbeError(f"`revision` is a text (a branch, tag or commit), got {revision!r}")
+    if (
+        not revision.strip()
+        or len(revision) > MAX_REVISION
+        or any(c.isspace() or c == "\0" for c in revision)
+    ):
+        raise ProbeError(
+            f"`revision` {checks.shown(revision[:MAX_REVISION])} is not a branch, tag or commit "
+            "name (empty, too long, or with spaces)"
+        )
+    return revision
+
+
 def _is_module(source) -> bool:
     """A model object the caller holds (an ``nn.Module`` or a ProbedModel), not a name."""
     return not isinstance(source, str | os.PathLike)
@@ -84,6 +106,13 @@ class Model:
     holds what goes to disk.  ``remote``: ``True`` runs on NDIF through nnsight's remote
     backend, ``"local"`` nnsight's local simulation of it.  ``allow_missing_weights``
     probes a checkpoint that lacks tensors (they stay at random init and the result says so).
+
+    ``config``: config fields to change before the model is built (``{"n_layer": 4}``; the
+    command line's set option), at random init only: an override changes the
+    architecture.  Kept as a frozen :class:`~probe.overrides.ConfigOverrides` (None for
+    none); each key and value is checked against the family's config when it is read.
+    ``revision``: a hub id's revision (a branch, tag or commit: Pythia's ``step1000``),
+    read through ``from_pretrained(revision=...)``; offline it must be in the local cache.
     """
 
     source: Any
@@ -96,6 +125,8 @@ class Model:
     offload_folder: str | os.PathLike | None = None
     remote: bool | str = False
     allow_missing_weights: bool = False
+    config: Mapping[str, Any] | None = None
+    revision: str | None = None
 
     def __post_init__(self) -> None:
         source = self.source
@@ -130,6 +161,22 @@ class Model:
             )
         if self.remote and _is_module(source):
             raise ProbeError("`remote` runs a model by its name; pass the name, not a module")
+        set_(self, "config", freeze(self.config))
+        if self.config is not None and _is_module(source):
+            raise ProbeError("`config` builds a model from its name; a module is built already")
+        if self.config is not None and "pretrained" in self.init:
+            raise ProbeError(
+                "`config` changes the architecture, so it runs at random init only; "
+                "use `init` random"
+            )
+        if self.revision is not None:
+            set_(self, "revision", check_revision(self.revision))
+            if _is_module(source):
+                raise ProbeError(
+                    "`revision` names hub files; a module passed by the caller has none"
+                )
+            if self.remote:
+                raise ProbeError("`remote` runs the hosted revision; drop `revision`")
 
     @property
     def name(self) -> str:
@@ -197,6 +244,8 @@ class Model:
                 dtype=self.dtype,
                 allow_missing_weights=self.allow_missing_weights,
                 verify=verify,
+                config=self.config,
+                revision=self.revision,
                 **self.placement,
             )
             for init in self.init
@@ -216,6 +265,10 @@ class Model:
             args.append("--remote")
         if self.allow_missing_weights:
             args.append("--allow-missing-weights")
+        if self.config is not None:
+            args += [arg for setting in self.config.settings() for arg in ("--set", setting)]
+        if self.revision is not None:
+            args += ["--revision", self.revision]
         return args
 
 

@@ -110,8 +110,8 @@ def check_batch(probed, input_ids, attention_mask=None) -> None:
 
 
 def check_norm_variant(probed: ProbedModel, ablation: Ablation) -> None:
-    """The LayerNorm and removal variants run as walker steps: a family outside the walker
-    refuses them."""
+    """The LayerNorm and removal variants and branch scaling run as walker steps: a family
+    outside the walker refuses them."""
     if ablation.norm != "kept" and not hasattr(probed.adapter, "norm_steps"):
         raise ProbeError(
             f"the LayerNorm variants (LN-affine, no-LN) need a family spec; the "
@@ -121,6 +121,11 @@ def check_norm_variant(probed: ProbedModel, ablation: Ablation) -> None:
         raise ProbeError(
             f"the removal variants (no-sink, no-massive) need a family spec; the "
             f"{probed.adapter.family} family has its own adapter: leave them out"
+        )
+    if ablation.branch_scale != 1 and not hasattr(probed.adapter, "scale_steps"):
+        raise ProbeError(
+            f"branch scaling runs as walker steps of a family spec; the "
+            f"{probed.adapter.family} family has its own adapter: leave `branch_scale` out"
         )
 
 

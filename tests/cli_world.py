@@ -206,6 +206,18 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": [".", "sub/..", "models/tiny-bert", "texts/good.txt", "/proc/ff", "/", ".."]
             + ["texts/fifo", "results"],
         },
+        "setting": {
+            "good": ["n_layer=1", "num_hidden_layers=1", "initializer_range=0.5"],
+            "bad": ["", "=", "n_layer", "nope=1", "n_layer=abc", "n_layer=2.5", "n_layer=-1"],
+        },
+        "revision": {
+            "good": ["main", "step1000"],
+            "bad": ["", " ", "a b", "x" * 300],
+        },
+        "branch-scale": {
+            "good": ["1", "0.5", "1/sqrt(L)", "L^-0.5", "1/L"],
+            "bad": ["", "0", "-1", "x", "1/", "__import__('os')", "1/(L-L)", "1e999"],
+        },
         "text": {
             "good": ["latest", "results/collapse.html", "results/collapse.nc"],
             "bad": ["missing.html", "texts/good.txt/x.html", "/proc"],

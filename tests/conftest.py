@@ -11,6 +11,13 @@ import os
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# ``make test`` runs the suite in two pytest-xdist workers, one a core.  Each worker (and
+# every probe process a test starts, which inherits this) then computes on one thread:
+# two workers of two OpenMP threads each on two cores would make every parallel region
+# wait for a descheduled thread.  Tests of the thread count set theirs explicitly.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
 # The self-test's memory of passed checks (probe.check.verify): one fresh folder per test
 # session, so no run depends on what an earlier one (or the user's ~/.cache) remembered.
 os.environ["PROBE_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="probe-cache-")

@@ -56,6 +56,7 @@ LOG = os.environ.get("PROBE_FUZZ_LOG")
 #: Lines a successful command may print on stderr besides nothing.
 ALLOWED_STDERR = re.compile(
     r"^(probe: (warning|note): |probe: .* done in [0-9.]+ s|probe: \d+/\d+ steps|"
+    r"probe: interrupted after the command had finished; it wrote: |"
     r"fastformer step |gpt2 step |probe: gathered the standard library)"
 )
 #: Progress lines: a command that fails while it computes (a diverging training run)
@@ -266,6 +267,13 @@ class Stopped(BaseException):
 #: is then the time limit, not the command's doing.
 alarm = {"fired": False}
 
+#: When a drawn Ctrl-C reaches a command line (seconds after it starts): most lines get
+#: none; the others one early (while it checks and loads), mid-run or late (while it
+#: writes).  The signal is recorded as probe's handler records a real one.
+SIGNAL_TIMES = st.one_of(
+    st.none(), st.none(), st.none(), st.sampled_from([0.001, 0.05, 0.3, 1.0, 2.5])
+)
+
 
 def _alarm(signum, frame):
     """The time limit interrupts the command as Ctrl-C would (probe records it and stops at
@@ -291,12 +299,17 @@ def unquoted(text: str) -> str:
     return re.sub(r"\\([tnr\\']|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", one, text[2:-1])
 
 
-def check_contract(line: list[str], sandbox: Path) -> str:
-    """Run ``line`` in ``sandbox``; assert the contract; the outcome for the log."""
+def check_contract(line: list[str], sandbox: Path, ctrl_c: float | None = None) -> str:
+    """Run ``line`` in ``sandbox``; assert the contract; the outcome for the log.
+
+    ``ctrl_c``: seconds after the start at which a Ctrl-C arrives.  The line must then
+    stop cleanly at probe's next safe point: exit 130 with one "interrupted" line and no
+    file half-written (a result never without its report), or exit 0 or 2 if it was done
+    or refused first."""
     before = snapshot(sandbox)
     alarm["fired"] = False
     previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, TIMEOUT, GRACE)
+    signal.setitimer(signal.ITIMER_REAL, TIMEOUT if ctrl_c is None else ctrl_c, GRACE)
     try:
         result = CliRunner().invoke(app, line, catch_exceptions=True)
     except Stopped:
@@ -305,9 +318,13 @@ def check_contract(line: list[str], sandbox: Path) -> str:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
         interrupts.clear()  # the limit may have come after the command's last safe point
-    if isinstance(result.exception, Stopped) or (alarm["fired"] and result.exit_code == 130):
+    if isinstance(result.exception, Stopped):
         return "timeout"
     shown = f"probe {' '.join(map(repr, line))}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    if alarm["fired"] and result.exit_code == 130:
+        if ctrl_c is None:
+            return "timeout"
+        return "interrupted: " + _check_interrupted(result, sandbox, before, shown)
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         import traceback
 
@@ -340,6 +357,27 @@ def check_contract(line: list[str], sandbox: Path) -> str:
     return "ok" if new else "ok, nothing written"
 
 
+def _check_interrupted(result, sandbox: Path, before: dict, shown: str) -> str:
+    """The contract of a line a Ctrl-C stopped: one line, nothing on stdout after it that
+    claims a file, no staging left, every result beside its report; what it says it had
+    written before the interrupt exists."""
+    assert "Traceback" not in result.output, shown
+    lines = [line for line in result.stderr.splitlines() if not PROGRESS.match(line)]
+    errors = [line for line in lines if line.startswith("probe: error: ")]
+    assert len(errors) == 1 and errors[0].startswith("probe: error: interrupted"), shown
+    assert lines[-1] == errors[0], shown
+    after = snapshot(sandbox)
+    leftovers = [k for k in after if LEFTOVER.search(Path(k).name)]
+    assert not leftovers, f"left {leftovers}: {shown}"
+    new = sorted(k for k in after if before.get(k) != after[k])
+    for name in new:
+        if name.endswith(".nc"):
+            assert name[:-3] + ".html" in after, f"{name} without its report: {shown}"
+    if "nothing was written" in errors[0] and "written before" not in errors[0]:
+        assert not [k for k in new if after[k][0] == "file"], f"wrote {new}: {shown}"
+    return "stopped" if new else "stopped, nothing written"
+
+
 def _log(words, line, outcome, seconds) -> None:
     if LOG:
         with open(LOG, "a", encoding="utf-8") as log:
@@ -365,8 +403,8 @@ def test_every_command_line_keeps_the_contract(words, command, world, tmp_path, 
         database=None if not LONG else settings.default.database,
         suppress_health_check=list(HealthCheck),
     )
-    @given(line=command_lines(words, command, pool))
-    def run(line):
+    @given(line=command_lines(words, command, pool), ctrl_c=SIGNAL_TIMES)
+    def run(line, ctrl_c):
         import shutil
 
         if kept:
@@ -380,7 +418,7 @@ def test_every_command_line_keeps_the_contract(words, command, world, tmp_path, 
         start = time.monotonic()
         outcome = "failed"
         try:
-            outcome = check_contract(line, sandbox)
+            outcome = check_contract(line, sandbox, ctrl_c)
         finally:
             _log(words, line, outcome, time.monotonic() - start)
             monkeypatch.chdir(tmp_path)

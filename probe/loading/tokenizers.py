@@ -24,8 +24,9 @@ TOKENIZER_FILES = (
 )
 
 
-def tokenizer_at(location):
-    """The checkpoint's tokenizer where one can be had, else None (synthetic ids)."""
+def tokenizer_at(location, revision: str | None = None):
+    """The checkpoint's tokenizer (at hub ``revision``) where one can be had, else None
+    (synthetic ids)."""
     from transformers import AutoTokenizer
 
     if isinstance(location, Path) and not any((location / f).is_file() for f in TOKENIZER_FILES):
@@ -33,7 +34,10 @@ def tokenizer_at(location):
     try:
         with quiet():
             tokenizer = AutoTokenizer.from_pretrained(
-                location, trust_remote_code=False, **hub_kwargs(location)
+                location,
+                trust_remote_code=False,
+                **hub_kwargs(location),
+                **({} if revision is None else {"revision": revision}),
             )
     except Exception as err:  # no tokenizer files, no network, missing sentencepiece, ...
         if isinstance(location, Path):  # the folder has tokenizer files: they are broken

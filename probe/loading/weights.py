@@ -131,10 +131,13 @@ def _torch_init_skipped():
 
 
 def pretrained_model(
-    name: str, location, config, adapter: Adapter, allow_missing: bool
+    name: str, location, config, adapter: Adapter, allow_missing: bool, revision=None
 ) -> tuple[torch.nn.Module, str]:
-    """The base model with its checkpoint's weights, and a note on what did not load."""
+    """The base model with its checkpoint's weights (at hub ``revision``), and a note on what
+    did not load."""
     where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
+    if revision is not None:
+        where += f" at revision {revision}"
     try:
         with quiet():
             model, info = model_class(adapter).from_pretrained(
@@ -147,6 +150,7 @@ def pretrained_model(
                 # Mismatched shapes are reported below, in probe's words, not raised.
                 ignore_mismatched_sizes=True,
                 **hub_kwargs(location),
+                **({} if revision is None else {"revision": revision}),
             )
     except Exception as err:  # any failure to read weights: OSError, SafetensorError, ...
         raise ProbeError(

@@ -85,5 +85,6 @@ def decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
         causal=True,
         source_note=extra.pop("source_note", f"{name}'s decoder layer, as {LLAMA_NOTE}"),
         mlp=extra.pop("mlp", GATED_MLP),  # SwiGLU / GeGLU
+        mlp_branch=extra.pop("mlp_branch", "mlp"),  # `hidden_states = residual + mlp(...)`
         **extra,
     )

@@ -63,6 +63,12 @@ def _neox_steps(config) -> tuple[Step, ...]:
     return head + (put(":attn_output_1", "branch"),) + mlp
 
 
+def _neox_mlp_branch(config) -> str:
+    # `mlp_output = self.post_mlp_dropout(mlp_output)`: the parallel branch's line, or the
+    # sequential one's (nnsight numbers the assignments in the order of the source).
+    return ":mlp_output_1" if config.use_parallel_residual else ":mlp_output_3"
+
+
 def _falcon_steps(config) -> tuple[Step, ...]:
     two_norms = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
     norm = "ln_attn" if two_norms else "input_layernorm"
@@ -128,6 +134,7 @@ def _electra_like(name: str, model_types: tuple[str, ...], note: str) -> Family:
         unused_modules=("pooler",),
         source_note=note,
         mlp=Mlp("intermediate.dense", "output.dense"),
+        mlp_branch="output.dropout",  # BertOutput: `LayerNorm(dropout(dense(h)) + input_tensor)`
     )
 
 
@@ -150,6 +157,7 @@ FAMILIES: tuple[Family, ...] = (
         refuse=_deberta_refuse,
         source_note="DebertaV2SelfOutput.forward(hidden_states, input_tensor)",
         mlp=Mlp("intermediate.dense", "output.dense"),
+        mlp_branch="output.dropout",  # BertOutput: `LayerNorm(dropout(dense(h)) + input_tensor)`
     ),
     Family(
         name="distilbert",
@@ -173,6 +181,7 @@ FAMILIES: tuple[Family, ...] = (
         mlp_means="y = a: ffn and output_layer_norm skipped",
         source_note="TransformerBlock.forward: `self.sa_layer_norm(attention_output + hidden_states)`",
         mlp=Mlp("ffn.lin1", "ffn.lin2"),
+        mlp_branch="ffn",  # `output_layer_norm(ffn_output + sa_output)`
     ),
     Family(
         name="gpt2",
@@ -191,6 +200,7 @@ FAMILIES: tuple[Family, ...] = (
         causal=True,
         source_note="GPT2Block.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("mlp.c_fc", "mlp.c_proj", layout="conv1d"),
+        mlp_branch="mlp",  # `hidden_states = residual + feed_forward_hidden_states`
     ),
     decoder("llama", ("llama",)),
     decoder("mistral", ("mistral",)),
@@ -219,6 +229,7 @@ FAMILIES: tuple[Family, ...] = (
         skip_means="h = post_attention_layernorm(attn(x)): the `residual` before the sum is zero",
         mlp_means="y = h: mlp and post_feedforward_layernorm skipped, the MLP branch adds zeros",
         source_note="Olmo2DecoderLayer.forward: `residual = hidden_states` (residual_0)",
+        mlp_branch="post_feedforward_layernorm",  # `residual + post_feedforward_layernorm(...)`
         steps=(
             zero(":residual_0"),  # `residual = hidden_states`
             read("probs", "self_attn", index=1),
@@ -237,6 +248,7 @@ FAMILIES: tuple[Family, ...] = (
         skip_means="h = post_attention_layernorm(attn(norm(x))): the `residual` is zero",
         mlp_means="y = h: pre_feedforward_layernorm, mlp, post_feedforward_layernorm skipped",
         source_note="Gemma2DecoderLayer.forward: `residual = hidden_states` (residual_0)",
+        mlp_branch="post_feedforward_layernorm",  # `residual + post_feedforward_layernorm(...)`
         steps=(
             zero(":residual_0"),  # `residual = hidden_states`
             read("norm", "input_layernorm", "input"),
@@ -258,6 +270,7 @@ FAMILIES: tuple[Family, ...] = (
             ("post_attention_layernorm", "mlp"),
             branch=read("branch", "resid_attn_dropout"),
         ),
+        mlp_branch="resid_mlp_dropout",  # `residual + self.resid_mlp_dropout(...)`
     ),
     Family(
         name="opt",
@@ -278,6 +291,7 @@ FAMILIES: tuple[Family, ...] = (
         causal=True,
         source_note="OPTDecoderLayer.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("fc1", "fc2"),
+        mlp_branch="fc2",  # `residual + dropout(fc2(...))` (a functional dropout)
     ),
     Family(
         name="gptj",
@@ -302,6 +316,7 @@ FAMILIES: tuple[Family, ...] = (
         causal=True,
         source_note="GPTJBlock.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("mlp.fc_in", "mlp.fc_out"),
+        mlp_branch="mlp",  # `attn_output + feed_forward_hidden_states + residual`
     ),
     Family(
         name="falcon",
@@ -320,6 +335,7 @@ FAMILIES: tuple[Family, ...] = (
         causal=True,
         source_note="FalconDecoderLayer.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+        mlp_branch="mlp",  # `mlp_output += attention_output`, then the residual
     ),
     Family(
         name="gpt-neox",
@@ -338,6 +354,7 @@ FAMILIES: tuple[Family, ...] = (
         causal=True,
         source_note="GPTNeoXLayer.forward: `hidden_states = mlp_output + attn_output + hidden_states`",
         mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
+        mlp_branch=_neox_mlp_branch,
     ),
     Family(
         name="bloom",
@@ -369,6 +386,8 @@ FAMILIES: tuple[Family, ...] = (
         refuse=_bloom_refuse,
         source_note="BloomAttention.forward: `dropout_add(output_tensor, residual, ...)`",
         mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", activation="gelu_pytorch_tanh"),
+        # BloomMLP: `dropout_add(dense_4h_to_h(...), residual)` adds the residual itself.
+        mlp_branch="mlp.dense_4h_to_h",
         score_notes=("ALiBi position biases add to the attention scores: W_QK leaves them out",),
     ),
     Family(
@@ -393,6 +412,7 @@ FAMILIES: tuple[Family, ...] = (
         float32_softmax=True,
         source_note="ModernBertEncoderLayer.forward: `hidden_states = hidden_states + attn_output`",
         mlp=GATED_MLP,  # Wi's two halves: act(input) * gate
+        mlp_branch="mlp",  # `hidden_states + self.mlp(self.mlp_norm(hidden_states))`
     ),
     Family(
         name="t5",
@@ -416,6 +436,7 @@ FAMILIES: tuple[Family, ...] = (
         model_class="T5EncoderModel",
         source_note="T5LayerSelfAttention.forward: `attention_output = hidden_states + ...`",
         mlp=_t5_mlp,
+        mlp_branch="layer.1.dropout",  # T5LayerFF: `hidden_states + self.dropout(...)`
         score_notes=(
             "the attention's scale is not 1/sqrt(d_qk) in this family",
             "relative position terms add to the attention scores: W_QK leaves them out",
@@ -438,6 +459,7 @@ FAMILIES: tuple[Family, ...] = (
         unused_modules=("pooler",),
         source_note="ViTLayer.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("mlp.fc1", "mlp.fc2"),
+        mlp_branch="mlp",  # `dropout(mlp(...)) + residual` (dropout: eval, the identity)
     ),
 )
 

@@ -39,8 +39,8 @@ from ..ablate import Ablation
 from ..errors import ProbeError
 
 #: When a step applies: always (reads), or only under one of the removals.
-WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed", "sinks")
-ACTS = ("read", "zero", "set", "skip")
+WHEN = ("", "no_skip", "no_mlp", "norm_affine", "norm_removed", "sinks", "scaled")
+ACTS = ("read", "zero", "set", "skip", "scale")
 STYLES = ("pre", "post", "parallel", "sandwich")
 #: How a norm scales a token: LayerNorm centres it, the RMS norms do not; Gemma's
 #: RMSNorm multiplies by (1 + w) instead of w.
@@ -62,7 +62,10 @@ class Step:
     * ``zero``: the value at ``part`` is replaced by zeros of its shape;
     * ``set``: the value at ``part`` (``output``, ``input``, or ``argN`` for the N-th
       positional input) is replaced by ``value``;
-    * ``skip``: the module does not run and returns ``value``.
+    * ``skip``: the module does not run and returns ``value``;
+    * ``scale``: the value at ``part`` (element ``index`` of a tuple) is multiplied by the
+      run's branch scale alpha (:mod:`probe.scaling`); ``value`` names the read it replaces
+      for later edits (``branch``).  The walker adds these steps itself (``when="scaled"``).
 
     ``value`` is ``zeros`` (of the module's input shape), ``input`` (the module's own
     input), the name of an earlier read, or ``a+b``, the sum of two earlier reads in
@@ -100,11 +103,14 @@ class Step:
             or (self.when == "no_mlp" and not ablation.mlp)
             or (self.when == f"norm_{ablation.norm}")
             or (self.when == "sinks" and ablation.remove == "sinks")
+            or (self.when == "scaled" and ablation.branch_scale != 1)
         )
 
     def refs(self) -> tuple[str, ...]:
         """Earlier reads this edit's value needs."""
-        if self.act == "read" or self.value in ("", "zeros", "input", "no-sink") or self.is_affine:
+        if self.act in ("read", "scale") or self.value in ("", "zeros", "input", "no-sink"):
+            return ()
+        if self.is_affine:  # the norm's own input
             return ()
         return tuple(self.value.split("+"))
 
@@ -120,6 +126,9 @@ class Step:
             return f"{where} <- {self.value}"
         if self.act == "skip":
             return f"{self.site} skipped, returns {self.value}"
+        if self.act == "scale":
+            index = f"[{self.index}]" if self.index is not None else ""
+            return f"{where}{index} <- alpha * {where}{index}"
         index = f"[{self.index}]" if self.index is not None else ""
         return f"{self.name} = {where}{index}"
 
@@ -218,6 +227,10 @@ class Family:
     branch_norm: str = ""
     #: config -> why this configuration cannot be probed exactly ("" when it can).
     refuse: Callable[[Any], str] | None = None
+    #: The site whose output is the MLP's contribution to the residual sum, as it is added
+    #: (a function of the config where the layer branches): residual branch scaling
+    #: (:mod:`probe.scaling`) multiplies it by alpha there.
+    mlp_branch: str | Callable[[Any], str] = ""
     #: Where the family's operation names come from, for the one who must fix them.
     source_note: str = ""
     #: The MLP's weights for the theory panel (a function of the config where it branches).
@@ -240,6 +253,9 @@ class Family:
 
     def steps_of(self, config) -> tuple[Step, ...]:
         return self.steps(config) if callable(self.steps) else self.steps
+
+    def mlp_branch_of(self, config) -> str:
+        return self.mlp_branch(config) if callable(self.mlp_branch) else self.mlp_branch
 
     def mlp_of(self, config) -> Mlp:
         return self.mlp(config) if callable(self.mlp) else self.mlp
@@ -271,6 +287,8 @@ def validate(family: Family) -> None:
             fail("Heads needs the value and the output projection's paths")
     if family.output and family.final_norm and family.final_norm not in family.output:
         fail(f"final_norm {family.final_norm!r} is not among the output modules {family.output}")
+    if not family.mlp_branch:
+        fail("mlp_branch is not given: the site whose output the MLP adds to the residual")
     if family.inputs not in ("ids", "pixels"):
         fail(f"inputs {family.inputs!r} is not ids or pixels")
     _validate_mlp(family, fail)

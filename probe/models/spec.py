@@ -134,12 +134,14 @@ class SpecAdapter(Adapter):
             steps = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
         if ablation.remove == "sinks":
             steps = self.sink_steps(root, steps)
+        if ablation.branch_scale != 1:
+            steps = self.scale_steps(config, steps, ablation)
         needed = set(wanted) | {ref for s in steps for ref in s.refs()}
         layers = self.layers(root)
         yield {"x": first(layers[0].input)}
         sinks, massive = _by_layer(ablation.sinks), _by_layer(ablation.massive)
         for index, layer in enumerate(layers, start=1):
-            values = _run_steps(layer, steps, needed, sinks.get(index, ()))
+            values = _run_steps(layer, steps, needed, sinks.get(index, ()), ablation.branch_scale)
             x = first(layer.output)
             if massive.get(index):  # no-massive: the clean run's corpus means, in place
                 _replace_massive(x, massive[index])
@@ -167,6 +169,25 @@ class SpecAdapter(Adapter):
                 f"{self.family} attention computes its own softmax: leave no-sink out"
             )
         return Step(f"{site}:{ops[-1]}", "set", part="mask", value="no-sink", when="sinks")
+
+    def scale_steps(self, config, steps: list[Step], ablation: Ablation) -> list[Step]:
+        """``steps`` with residual branch scaling (:mod:`probe.scaling`): the attention branch
+        is multiplied by alpha where the entry reads it (the value the layer adds to its
+        residual), right after that read; the MLP branch, where the MLP has not been
+        removed, at the entry's ``mlp_branch``: before the first step at that site (GPT-NeoX's
+        no-skip reads it there) or after the last step.  An edit later in the layer that
+        uses the branch (a no-skip sum) takes the scaled value."""
+        at = next(i for i, s in enumerate(steps) if s.act == "read" and s.name == "branch")
+        read = steps[at]
+        attn = Step(read.site, "scale", part=read.part, index=read.index, value="branch",
+                    when="scaled")  # fmt: skip
+        steps = [*steps[: at + 1], attn, *steps[at + 1 :]]
+        if not ablation.mlp:
+            return steps
+        site = self.spec.mlp_branch_of(config)
+        mlp = Step(site, "scale", when="scaled")
+        at = next((i for i, s in enumerate(steps) if s.site == site), len(steps))
+        return [*steps[:at], mlp, *steps[at:]]
 
     def stream(self, root, tracer, ablation: Ablation) -> Iterator[torch.Tensor]:
         for values in self.walk(root, ablation):
@@ -342,9 +363,12 @@ def _replace_massive(x, entries) -> None:
     x[:, tokens, dims] = values
 
 
-def _run_steps(layer, steps: list[Step], needed: set[str], sinks=()) -> dict[str, Any]:
+def _run_steps(
+    layer, steps: list[Step], needed: set[str], sinks=(), alpha: float = 1.0
+) -> dict[str, Any]:
     """Perform one layer's steps in order; the named reads that ``needed`` asks for
-    (``sinks``: the layer's (head, key) pairs for the no-sink edit)."""
+    (``sinks``: the layer's (head, key) pairs for the no-sink edit; ``alpha``: the branch
+    scale of the ``scale`` steps)."""
     reads: dict[str, Any] = {}
     fetched: dict[tuple[str, str], Any] = {}  # one request per location: nnsight serves it once
 
@@ -361,6 +385,13 @@ def _run_steps(layer, steps: list[Step], needed: set[str], sinks=()) -> dict[str
                 reads[step.name] = value if step.index is None else value[step.index]
             continue
         target = _site(layer, step)
+        if step.act == "scale":
+            scaled = _scaled(fetch(step), step.index, alpha)
+            _put(target, step.part, scaled)
+            fetched[(step.site, step.part)] = scaled  # a later read there sees alpha f(x)
+            if step.value in reads:
+                reads[step.value] = scaled if step.index is None else scaled[step.index]
+            continue
         if step.value == "no-sink":
             _remove_sinks(target, sinks)
         elif step.act == "skip":
@@ -370,6 +401,13 @@ def _run_steps(layer, steps: list[Step], needed: set[str], sinks=()) -> dict[str
         else:
             _put(target, step.part, _value(step, target, reads))
     return reads
+
+
+def _scaled(value, index: int | None, alpha: float):
+    """``value * alpha``, or a tuple with its element ``index`` so multiplied."""
+    if index is None:
+        return value * alpha
+    return (*value[:index], value[index] * alpha, *value[index + 1 :])
 
 
 def _value(step: Step, target, reads: dict[str, Any]):
