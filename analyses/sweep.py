@@ -34,11 +34,10 @@ robin (``part``) and rank 0 gathers them, bit for bit what one process gives.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -47,6 +46,7 @@ import xarray as xr
 from probe.errors import ProbeError
 from probe.request import Inputs, Model, coerce
 from probe.results import settings_id, versions
+from probe.scaling import parse_branch_scale
 
 from . import attention as attention_analysis
 from . import collapse
@@ -82,14 +82,6 @@ class Sweep:
 
     def store(self, out_dir: str | Path, name: str) -> Store:
         return Store(Path(out_dir) / f"{name}.points", self.fixed)
-
-
-def _accepts(function, name: str) -> bool:
-    return name in inspect.signature(function).parameters
-
-
-def _model_field(name: str) -> bool:
-    return name in {f.name for f in fields(Model)}
 
 
 def axes_of(
@@ -218,30 +210,18 @@ def _fixed_request(request: Model, given: Inputs, fixed: dict, options: dict):
         elif kind == "branch_scale":
             extra["branch_scale"] = value
         elif kind == "revision":
-            request = _with_field(request, "revision", value)
+            request = replace(request, revision=value)
         elif kind == "tokens":
             given = replace(given, tokens=value)
         elif kind == "seed":
             request = replace(request, seed=value)
     if "branch_scale" in extra:
-        if not _accepts(collapse.prepare, "branch_scale"):
-            raise ProbeError("this version of probe cannot scale the residual branches")
-        from probe.scaling import parse_branch_scale
-
         parse_branch_scale(extra["branch_scale"])
     return request, given, extra
 
 
 def _with_config(request: Model, overrides: dict) -> Model:
-    if not _model_field("config"):
-        raise ProbeError("this version of probe cannot override config fields")
-    return replace(request, config={**(getattr(request, "config", None) or {}), **overrides})
-
-
-def _with_field(request: Model, name: str, value) -> Model:
-    if not _model_field(name):
-        raise ProbeError(f"this version of probe cannot load a `{name}`")
-    return replace(request, **{name: value})
+    return replace(request, config={**(request.config or {}), **overrides})
 
 
 def point_request(sweep: Sweep, point: Point) -> tuple[Model, Inputs, dict]:
@@ -251,14 +231,10 @@ def point_request(sweep: Sweep, point: Point) -> tuple[Model, Inputs, dict]:
         if axis.kind == "config":
             model = _with_config(model, {axis.name: value})
         elif axis.kind == "branch_scale":
-            if not _accepts(collapse.prepare, "branch_scale"):
-                raise ProbeError("this version of probe cannot scale the residual branches")
-            from probe.scaling import parse_branch_scale
-
             parse_branch_scale(value)  # a scale it cannot read fails here, naming the point
             options["branch_scale"] = value
         elif axis.kind == "revision":
-            model = _with_field(model, "revision", value)
+            model = replace(model, revision=value)
         elif axis.kind == "step":
             model = replace(model, source=point.folder())
         elif axis.kind == "tokens":
@@ -322,7 +298,10 @@ def run_point(sweep: Sweep, point: Point, warn: Callable[[str], None] | None = N
         measured = xr.concat(
             [
                 attention_analysis.run(
-                    Model(probed, init=probed.init, seed=model.seed), inputs, epsilon=sweep.epsilon
+                    Model(probed, init=probed.init, seed=model.seed),
+                    inputs,
+                    epsilon=sweep.epsilon,
+                    branch_scale=options.get("branch_scale", 1),
                 )
                 for probed in plan.models
             ],

@@ -59,7 +59,6 @@ def test_every_point_equals_its_collapse_run_bit_for_bit(swept, gpt2):
 
 
 def test_config_and_branch_scale_points_equal_their_collapse_runs(gpt2):
-    pytest.importorskip("probe.scaling")  # the knobs: Model(config=...), branch_scale
     ds = sweep.run(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES),
                    config={"n_layer": [1, 3]}, branch_scale="1,1/sqrt(L)", variants=VARIANTS)  # fmt: skip
     assert ds.sizes["layer"] == 4 and list(ds.branch_scale.values) == ["1", "1/sqrt(L)"]
@@ -74,6 +73,10 @@ def test_config_and_branch_scale_points_equal_their_collapse_runs(gpt2):
             assert point["command"].item() == alone.attrs["command"]
             assert float(point["branch_scale_value"]) == alone.attrs["branch_scale_value"]
             assert int(point["n_layers"]) == layers
+            measured = attention.run(model, Inputs(tokens=8, **SIZES), branch_scale=scale)
+            np.testing.assert_array_equal(
+                point["massive_ratio"].values, measured["massive_ratio"].values
+            )
     assert float(ds["branch_scale_value"].sel(n_layer=3, branch_scale="1/sqrt(L)")) == 1 / np.sqrt(
         3
     )
