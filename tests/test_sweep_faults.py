@@ -102,3 +102,38 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
     assert sorted(p.name for p in two.parent.iterdir()) == sorted(
         p.name for p in one.parent.iterdir()
     )
+
+
+@pytest.mark.slow  # GPT-2's width at 2 to 16 layers, 8 points and 8 collapse runs: minutes
+def test_the_issues_done_when_sweep(tmp_path, monkeypatch):
+    """Issue 30: `probe sweep gpt2 --init random --set n_layer=2,4,8,16 --branch-scale
+    1,1/sqrt(L) --sequences 4 --tokens 32` writes one result and its report, and each of its
+    8 points equals `probe collapse` with that config and scale, bit for bit."""
+    from typer.testing import CliRunner
+
+    from probe import Inputs, Model
+    from probe.analyses import collapse
+    from probe.cli.app import app
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["sweep", "gpt2", "--init", "random", "--set", "n_layer=2,4,8,16", "--branch-scale",
+            "1,1/sqrt(L)", "--sequences", "4", "--tokens", "32", "--out", "r", "-q"]  # fmt: skip
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    (nc,) = (tmp_path / "r").glob("sweep-gpt2-random-float32-*.nc")
+    assert nc.with_suffix(".html").is_file()
+    ds = probe.open_result(nc)
+    assert ds.sizes["n_layer"] * ds.sizes["branch_scale"] == 8 and ds["done"].all()
+    for layers in (2, 4, 8, 16):
+        for scale in ("1", "1/sqrt(L)"):
+            alone = collapse.run(
+                Model("gpt2", init="random", config={"n_layer": layers}),
+                Inputs(sequences=4, tokens=32),
+                branch_scale=scale,
+            )
+            point = ds.sel(n_layer=layers, branch_scale=scale, layer=range(layers + 1))
+            for name in ("relative_residual", "effective_rank", "stable_rank",
+                         "cosine_similarity"):  # fmt: skip
+                np.testing.assert_array_equal(point[name].values, alone[name].values)
+            assert point["command"].item() == alone.attrs["command"]
