@@ -64,8 +64,9 @@ def _parse_variants(text: str):
     return parse_variants(text)
 
 
-#: Shared options a sweep takes as lists of its own: --tokens, --seeds, --set, --revisions.
-OWN = ("tokens", "seed", "config", "revision")
+#: Shared options a sweep takes as lists of its own (--tokens, --seeds, --set, --revisions),
+#: and --remote, which it does not take: a sweep loads each point's model itself.
+OWN = ("tokens", "seed", "config", "revision", "remote")
 
 
 @shared_options(*(name for name in SHARED if name not in OWN), dtype="float32", batch_size=16)
