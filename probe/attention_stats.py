@@ -15,7 +15,12 @@ over sequences:
   token receives (Gu et al. 2025; Xiao et al. 2023); ``top_key`` the argmax over k of r_hk and
   ``top_key_score`` its value (Clark et al. 2019: BERT's [CLS] and [SEP]).
 * ``attention_entropy``: mean_s mean_i -sum_k A_ik log A_ik, in nats (0 log 0 = 0, so the
-  keys a row cannot see add nothing).
+  keys a row cannot see add nothing).  Each A log A is formed at the input's precision
+  (float64 for a float64 run; float32 for float32, bfloat16 and float16) and summed in
+  float64.  Every term -A log A is >= 0, so no cancellation: a float32 run's entropy is
+  within 2^-22 (one rounding of the log, one of the product) relative of the float64
+  computation on the same probabilities, the order of what float32's own rounding of them
+  (2^-24 each) moves it; at half the float64 path's cost (a double's log is dear).
 * ``attention_gap`` sigma_1 - sigma_2 and ``attention_stable_rank`` sum_i sigma_i^2 /
   sigma_1^2 of each sequence's n_s x n_s matrix A_sh (Nait Saada et al. 2025), mean over
   sequences.  Only three numbers of each matrix are needed (``top_two``): sum_i sigma_i^2 =
@@ -99,8 +104,10 @@ def head_sums(probs: Tensor, real: Tensor, spectrum: bool = True) -> dict[str, T
     per_row = rows[:, None, None]
     # Mean over rows, summed over sequences; float64 accumulation of the exact entries.
     received = (A.sum(2, dtype=torch.float64) / per_row).sum(0)  # (H, T)
-    A64 = A.to(torch.float64)
-    entropy = (-torch.special.xlogy(A64, A64).sum(-1).sum(-1) / rows[:, None]).sum(0)  # (H,)
+    # The logs at the input's precision, at least float32 (module docstring: accuracy).
+    work = A if A.dtype == torch.float64 else A.to(torch.float32)
+    terms = torch.special.xlogy(work, work).sum(-1, dtype=torch.float64)  # (B, H, T)
+    entropy = (-terms.sum(-1) / rows[:, None]).sum(0)  # (H,)
     out = {"received": received, "entropy": entropy, "count": torch.tensor(float(A.shape[0]))}
     if spectrum:
         sigma_1, sigma_2, frobenius = top_two(A)  # each (B, H)
