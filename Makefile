@@ -75,6 +75,7 @@ docs-data: $(STAMP)
 	$(BIN)/python docs/data/rotary.py
 	$(BIN)/python docs/data/paths_sample.py
 	$(BIN)/python docs/data/attention_minilm.py
+	$(BIN)/python docs/data/attention_random.py --out $(OUT)/attention-random
 	$(BIN)/python docs/data/cross_family.py --out $(OUT)/cross-family
 	$(DOCS) --strict
 

@@ -1,9 +1,9 @@
 """What trained transformers do instead of collapsing: the attention and activation statistics.
 
-Pure tensor functions, in float64, on real (unpadded) tokens only.  Each takes one batch and
-returns *sums over its sequences* (and the counts to divide them by), so a run adds batches
-up and divides once (:class:`Totals`); only per-(layer, head) numbers and a few vectors of
-the hidden size ever leave a layer.
+Pure tensor functions, in float64 (or exact selections), on real (unpadded) tokens only.
+Each takes one batch and returns *sums over its sequences* (and the counts to divide them
+by), so a run adds batches up and divides once (:class:`Totals`); only per-(layer, head)
+numbers and a few vectors of the hidden size ever leave a layer.
 
 Attention statistics of one layer's probabilities A (sequence s, head h, query i, key k),
 rows and columns restricted to the sequence's real tokens (a padding row is dropped; a
@@ -15,7 +15,12 @@ over sequences:
   token receives (Gu et al. 2025; Xiao et al. 2023); ``top_key`` the argmax over k of r_hk and
   ``top_key_score`` its value (Clark et al. 2019: BERT's [CLS] and [SEP]).
 * ``attention_entropy``: mean_s mean_i -sum_k A_ik log A_ik, in nats (0 log 0 = 0, so the
-  keys a row cannot see add nothing).
+  keys a row cannot see add nothing).  Each A log A is formed at the input's precision
+  (float64 for a float64 run; float32 for float32, bfloat16 and float16) and summed in
+  float64.  Every term -A log A is >= 0, so no cancellation: a float32 run's entropy is
+  within 2^-22 (one rounding of the log, one of the product) relative of the float64
+  computation on the same probabilities, the order of what float32's own rounding of them
+  (2^-24 each) moves it; at half the float64 path's cost (a double's log is dear).
 * ``attention_gap`` sigma_1 - sigma_2 and ``attention_stable_rank`` sum_i sigma_i^2 /
   sigma_1^2 of each sequence's n_s x n_s matrix A_sh (Nait Saada et al. 2025), mean over
   sequences.  Only three numbers of each matrix are needed (``top_two``): sum_i sigma_i^2 =
@@ -24,10 +29,15 @@ over sequences:
   values, so the whole layer's (sequence x head) T x T matrices go at once.  sigma_1 and
   sigma_2 come from LAPACK's singular values (gesdd without vectors), on a CPU through
   ``probe.linalg.lapack``: one serial LAPACK call per matrix, the batch split over the
-  threads (a bert-base layer at 32 x 128 on 2 loaded cores: 2.2 s against 53 s for torch's
-  per-sequence calls, whose MKL threading of each small matrix collapses under load); on
-  CUDA torch's ``svdvals`` on the device.  LAPACK still computes all T values, O(T^3) per
-  matrix: at T in the thousands a Krylov method for the top two would cost less.  Accuracy: LAPACK's, backward stable, every
+  threads, each thread making its own piece's float64 copy (a bert-base layer at 32 x 128
+  on 2 loaded cores: 2.2 s against 53 s for torch's per-sequence calls, whose MKL threading
+  of each small matrix collapses under load); on CUDA torch's ``svdvals`` on the device.
+  LAPACK still computes all T values, O(T^3) per matrix, and this is most of the analysis'
+  cost on a CPU.  A Krylov method for the top two is no cheaper at T = 128 for a random-init
+  model: the bulk under sigma_1 is flat (sigma_3 / sigma_2 ~ 0.97 for softmax(0.3 z)
+  rows), and a block Krylov space of 96 of the 128 dimensions still left sigma_2 5e-7 sigma_1 off
+  (20 dimensions: 2e-3).  At T in the thousands, with a decaying spectrum (causal rows),
+  it would cost less.  Accuracy: LAPACK's, backward stable, every
   singular value within a few T eps sigma_1 of the exact one (tests/test_attention_stats.py
   pins |error| <= 4 T eps sigma_1 against numpy's float64 SVD on near-uniform, clustered
   near-permutation, causal, padded and Dirichlet matrices): sigma_1 relative ~T eps, sigma_2
@@ -42,7 +52,8 @@ Hidden-state statistics of one layer's output X (sequence, token, hidden):
   sequence's real tokens, over the mean over sequences of the median |entry| (torch's median:
   the lower one of an even count), as Sun et al. average the top and median magnitudes over
   their sequences.  ``massive_token`` / ``massive_dim`` (and the sequence) locate the largest
-  |entry| of the whole run.
+  |entry| of the whole run.  Top and median are selections, exact in the output's own dtype;
+  the sequences of one real length go at once, and their sums are added in sequence order.
 * ``anisotropy`` (Ethayarajh 2019): the mean cosine between the representations of two real
   tokens of *different* sequences, over every such pair, computed exactly from the unit
   vectors u: (||sum u||^2 - sum_s ||sum_{t in s} u_t||^2) / (N^2 - sum_s n_s^2).  This is
@@ -71,10 +82,13 @@ def check_epsilon(epsilon) -> float:
     return float(epsilon)
 
 
-def _masked(probs: Tensor, real: Tensor) -> Tensor:
-    """(B, H, T, T) float64 with the padding rows and columns set to 0."""
-    keep = real.to(torch.float64)
-    return probs.to(torch.float64) * keep[:, None, :, None] * keep[:, None, None, :]
+def _real_only(probs: Tensor, real: Tensor) -> Tensor:
+    """(B, H, T, T) in its own dtype with the padding rows and columns set to 0 (a selection,
+    exact in any dtype); a batch without padding as it is."""
+    if bool(real.all()):
+        return probs
+    keep = real[:, None, :, None] & real[:, None, None, :]
+    return torch.where(keep, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
 
 
 def head_sums(probs: Tensor, real: Tensor, spectrum: bool = True) -> dict[str, Tensor]:
@@ -84,11 +98,16 @@ def head_sums(probs: Tensor, real: Tensor, spectrum: bool = True) -> dict[str, T
     ``received`` (head, key), ``entropy``, ``gap``, ``stable_rank`` (head,) and ``count``
     (sequences); each a sum over sequences of a per-sequence mean (see the module docstring).
     """
-    A = _masked(probs, real)  # (B, H, T, T)
+    real = real.bool()
+    A = _real_only(probs, real)  # (B, H, T, T), the input's dtype
     rows = real.sum(1).to(torch.float64)  # (B,) real query rows
     per_row = rows[:, None, None]
-    received = (A.sum(2) / per_row).sum(0)  # (H, T): mean over rows, summed over sequences
-    entropy = (-torch.special.xlogy(A, A).sum(-1).sum(-1) / rows[:, None]).sum(0)  # (H,)
+    # Mean over rows, summed over sequences; float64 accumulation of the exact entries.
+    received = (A.sum(2, dtype=torch.float64) / per_row).sum(0)  # (H, T)
+    # The logs at the input's precision, at least float32 (module docstring: accuracy).
+    work = A if A.dtype == torch.float64 else A.to(torch.float32)
+    terms = torch.special.xlogy(work, work).sum(-1, dtype=torch.float64)  # (B, H, T)
+    entropy = (-terms.sum(-1) / rows[:, None]).sum(0)  # (H,)
     out = {"received": received, "entropy": entropy, "count": torch.tensor(float(A.shape[0]))}
     if spectrum:
         sigma_1, sigma_2, frobenius = top_two(A)  # each (B, H)
@@ -97,43 +116,66 @@ def head_sums(probs: Tensor, real: Tensor, spectrum: bool = True) -> dict[str, T
 
 
 def top_two(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """sigma_1, sigma_2 and ||A||_F^2 = sum_i sigma_i^2 of every (..., T, T) float64 matrix
-    (module docstring: method and accuracy).  A 1 x 1 matrix has sigma_2 = 0."""
-    frobenius = A.square().sum((-2, -1))
+    """sigma_1, sigma_2 and ||A||_F^2 = sum_i sigma_i^2 of every (..., T, T) matrix, in
+    float64 (module docstring: method and accuracy).  A 1 x 1 matrix has sigma_2 = 0."""
     flat = A.reshape(-1, *A.shape[-2:])
     if flat.device.type == "cpu":
-        [sigma] = lapack(torch.linalg.svdvals, flat)  # (matrices, T), descending
+        [(sigma, frobenius)] = lapack(_top_two_float64, flat)
     else:
-        sigma = torch.linalg.svdvals(flat)
-    sigma = torch.nn.functional.pad(sigma[:, :2], (0, max(0, 2 - sigma.shape[-1])))
+        sigma, frobenius = _top_two_float64(flat)
     sigma = sigma.reshape(*A.shape[:-2], 2)
-    return sigma[..., 0], sigma[..., 1], frobenius
+    return sigma[..., 0], sigma[..., 1], frobenius.reshape(A.shape[:-2])
+
+
+def _top_two_float64(A: Tensor) -> tuple[Tensor, Tensor]:
+    # One piece of the batch, in a LAPACK worker on a CPU: the float64 copy is made here, a
+    # piece at a time, so that it too runs on every thread.
+    A = A.to(torch.float64)
+    sigma = torch.linalg.svdvals(A)[:, :2]  # descending
+    sigma = torch.nn.functional.pad(sigma, (0, 2 - sigma.shape[-1]))
+    return sigma, A.square().sum((-2, -1))
 
 
 def massive_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
     """One layer's output (batch, token, hidden): the sums of the per-sequence top and median
     |entry|, and where the batch's largest |entry| is (``where``: sequence, token, dim)."""
-    top = torch.zeros((), dtype=torch.float64, device=x.device)
-    median = torch.zeros_like(top)
-    best, where = torch.tensor(-1.0, dtype=torch.float64), (0, 0, 0)
-    for s in range(x.shape[0]):
-        a = x[s].to(torch.float64).abs()  # (T, D)
-        a = a[real[s].bool()]  # (n_s, D) real tokens
-        flat_top, flat_at = a.flatten().max(0)
-        top += flat_top
-        median += a.flatten().median()
-        if float(flat_top) > float(best):
-            token = int(real[s].bool().nonzero()[int(flat_at) // a.shape[1], 0])
-            best, where = flat_top.cpu(), (s, token, int(flat_at) % a.shape[1])
-    return {"top": top, "median": median, "largest": best, "where": torch.tensor(where)}
+    real = real.bool()
+    B, _, D = x.shape
+    a = x.detach().abs()  # in x's dtype: the top and the median are selections, exact
+    tops = torch.empty(B, dtype=a.dtype, device=a.device)
+    medians, at = torch.empty_like(tops), torch.empty(B, dtype=torch.long, device=a.device)
+    lengths = real.sum(1)
+    # The sequences of one real length at once: their real tokens as one (group, n_s D) row
+    # each (a batch without padding is one group and needs no copy).
+    for n in lengths.unique().tolist():
+        group = (lengths == n).nonzero()[:, 0]
+        flat = a.flatten(1) if len(group) == B and n == a.shape[1] else a[group][real[group]]
+        flat = flat.reshape(len(group), n * D)
+        tops[group], at[group] = flat.max(1)  # the first of equal maxima, as flatten().max()
+        medians[group] = flat.median(1).values  # the lower middle value of an even count
+    # Sums in sequence order (cumsum is sequential), as the per-sequence loop added them.
+    top = tops.to(torch.float64).cumsum(0)[-1]
+    median = medians.to(torch.float64).cumsum(0)[-1]
+    s = int(tops.argmax())  # the first sequence holding the batch's largest |entry|
+    flat_at = int(at[s])
+    token = int(real[s].nonzero()[flat_at // D, 0])
+    largest = tops[s].to(torch.float64).cpu()
+    return {
+        "top": top,
+        "median": median,
+        "largest": largest,
+        "where": torch.tensor((s, token, flat_at % D)),
+    }
 
 
 def anisotropy_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
     """One layer's output (batch, token, hidden): the sums the exact cross-sequence mean
     cosine needs (module docstring): sum u (hidden,), sum_s ||S_s||^2, N and sum_s n_s^2."""
-    x = x.to(torch.float64) * real[..., None].to(torch.float64)
+    x = x.to(torch.float64)
+    if not bool(real.all()):
+        x = x * real[..., None].to(torch.float64)
     norms = x.norm(dim=-1, keepdim=True)
-    u = torch.where(norms > 0, x / norms.clamp_min(torch.finfo(torch.float64).tiny), 0.0)
+    u = x / norms.clamp_min(torch.finfo(torch.float64).tiny)  # a zero vector stays 0
     per_sequence = u.sum(1)  # (B, D)
     n = real.sum(1).to(torch.float64)
     return {

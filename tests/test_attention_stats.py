@@ -70,6 +70,54 @@ def test_top_key_is_not_always_the_first_token():
     assert float(got["sink_score"][0, 0]) == pytest.approx(0.15, rel=1e-15)
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    concentration=st.sampled_from([1e-3, 0.05, 1.0, 50.0, 1e6]),
+    causal=st.booleans(),
+    dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
+    seed=st.integers(0, 2**32 - 1),
+)
+def test_entropy_of_a_low_precision_run_within_its_stated_bound(concentration, causal, dtype, seed):
+    """Below float64 the logs are float32 (probe.attention_stats' docstring): every term
+    -A log A >= 0 carries at most one float32 rounding of the log and one of the product, so
+    the entropy is within 2^-22 relative of the float64 computation on the same values."""
+    rng = np.random.default_rng(seed)
+    B, H, T = 3, 2, 17
+    probs = np.zeros((B, H, T, T))
+    for b in range(B):
+        for h in range(H):
+            for i in range(T):
+                keys = i + 1 if causal else T
+                probs[b, h, i, :keys] = rng.dirichlet(np.full(keys, concentration))
+    low = torch.from_numpy(probs).to(dtype)
+    real = torch.ones(B, T, dtype=torch.bool)
+    real[1, 12:] = False  # a padded sequence: its garbage must not count in either
+    low[1, :, 12:, :] = 0.5
+    low[1, :, :, 12:] = 0.5
+    got = head_sums(low, real, spectrum=False)["entropy"]
+    want = head_sums(low.to(F64), real, spectrum=False)["entropy"]
+    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2.0**-22, atol=0)
+
+
+def test_massive_sums_batched_equal_a_loop_over_sequences():
+    """The batched sums (sequences grouped by real length) against the plain per-sequence
+    loop they replace: equal to the last bit (selections, and the sums in sequence order)."""
+    gen = torch.Generator().manual_seed(3)
+    x = torch.randn(7, 9, 5, generator=gen, dtype=torch.float32)
+    x[2, 4, 1] = x[5, 0, 3] = -30.0  # equal largest |entries|: the first sequence keeps it
+    real = torch.ones(7, 9, dtype=torch.bool)
+    real[1, 6:] = real[3, :2] = real[4, 6:] = real[6, 1] = False  # lengths 9, 6, 7, 8
+    top = median = torch.zeros((), dtype=F64)
+    for s in range(7):
+        a = x[s].to(F64).abs()[real[s]].flatten()
+        top, median = top + a.max(), median + a.median()
+    got = massive_sums(x, real)
+    assert float(got["top"]) == float(top) and float(got["median"]) == float(median)
+    assert float(got["largest"]) == 30.0 and got["where"].tolist() == [2, 4, 1]
+    real[2, 4] = False  # now the second one, in sequence 5 at token 0
+    assert massive_sums(x, real)["where"].tolist() == [5, 0, 3]
+
+
 def test_gap_and_stable_rank_of_known_spectra():
     T = 4
     uniform = torch.full((T, T), 1 / T, dtype=F64)  # 1 1^T / T: sigma = (1, 0, 0, 0)

@@ -63,6 +63,33 @@ HUB_WEIGHTS = {"bigcode/starcoder2-3b": "starcoder2"}
 #: Real-size hub ids in README examples -> the tiny family run instead unless PROBE_SLOW=1
 #: (at random init each is minutes of CPU just to build).
 REAL_SIZE = {"meta-llama/Llama-3.2-1B": "llama", "google/vit-base-patch16-224": "vit"}
+#: An example over several real-size configs at random init: each builds a base-size model
+#: (seconds of CPU apiece), so a short run measures their tiny families in the same command;
+#: the single-model examples above still build each of these configs as written.
+SEVERAL = {"bert-base-uncased": "bert", "albert-base-v2": "albert", "xlnet-base-cased": "xlnet",
+           "gpt2": "gpt2"}  # fmt: skip
+#: Config overrides that keep an example's own ``--set`` (a deeper GPT-2) but narrow its width
+#: in a short run.
+NARROW = {"gpt2": ["--set", "n_embd=64", "--set", "n_head=4"]}
+#: Hub ids the examples read at a revision -> the tiny family a local HuggingFace cache made
+#: here holds at that revision (offline, the hub's files cannot be had).
+HUB_REVISIONS = {"EleutherAI/pythia-160m": "gpt-neox"}
+
+
+def _hub_cache(root: Path, hub_id: str, revision: str, folder: str, monkeypatch) -> None:
+    """A HuggingFace cache under ``root`` holding ``folder``'s files as ``hub_id`` at
+    ``revision``, read offline (the cache's own layout: refs/<revision> names a snapshot)."""
+    import huggingface_hub.constants
+
+    from probe.loading import hub
+
+    repo = root / ("models--" + hub_id.replace("/", "--"))
+    commit = "5" * 40
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / revision).write_text(commit)
+    shutil.copytree(folder, repo / "snapshots" / commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(root))
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: False)
 
 
 def _images(folder: Path) -> Path:
@@ -107,8 +134,18 @@ def test_readme_example(
     args = [tiny_bert_with_tokenizer if a == "./my-checkpoint" else a for a in args]
     args = [tiny_family_folder(PLACEHOLDERS[a]) if a in PLACEHOLDERS else a for a in args]
     args = [tiny_family_folder(HUB_WEIGHTS[a]) if a in HUB_WEIGHTS else a for a in args]
+    if "--revision" in args:
+        for name in set(args) & set(HUB_REVISIONS):
+            revision = args[args.index("--revision") + 1]
+            folder = tiny_family_folder(HUB_REVISIONS[name])
+            _hub_cache(tmp_path / "hub", name, revision, folder, monkeypatch)
     if not SLOW:
         args = [tiny_family_folder(REAL_SIZE[a]) if a in REAL_SIZE else a for a in args]
+        if args[0] == "collapse" and len(set(args) & set(SEVERAL)) > 1:
+            tiny = request.getfixturevalue("tiny_folders")
+            args = [tiny[SEVERAL[a]] if a in SEVERAL else a for a in args]
+        if "--set" in args:
+            args += [word for name in set(args) & set(NARROW) for word in NARROW[name]]
     if args[0] in ("collapse", "attention") and not SLOW:
         args += ["--sequences", "2", "--tokens", "16"]
     if args[0] == "paths" and "--sample" in args and "--samples" in args and not SLOW:
