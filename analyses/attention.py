@@ -277,14 +277,15 @@ def _dataset(
             else first.family == "fastformer"
         ),
         "attention_note": attention_note(first),
-        "branch_scale": scaled[0].text,
-        "branch_scale_value": float(scaled[1]),
-        # The branch scale only where one is set: unscaled results keep their settings.
         "settings": json.dumps(
             {"epsilon": epsilon} | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text}),
             sort_keys=True,
         ),
     }
+    # The branch scale only where one is set: an unscaled result keeps its attributes, and
+    # so its file name (a hash of them).
+    if not scaled[0].is_one:
+        ds.attrs |= {"branch_scale": scaled[0].text, "branch_scale_value": float(scaled[1])}
     return ds
 
 

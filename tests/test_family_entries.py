@@ -53,6 +53,7 @@ def _entry(**changes) -> Family:
         skip_means="-",
         mlp_means="-",
         mlp=GATED_MLP,
+        mlp_branch="mlp",
     )
     return Family(**{**fields, **changes})
 
@@ -69,6 +70,7 @@ def test_a_valid_entry_is_made():
         ({"style": "prenorm"}, "style 'prenorm' is not one of pre, post"),
         ({"norm_kind": "rmsnorm"}, "norm_kind 'rmsnorm' is not one of layernorm"),
         ({"mlp": None}, "mlp is not given"),
+        ({"mlp_branch": ""}, "mlp_branch is not given"),
         ({"mlp": Mlp("fc1", "", layout="linear")}, "Mlp needs the paths"),
         ({"mlp": Mlp("fc1", "fc2", layout="conv")}, "Mlp layout 'conv'"),
         ({"norm": "ln_1"}, "norm is 'ln_1' but the step reading 'norm' reads 'input_layernorm'"),

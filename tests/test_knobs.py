@@ -380,6 +380,7 @@ def test_attention_with_branch_scale_equals_the_scaled_module(gpt2_folder):
     assert got.attrs["branch_scale"] == "0.37" and got.attrs["branch_scale_value"] == 0.37
     assert json.loads(got.attrs["settings"]) == {"epsilon": 0.3, "branch_scale": "0.37"}
     assert json.loads(plain.attrs["settings"]) == {"epsilon": 0.3}
+    assert "branch_scale" not in plain.attrs  # an unscaled result's attributes, as before
     assert "--branch-scale 0.37" in got.attrs["command"]
 
 
@@ -392,3 +393,38 @@ def test_collapse_removal_variants_take_the_branch_scale(gpt2_folder):
     assert "no-massive" in ds.attrs["removal_note"]
     scaled = ds["relative_residual"].sel(variant="transformer")
     assert not np.array_equal(scaled.values, plain["relative_residual"].sel(variant="transformer"))
+
+
+def test_the_command_line_writes_one_file_per_point(tmp_path):
+    """--set and --branch-scale enter the settings id: each point gets its own file, and a
+    rerun of a point replaces its own."""
+    import xarray as xr
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    base = ["collapse", "gpt2", "--init", "random", "--variants", "SAN", "--sequences", "1"]
+    base += ["--tokens", "6", "--out", str(tmp_path), "--quiet"]
+    small = [a for k, v in GPT2_SMALL.items() for a in ("--set", f"{k}={v}")]
+    points = [
+        small,
+        [*small, "--branch-scale", "1/sqrt(L)"],
+        [*small, "--set", "initializer_range=0.5"],
+    ]
+    for extra in [*points, points[1]]:
+        result = CliRunner().invoke(app, [*base, *extra])
+        assert result.exit_code == 0, result.output
+    files = sorted(tmp_path.glob("collapse-*.nc"))
+    assert len(files) == 3
+    found = []
+    for path in files:
+        with xr.open_dataset(path) as ds:
+            found.append((json.loads(ds.attrs["config_overrides"]), ds.attrs["branch_scale"]))
+    assert sorted(found, key=str) == sorted(
+        [
+            (GPT2_SMALL, "1"),
+            (GPT2_SMALL, "1/sqrt(L)"),
+            ({**GPT2_SMALL, "initializer_range": 0.5}, "1"),
+        ],
+        key=str,
+    )

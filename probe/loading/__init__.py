@@ -144,6 +144,8 @@ def load(
         return wrap(name_or_path, init=init, seed=seed, device=device, dtype=dtype)
     if overrides is not None and init != "random":
         raise ProbeError(OVERRIDES_AT_RANDOM_INIT)
+    if remote and revision is not None:
+        raise ProbeError("`remote` runs the hosted revision; drop `revision`")
     if init not in INITS:
         raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
     check_seed(seed)

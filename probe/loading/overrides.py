@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import ProbeError, one_line
 from ..overrides import ConfigOverrides, text_of
+from ..quiet import quiet
 
 
 def point(name: str, overrides: ConfigOverrides) -> str:
@@ -99,7 +100,8 @@ def apply_overrides(name: str, config, overrides: ConfigOverrides):
     validate = getattr(config, "validate", None)
     if callable(validate):
         try:
-            validate()
+            with quiet():  # transformers logs what it only warns about (token ids)
+                validate()
         except Exception as err:
             raise ProbeError(f"{point(name, overrides)}: {one_line(err)}") from None
     return config
