@@ -71,13 +71,20 @@ def test_a_stopped_sweep_resumes_from_its_finished_points(tiny_folders, tmp_path
     assert left == sorted([nc.name, nc.with_suffix(".html").name, "index.html"]), left
 
 
-@pytest.mark.slow  # two torchrun processes import torch and run six points: about two minutes on a shared CPU
-def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
+@pytest.mark.parametrize(
+    "grid",
+    [
+        pytest.param(["--seeds", "0-1", "--tokens", "8"], id="a point a rank"),
+        # six points over two ranks: about two minutes on a shared CPU
+        pytest.param(["--seeds", "0-2", "--tokens", "8,12"], id="six", marks=pytest.mark.slow),
+    ],
+)
+def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch, grid):
     from typer.testing import CliRunner
 
     from probe.cli.app import app
 
-    args = ["sweep", tiny_folders["gpt2"], *ARGS, "--seeds", "0-2", "--tokens", "8,12", "-q"]
+    args = ["sweep", tiny_folders["gpt2"], *ARGS, *grid, "-q"]
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
