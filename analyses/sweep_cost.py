@@ -126,8 +126,18 @@ def costs(sweep) -> list[Cost]:
     return found
 
 
-def require(sweep, found: list[Cost]) -> None:
-    """Refuse a sweep whose largest point does not fit the device's free memory."""
+def require(sweep, found: list[Cost], max_hours: float | None = None) -> None:
+    """Refuse a sweep whose largest point does not fit the device's free memory, or whose
+    forward passes alone take longer than ``max_hours`` (the estimate is a lower bound, so a
+    sweep refused here could not have finished in time)."""
+    if max_hours is not None:
+        total = sum(cost.seconds for cost in found)
+        if total > max_hours * 3600:
+            raise ProbeError(
+                f"the grid's {len(found)} points take at least {total / 3600:.2g} h of forward "
+                f"passes at this machine's matrix-product rate, more than `max_hours` "
+                f"{max_hours:g}; raise it or sweep fewer or smaller points"
+            )
     worst = max(range(len(found)), key=lambda i: found[i].bytes)
     point = sweep.points[worst]
     memory.require(

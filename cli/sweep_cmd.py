@@ -24,7 +24,7 @@ import typer
 from probe import checks, names
 
 from .console import command_line, fail, out
-from .domains import CommaList, Count, ModelName, Text, argument, option
+from .domains import CommaList, Count, ModelName, Real, Text, argument, option
 from .options import SHARED, Shared, shared_options
 
 
@@ -152,6 +152,14 @@ def sweep(
         int,
         option("--max-points", domain=Count(1), help="Refuse a grid with more points."),
     ] = 1000,
+    max_hours: Annotated[
+        float | None,
+        option(
+            "--max-hours",
+            domain=Real(0, None, low_open=True),
+            help="Refuse a grid whose forward passes alone take longer (the dry run's estimate).",
+        ),
+    ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -188,7 +196,7 @@ def sweep(
         attention=not no_attention, max_points=max_points, command=command_line(),
     )  # fmt: skip
     found = sweep_cost.costs(plan)
-    sweep_cost.require(plan, found)
+    sweep_cost.require(plan, found, max_hours)
     name = result_name(plan)
     if dry_run:
         print_points(plan, found, plan.store(shared.out_dir, name))
