@@ -39,6 +39,8 @@ def readme_commands(pages: list[Path] = PAGES) -> list[str]:
         for page in pages
         for block in re.findall(r"```(?:bash|sh|console)\n(.*?)```", page.read_text(), flags=re.S)
     ]
+    # A command continued over lines with a backslash is one command, as the shell reads it.
+    blocks = [re.sub(r"\\\n\s*", " ", block) for block in blocks]
     lines = [line.strip().removeprefix("$ ") for block in blocks for line in block.splitlines()]
     return list(dict.fromkeys(line for line in lines if line.startswith("probe ")))
 
