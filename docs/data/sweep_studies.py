@@ -74,6 +74,8 @@ def sweep(model: str, init: str, sequences: int, tokens, store: Path, **grid) ->
     def progress(done: int, total: int, label: str) -> None:
         print(f"  {store.name}: {done}/{total} {label}", flush=True)
 
+    if isinstance(tokens, list):  # swept, not fixed
+        grid, tokens = {**grid, "tokens": tokens}, None
     ds = sweep_analysis.run(Model(model, init=init), Inputs(sequences=sequences, tokens=tokens),
                             store=store, progress=progress, **grid)  # fmt: skip
     save_result(ds, path)
@@ -151,17 +153,20 @@ def depth(args) -> None:
             rows.append([shown, str(int(d))] + cells)
     head = ["config", "depth L", "residual, alpha = 1", "residual, alpha = 1/sqrt(L)",
             "cosine, alpha = 1", "cosine, alpha = 1/sqrt(L)"]  # fmt: skip
-    narrow = ", ".join(f"{k}={v}" for k, v in LLAMA_NARROW.items())
+    narrow = " ".join(f"--set {k}={v}" for k, v in LLAMA_NARROW.items())
     extra = (
         f" Depths {', '.join(map(str, args.depths))}: the issue's 64 did not fit this shared "
         "2-core machine's time."
     )
     if "llama" in args.families and not args.llama_full_width:
-        extra += (
-            f" Llama narrowed to a quarter of its width (`--set {narrow}`) for the same reason."
-        )
+        extra += f" Llama narrowed to a quarter of its width (`{narrow}`) for the same reason."
     command = "python docs/data/sweep_studies.py --studies depth"
-    text = note(command, f"the transformer only; {s} sequences x {t} tokens", datasets, extra)
+    text = note(
+        command,
+        f"variants transformer and SAN, the transformer shown; {s} sequences x {t} tokens",
+        datasets,
+        extra,
+    )
     write("sweep_depth.md", text + table(head, rows))
 
 
