@@ -18,8 +18,10 @@ sweep, ``probe``'s own sweep plot (``ds.probe.plot()``), to ``docs/sweep-<study>
   --set <depth>=... --branch-scale 1,1/sqrt(L) --variants transformer,SAN --sequences 4
   --tokens 32``): the transformer's final relative residual and the mean cosine similarity
   of the tokens after its last layer;
-* ``context``: Llama-3.2-1B's config at random init over the tokens per sequence: the
-  transformer's and SAN's final relative residual, the sink rate, the largest massive ratio.
+* ``context``: Llama-3.2-1B's config at random init, cut to 2 of its 16 layers, over 64-2048
+  tokens per sequence (2 sequences): the transformer's and SAN's final relative residual, the
+  transformer's effective rank, the sink rate, the largest massive ratio.  The attention
+  gap is not among a sweep's summaries, so it is not here.
 
 Each sweep keeps its finished points in ``--out`` (``store=``) and its gathered result
 there too; both are reused, so an interrupted run resumes where it stopped.  What this
@@ -214,10 +216,12 @@ def main() -> None:
     parser.add_argument("--depth-sequences", type=int, default=4)
     parser.add_argument("--depth-tokens", type=int, default=32)
     parser.add_argument("--llama-full-width", action="store_true")
-    parser.add_argument("--context-tokens", nargs="+", type=int, default=[64, 128, 256, 512])
+    parser.add_argument(
+        "--context-tokens", nargs="+", type=int, default=[64, 128, 256, 512, 1024, 2048]
+    )
     parser.add_argument("--context-sequences", type=int, default=2)
-    parser.add_argument("--context-layers", type=int, default=None,
-                        help="cut Llama's 16 layers to this many")  # fmt: skip
+    parser.add_argument("--context-layers", type=int, default=2,
+                        help="cut Llama's 16 layers to this many (0: all 16)")  # fmt: skip
     args = parser.parse_args()
     for study in args.studies:
         STUDIES[study](args)
