@@ -78,6 +78,7 @@ docs-data: $(STAMP)
 	$(BIN)/python docs/data/attention_minilm.py
 	$(BIN)/python docs/data/attention_random.py --out $(OUT)/attention-random
 	$(BIN)/python docs/data/cross_family.py --out $(OUT)/cross-family
+	$(BIN)/python docs/data/sweep_studies.py --out $(OUT)/sweep-studies
 	$(DOCS) --strict
 
 bench: $(STAMP)

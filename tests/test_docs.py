@@ -75,6 +75,10 @@ def test_measured_tables_say_where_they_come_from() -> None:
         assert f"python docs/data/{name.removesuffix('.md')}.py" in text, name
         if "|" in text or "**" in text:  # numbers: the versions they were measured with
             assert "transformers" in text, name
+    for name in ("sweep_checkpoints.md", "sweep_depth.md", "sweep_context.md"):
+        text = (ROOT / "docs" / "data" / name).read_text()
+        assert "python docs/data/sweep_studies.py" in text, name
+        assert "transformers" in text, name
 
 
 def _table_rows(text: str) -> dict[str, list[str]]:
