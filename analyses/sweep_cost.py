@@ -110,7 +110,11 @@ def estimate(sweep, point: Point, cache: dict | None = None) -> Cost:
     variants = options.get("variants", "all")
     runs = 4 if variants == "all" else len(str(variants).split(","))
     passes = len(model.init) * (runs + (1 if sweep.attention else 0))
-    flops = passes * sequences * (2 * params * tokens + 4 * layers * tokens**2 * hidden)
+    # The token embedding is a lookup, not a product: its vocab x hidden parameters cost no
+    # multiply-adds (they are most of a small-depth Llama's), so the count leaves them out.
+    vocab = getattr(config, "vocab_size", 0)
+    products = max(params - (vocab if isinstance(vocab, int) else 0) * hidden, 0)
+    flops = passes * sequences * (2 * products * tokens + 4 * layers * tokens**2 * hidden)
     return Cost(int(held), flops / matmul_rate(), params)
 
 
