@@ -147,6 +147,12 @@ def curves(ds: xr.Dataset) -> Figure:
             values = np.asarray(data[name].values, dtype=float)
             if name in ("final_residual", "max_massive_ratio") and _spans_decades(values.ravel()):
                 log_axis(ax, "y")
+            drawn = values[values >= 0] if name == "first_below" else values
+            if not np.isfinite(drawn).any():  # say so, rather than an empty panel with ticks
+                ax.set_yticks([])
+                text = "never reached at any point" if name == "first_below" else "not measured"
+                ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center",
+                        color="#666666")  # fmt: skip
             ax.set_xlabel("training step" if _kinds(ds).get(dim) == "step" else dim)
             ax.set_ylabel(label)
         handles, texts = axes[0].get_legend_handles_labels()

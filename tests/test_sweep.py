@@ -319,6 +319,11 @@ def test_figures(swept):
     assert heat.axes[0].get_ylabel() == "width" and heat.axes[0].get_xlabel() == "tokens"
     assert swept.probe.plot().axes[0].get_xlabel() == "tokens"  # the notebook's figure
     assert two.probe.plot().axes[0].get_title() == "SAN"
+    never = swept.copy()
+    never["first_below"] = never["first_below"] * 0 - 1  # no point falls below the threshold
+    panel = next(ax for ax in curves(never).axes if "first layer" in ax.get_ylabel())
+    assert [t.get_text() for t in panel.texts] == ["never reached at any point"]
+    assert list(panel.get_yticks()) == []
 
 
 def test_the_report_draws_the_phase_diagram_of_two_swept_values(swept):
