@@ -17,7 +17,6 @@ from probe.ablate import parse_variants
 
 from .console import OneLineErrors, checked, fail, out
 from .domains import (
-    BranchScale,
     Choice,
     CommaList,
     Count,
@@ -26,7 +25,7 @@ from .domains import (
     argument,
     option,
 )
-from .options import SHARED, Shared, shared_options
+from .options import SHARED, BranchScaleOption, Shared, shared_options
 
 app = typer.Typer(
     cls=OneLineErrors,
@@ -167,15 +166,7 @@ def collapse(
             "the surgery the paper's code applied (differs for ALBERT without MLP).",
         ),
     ] = "probe",
-    branch_scale: Annotated[
-        str,
-        option(
-            "--branch-scale",
-            domain=BranchScale(),
-            help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
-            "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
-        ),
-    ] = "1",
+    branch_scale: BranchScaleOption = "1",
     sequences: Annotated[
         str,
         option(

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Annotated
 from rich.table import Table
 
 from .console import Reporter, command_line, fail, named, out, warn
-from .domains import BranchScale, Count, ModelName, Real, argument, option
-from .options import SHARED, Shared, shared_options
+from .domains import Count, ModelName, Real, argument, option
+from .options import SHARED, BranchScaleOption, Shared, shared_options
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -36,15 +36,7 @@ def attention(
             "attention to the first token exceeds it (Gu et al.: 0.3).",
         ),
     ] = 0.3,
-    branch_scale: Annotated[
-        str,
-        option(
-            "--branch-scale",
-            domain=BranchScale(),
-            help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
-            "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
-        ),
-    ] = "1",
+    branch_scale: BranchScaleOption = "1",
     sequences: Annotated[
         int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
     ] = 32,

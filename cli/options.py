@@ -40,6 +40,7 @@ from probe.request import DEVICE_MAPS, Inputs, Model
 
 from .console import fail, settings
 from .domains import (
+    BranchScale,
     Choice,
     Count,
     Device,
@@ -92,6 +93,16 @@ ImagesOption = Annotated[
     ),
 ]
 TokensOption = Annotated[int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")]
+#: An analysis' own option (collapse, attention), declared once for both.
+BranchScaleOption = Annotated[
+    str,
+    option(
+        "--branch-scale",
+        domain=BranchScale(),
+        help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
+        "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
+    ),
+]
 BatchSizeOption = Annotated[
     int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
 ]
