@@ -81,6 +81,11 @@ def empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
     return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
 
 
+def pipelined(plan: Plan) -> bool:
+    """Whether the run measures on a side stream while the next batch runs (on CUDA)."""
+    return plan.models[0].device.type == "cuda"
+
+
 def blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int] = (0, 1)):
     """(first sequence, results) of ``batches``: every variant and init of a batch at once.
 
@@ -88,7 +93,7 @@ def blocks(plan: Plan, batches, progress: Progress | None, part: tuple[int, int]
     only keeps each layer's hidden states; once a batch's forwards are queued its layers are
     measured on a side stream by a worker thread, while the next batch's forwards run, and
     the batch's results are read (the only wait) just before the one after it starts."""
-    cuda = plan.models[0].device.type == "cuda"
+    cuda = pipelined(plan)
     worker = ThreadPoolExecutor(1, thread_name_prefix="probe-metrics") if cuda else None
     done = [0]
     pending = None  # (start, future) of the batch being measured on CUDA
@@ -123,7 +128,7 @@ def _run_batch(
     of the first ``panel`` sequences (``theory.residual_norms``), so the panel needs no
     forward passes of its own."""
     L = plan.models[0].n_layers
-    cuda = plan.models[0].device.type == "cuda"
+    cuda = pipelined(plan)
     # X_0 is shared by a model's variants: one reducer per model keeps its metrics.
     reducers = [Reducer(L + 1, plan, cuda) for _ in plan.models]
     runs = []
@@ -164,24 +169,73 @@ def _block(plan: Plan, sequences: int, runs: list) -> tuple[dict[str, np.ndarray
 def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np.ndarray]:
     """A CUDA batch's metrics, on a side stream once its forwards are done (worker thread).
 
-    The values are copied into pinned host memory without blocking; the one wait is at the
-    end, for the whole batch, off the thread that queues the forwards."""
+    Every layer of every variant and init is measured together (``measure_layers``), in a
+    few large calls instead of one small one per layer: each call's fixed cost -- its waits
+    for the device, its small eigenproblems on the host -- is then paid a few times per
+    batch, not once per layer.  The values are copied into pinned host memory without
+    blocking; the one wait is at the end, for the whole batch, off the thread that queues
+    the forwards."""
     device = plan.models[0].device
     side = torch.cuda.Stream(device)
-    measured = []
     with torch.cuda.stream(side):
         side.wait_event(ready)
+        layers = [layer for _, _, per_layer, _ in runs for layer in per_layer]
+        finite = torch.stack([torch.isfinite(x).all() for x, _ in layers]).cpu()  # one wait
+        for index in torch.nonzero(~finite).flatten().tolist():
+            x, real = layers[index]
+            check_finite(x, real, index % len(runs[0][2]))  # raises where real tokens overflowed
+        values = iter(measure_layers(layers, plan.metrics, plan.effective_rank, _to_host))
+        measured = []
         for i, j, per_layer, tap in runs:
-            layers = []
-            for layer, (x, real) in enumerate(per_layer):
-                check_finite(x, real, layer)  # waits for the device: off the forward's thread
-                values = metrics.collapse_metrics(x, real, plan.metrics, plan.effective_rank)
-                if tap:
-                    values[PANEL] = theory.residual_norms(x[:tap], real[:tap])
-                layers.append({name: _to_host(value) for name, value in values.items()})
-            measured.append((i, j, layers, tap))
+            measured.append((i, j, [next(values) for _ in per_layer], tap))
+            if tap:
+                for (x, real), host in zip(per_layer, measured[-1][2], strict=True):
+                    host[PANEL] = _to_host(theory.residual_norms(x[:tap], real[:tap]))
     side.synchronize()
     return _block(plan, sequences, measured)
+
+
+#: Bytes of float64 work one metrics call of ``measure_layers`` may take (the hidden states,
+#: the Gram matrices and the Krylov bases of its sequences), so that measuring many layers
+#: at once stays within a small share of the device's memory.
+MEASURE_BYTES = 2 * 2**30
+
+
+def measure_layers(layers: list, chosen, method: str, to_host=None) -> list[dict]:
+    """The metrics of many layers' ``(x, mask)`` (``metrics.collapse_metrics``), as one dict a
+    layer, computed in as few calls as ``MEASURE_BYTES`` allows.
+
+    Layers of the same token and hidden sizes and dtype are concatenated along the sequence
+    axis; every metric is per sequence (each sequence's numbers do not depend on the others
+    in its call), so the values are those of one call a layer.  ``to_host``, where given,
+    is applied once to each call's values before they are split into layers."""
+    out: list[dict | None] = [None] * len(layers)
+    groups: dict[tuple, list[int]] = {}
+    for index, (x, _) in enumerate(layers):
+        groups.setdefault((tuple(x.shape[1:]), x.dtype), []).append(index)
+    for (shape, _), members in groups.items():
+        tokens, hidden = shape
+        k = min(tokens, hidden)
+        per_sequence = 8 * (tokens * hidden + k * k + 8 * 128 * k)
+        rows = max(1, MEASURE_BYTES // per_sequence)
+        chunk: list[int] = []
+        for index in [*members, None]:
+            if index is not None and (
+                not chunk or sum(len(layers[i][0]) for i in chunk) + len(layers[index][0]) <= rows
+            ):
+                chunk.append(index)
+                continue
+            X = torch.cat([layers[i][0] for i in chunk])
+            mask = torch.cat([layers[i][1] for i in chunk])
+            values = metrics.collapse_metrics(X, mask, chosen, method)
+            if to_host is not None:
+                values = {name: to_host(value) for name, value in values.items()}
+            sizes = [len(layers[i][0]) for i in chunk]
+            parts = {name: value.split(sizes) for name, value in values.items()}
+            for n, i in enumerate(chunk):
+                out[i] = {name: part[n] for name, part in parts.items()}
+            chunk = [] if index is None else [index]
+    return out  # type: ignore[return-value]
 
 
 def _to_host(value: torch.Tensor) -> torch.Tensor:

@@ -38,6 +38,7 @@ where probe.load cannot build it, it prints one line saying it is skipped.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import resource
 import statistics
@@ -55,6 +56,9 @@ from probe.inputs import make_inputs
 from probe.trace import capture, layer_values
 
 SIZES = {
+    # tiny sizes: benchmarks/gpu.sh --device cpu runs them to check the script itself
+    "bert-2x16": ("bert-base-uncased", 2, 16),
+    "gpt2-2x32": ("gpt2", 2, 32),
     "bert-32x128": ("bert-base-uncased", 32, 128),
     "bert-128x512": ("bert-base-uncased", 128, 512),
     "gpt2-32x1024": ("gpt2", 32, 1024),
@@ -81,9 +85,11 @@ def bench(
     batch: int,
     cli: bool,
     chosen: str = "all",
+    dtype: str = "float32",
+    profile: bool = False,
 ):
     try:
-        probed = probe.load(model, init="random", device=device)
+        probed = probe.load(model, init="random", device=device, dtype=dtype)
     except probe.ProbeError as err:
         return f"skipped: {err}"
     peaks = {"command": 0}
@@ -122,6 +128,7 @@ def bench(
                 [probe_command, "collapse", model, "--init", "random",
                  "--sequences", str(sequences), "--tokens", str(tokens), "--seed", "0",
                  "--batch-size", str(batch), "--device", device, "--metrics", chosen,
+                 "--dtype", dtype,
                  "--quiet", "--out", out],
                 stdout=subprocess.DEVNULL,
             )  # fmt: skip
@@ -149,6 +156,11 @@ def bench(
     medians = {name: statistics.median(values) for name, values in times.items()}
     if probed.device.type == "cuda":
         medians["peak"] = f"peak {torch.cuda.max_memory_allocated(probed.device) / 2**30:.1f} GiB"
+        if profile:
+            try:
+                medians["gpu"] = gpu_profile(analysis, probed.device)
+            except Exception as err:  # the timings above stand without it
+                medians["gpu"] = f"profile failed: {type(err).__name__}: {err}"[:300]
     else:
         own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB -> GiB
         medians["peak"] = f"peak RSS {own:.1f} GiB" + (
@@ -190,6 +202,71 @@ def fixed_cost(repeats: int) -> dict[str, tuple[float, float]]:
     }
 
 
+def gpu_profile(run, device: torch.device) -> str:
+    """The GPU's idle share during ``run()`` (torch profiler, GPU activity only) and where
+    the host waited for the device (CUDA's sync debug mode, by thread and line).
+
+    Idle share: 1 - (time some kernel or copy ran) / (first to last GPU activity of the
+    run).  The sync count names the Python lines that made the host wait; the main thread's
+    are the ones inside the layer loop (the metrics worker waits on purpose, once a batch)."""
+    import collections
+    import threading
+    import warnings
+
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as profiler
+
+    torch.cuda.synchronize(device)
+    with profiler(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize(device)
+    spans = sorted(
+        (event.time_range.start, event.time_range.end)
+        for event in prof.events()
+        if getattr(event.device_type, "name", "") == "CUDA" and event.time_range.end > 0
+    )
+    busy, reach = 0.0, None
+    for start, end in spans:  # the union of the intervals
+        if reach is None or start > reach:
+            busy += end - start
+            reach = end
+        elif end > reach:
+            busy += end - reach
+            reach = end
+    window = spans[-1][1] - spans[0][0] if spans else 0.0
+    idle = f"{1 - busy / window:.0%}" if window > 0 else "n/a"
+    waits: collections.Counter = collections.Counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown = warnings.showwarning
+
+        def record(message, category, filename, lineno, file=None, line=None):
+            if "synchroniz" in str(message):
+                thread = threading.current_thread().name.split("_")[0]
+                waits[f"{thread} {os.path.basename(filename)}:{lineno}"] += 1
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            run()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = shown
+    main = collections.Counter({w: n for w, n in waits.items() if w.startswith("MainThread")})
+    rest = waits - main
+    top = "; ".join(
+        f"{', '.join(f'{where} x{count}' for where, count in counter.most_common(3))}"
+        for counter in (main, rest)
+        if counter
+    )
+    return (
+        f"GPU idle {idle} of {window / 1e3:.0f} ms; host waits: {main.total()} on the main "
+        f"thread, {rest.total()} elsewhere" + (f" ({top})" if top else "")
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default=",".join(SIZES), help=f"from {', '.join(SIZES)}")
@@ -198,6 +275,12 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--metrics", default="all", help="what --metrics the runs use")
+    parser.add_argument("--dtype", default="float32", help="comma list: float32, bfloat16, ...")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="on CUDA, also the GPU's idle share and the host's waits in one collapse.run",
+    )
     parser.add_argument(
         "--cli", action="store_true", help="also time `probe collapse` itself, in a fresh process"
     )
@@ -217,39 +300,51 @@ def main() -> None:
             f"load average {os.getloadavg()[0]:.1f})",
             flush=True,
         )
-    for device in [d.strip() for d in args.device.split(",") if d.strip()]:
-        for name in sizes:
-            model, sequences, tokens = SIZES[name]
-            medians = bench(
-                model,
-                sequences,
-                tokens,
-                device,
-                args.repeats,
-                args.batch_size,
-                args.cli,
-                args.metrics,
+    dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
+    for device, dtype, name in (
+        (device, dtype, name)
+        for device in [d.strip() for d in args.device.split(",") if d.strip()]
+        for name in sizes
+        for dtype in dtypes
+    ):
+        model, sequences, tokens = SIZES[name]
+        where = f"{name:13s} {device:5s} {dtype:8s}"
+        medians = bench(
+            model,
+            sequences,
+            tokens,
+            device,
+            args.repeats,
+            args.batch_size,
+            args.cli,
+            args.metrics,
+            dtype,
+            args.profile,
+        )
+        if device.startswith("cuda"):  # the last size's model off the card before the next
+            gc.collect()
+            torch.cuda.empty_cache()
+        if isinstance(medians, str):
+            print(f"{where} {medians}", flush=True)
+            continue
+        forwards, analysis = medians["(a) forwards"], medians["(b) collapse.run"]
+        line = (
+            f"{where} forwards {forwards:8.3f} s  collapse.run "
+            f"{analysis:8.3f} s  ratio {analysis / forwards:.2f}x"
+        )
+        if args.cli:
+            job = medians["(c) probe collapse"]
+            line += (
+                f"  probe collapse {job:8.2f} s  ratio {job / forwards:.2f}x"
+                f"  fixed cost {job - analysis:.2f} s"
             )
-            if isinstance(medians, str):
-                print(f"{name:13s} {device:5s} {medians}", flush=True)
-                continue
-            forwards, analysis = medians["(a) forwards"], medians["(b) collapse.run"]
-            line = (
-                f"{name:13s} {device:5s} forwards {forwards:8.2f} s  collapse.run "
-                f"{analysis:8.2f} s  ratio {analysis / forwards:.2f}x"
-            )
-            if args.cli:
-                job = medians["(c) probe collapse"]
-                line += (
-                    f"  probe collapse {job:8.2f} s  ratio {job / forwards:.2f}x"
-                    f"  fixed cost {job - analysis:.2f} s"
-                )
-            load = os.getloadavg()[0]
-            print(
-                f"{line}  {medians['peak']}  (median of {args.repeats}, batch "
-                f"{args.batch_size}, load average {load:.1f})",
-                flush=True,
-            )
+        load = os.getloadavg()[0]
+        print(
+            f"{line}  {medians['peak']}  (median of {args.repeats}, batch "
+            f"{args.batch_size}, load average {load:.1f})"
+            + (f"\n{'':13s} {medians['gpu']}" if "gpu" in medians else ""),
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

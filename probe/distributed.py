@@ -55,6 +55,8 @@ class World:
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    #: started by torchrun (its variables are set), even as a job of one process
+    launched: bool = False
 
     @property
     def main(self) -> bool:
@@ -62,7 +64,9 @@ class World:
 
     @property
     def parallel(self) -> bool:
-        return self.size > 1
+        """A torchrun job, of any size: it sets up its process group, streams shards and
+        merges them, as one of several ranks would."""
+        return self.size > 1 or self.launched
 
 
 def world() -> World:
@@ -77,7 +81,7 @@ def world() -> World:
         ) from None
     if size < 1 or not 0 <= rank < size:
         raise ProbeError(f"rank {rank} of a world of {size} processes makes no sense")
-    return World(rank, size, local)
+    return World(rank, size, local, launched="TORCHELASTIC_RUN_ID" in os.environ)
 
 
 def shard(items: int, rank: int, size: int) -> tuple[int, int]:
@@ -122,10 +126,35 @@ def process_group(here: World, device: str | None = None) -> Iterator[None]:
             f"{' '.join(str(err).split())[:200]}; start it with torchrun --nproc-per-node N"
         ) from None
     try:
+        if cuda:
+            _check_nccl(here)
         yield
     finally:
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
+
+
+def _check_nccl(here: World) -> None:
+    """Every rank's GPU joins one all-reduce over nccl before any work: a job whose GPUs
+    cannot talk fails at the start, in one line, rather than after its forwards."""
+    import torch
+    import torch.distributed as dist
+
+    device = torch.device("cuda", here.local_rank)
+    try:
+        torch.cuda.set_device(device)
+        count = torch.ones(1, device=device)
+        dist.all_reduce(count)
+        joined = int(count.item())
+    except Exception as err:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+        raise ProbeError(
+            f"rank {here.rank}: the GPUs' nccl group failed on {device} "
+            f"({' '.join(str(err).split())[:200]}); run with NCCL_DEBUG=INFO to see why"
+        ) from None
+    if joined != here.size:
+        raise ProbeError(f"rank {here.rank}: {joined} of {here.size} GPUs joined the nccl group")
 
 
 def gather(value, here: World) -> list:

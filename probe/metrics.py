@@ -39,7 +39,8 @@ Only the effective rank needs the whole spectrum; nothing else waits for one.
 * effective rank, ``"exact"``: a full symmetric eigenvalue problem per sequence, O(k^3) at
   LAPACK's speed (a few GFLOP/s on a CPU core, far less per flop than a matmul).  ``"auto"``
   (the default) takes it where it is the cheaper of the two -- on a CPU for k <= 256 -- and the
-  estimate elsewhere.
+  estimate elsewhere.  Up to k = 48 (or a sequence of that few real tokens) every method is
+  exact: the estimate would have no room for its probes (``ESTIMATE_FROM``).
 
 How they are computed
 ---------------------
@@ -95,7 +96,7 @@ import math
 import torch
 from torch import Tensor
 
-from .linalg.batch import frobenius
+from .linalg.batch import fix_rows, frobenius, take_rows
 from .linalg.dense import all_singular_values
 from .linalg.gram import Grams, gram
 from .linalg.quadrature import PROBES, QUADRATURE_STEPS, effective_rank_estimate
@@ -106,6 +107,7 @@ from .names import EFFECTIVE_RANK_METHODS, FITS, METRICS, NORMS
 __all__ = [
     "DENSE_UP_TO",
     "EFFECTIVE_RANK_METHODS",
+    "ESTIMATE_FROM",
     "EXACT_UP_TO",
     "FITS",
     "METRICS",
@@ -132,6 +134,12 @@ _SAFE_EXPONENT = 256
 #: the spectrum leaves dense eigensolves for Krylov runs, are probe.linalg's; they are read
 #: there, so a change must be made there.)
 EXACT_UP_TO = 256
+#: The estimate needs room for its probes: up to this many dimensions (k, or a sequence's
+#: real tokens) the deflation's DEFLATION_STEPS Krylov vectors span most or all of the
+#: space, the quadrature is left nothing to sample (at k <= 32 its value was off by up to
+#: 130%), and the exact effective rank is computed instead, for "estimate" and "auto" alike:
+#: an eigenproblem this small costs less than the estimate's steps.
+ESTIMATE_FROM = 48
 
 
 def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
@@ -292,6 +300,8 @@ def _cosine(Xm: Tensor, counts: Tensor) -> Tensor:
 
 
 def _exact_method(method: str, k: int, device: torch.device) -> bool:
+    if k <= ESTIMATE_FROM:
+        return True
     if method == "auto":
         return device.type == "cpu" and k <= EXACT_UP_TO
     return method == "exact"
@@ -339,6 +349,14 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
         elif estimate:
             real = counts if wide else torch.full_like(counts, float(k))
             value = effective_rank_estimate(grams, top.deflation, real, s1, R1)
+            # Sequences with too few real tokens for the estimate (ESTIMATE_FROM): exactly.
+            value = fix_rows(
+                real <= ESTIMATE_FROM,
+                value,
+                lambda index: _compute(
+                    take_rows(Xm, index), mask[index], counts[index], ("effective_rank",), "exact"
+                )["effective_rank"],
+            )
             bound = (counts if wide else counts.clamp(max=float(k))).to(_F64)
             out["effective_rank"] = torch.minimum(value.clamp(min=1.0), bound)
             out["effective_rank"] = torch.where(fro2 > 0, out["effective_rank"], math.nan)
@@ -374,7 +392,8 @@ def collapse_metrics(
     * ``"effective_rank"``, ``"stable_rank"``, ``"cosine_similarity"``: (sequence,).
 
     ``effective_rank``: ``"exact"`` (full spectrum), ``"estimate"`` (stochastic Lanczos
-    quadrature) or ``"auto"`` (exact on a CPU up to k = EXACT_UP_TO, the estimate elsewhere).
+    quadrature) or ``"auto"`` (exact on a CPU up to k = EXACT_UP_TO, the estimate elsewhere);
+    every method is exact up to k = ESTIMATE_FROM and for sequences of that few real tokens.
     Method, cost and accuracy: see the module docstring.  Degenerate cases follow it too.
     """
     wanted = _wanted(metrics)

@@ -188,6 +188,52 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
     )
 
 
+def test_a_one_rank_torchrun_job_shards_and_merges_like_a_larger_one(
+    tiny_folders, tmp_path, monkeypatch
+):
+    # torchrun's variables for one process, set here: the job sets up its process group
+    # (gloo on the CPU; nccl beside it on GPUs, run by benchmarks/gpu.sh), streams its one
+    # shard and merges it, and the result is the plain command's, bit for bit.
+    import socket
+
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path)
+    args = ["collapse", tiny_folders["gpt2"], *ARGS]
+    plain = CliRunner().invoke(app, [*args, "--out", "plain"])
+    assert plain.exit_code == 0, plain.output
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    torchrun = {"WORLD_SIZE": "1", "RANK": "0", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port), "TORCHELASTIC_RUN_ID": "test"}  # fmt: skip
+    for name, value in torchrun.items():
+        monkeypatch.setenv(name, value)
+    assert distributed.world() == distributed.World(0, 1, 0, launched=True)
+    merged = []
+    real_merge = distributed.merge
+    monkeypatch.setattr(
+        distributed,
+        "merge",
+        lambda shards, size: merged.append(list(shards)) or real_merge(shards, size),
+    )
+    job = CliRunner().invoke(app, [*args, "--out", "job"])
+    assert job.exit_code == 0, job.output
+    assert [len(shards) for shards in merged] == [1]  # one rank's shard, merged
+    (a,) = (tmp_path / "plain").glob("collapse-*.nc")
+    (b,) = (tmp_path / "job").glob("collapse-*.nc")
+    a, b = probe.open_result(a), probe.open_result(b)
+    for name in (*METRICS, *bounds.VARIABLES):
+        xr.testing.assert_identical(a[name], b[name])  # bit for bit
+    assert a.attrs["world_size"] == b.attrs["world_size"] == 1
+    assert sorted(p.name for p in (tmp_path / "job").iterdir()) == sorted(
+        p.name for p in (tmp_path / "plain").iterdir()
+    )  # no shard left behind
+
+
 def test_torchrun_paths_give_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 

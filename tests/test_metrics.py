@@ -395,6 +395,7 @@ def test_low_precision_input_gives_float64_output(dtype):
         assert out.dtype == torch.float64 and out.device == X.device
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_matches_cpu():
     X, mask = random_batch(np.random.default_rng(5), 4, 12, 20)
@@ -504,6 +505,40 @@ def test_effective_rank_method_resolution():
     assert auto("auto", 4096, 64, "cpu") == "exact"  # k = min(tokens, hidden)
     assert auto("auto", 128, 768, "cuda") == "estimate"
     assert auto("exact", 2048, 2048, "cuda") == "exact"
-    assert auto("estimate", 8, 8, "cpu") == "estimate"
+    # up to ESTIMATE_FROM the estimate has no room for its probes: exact (it was garbage)
+    assert auto("estimate", 8, 8, "cpu") == "exact"
+    assert auto("estimate", 80, 80, "cpu") == "estimate"
     with pytest.raises(ValueError, match="unknown effective rank method 'svd'"):
         auto("svd", 8, 8, "cpu")
+
+
+def test_the_estimate_is_exact_where_it_has_no_room_for_its_probes():
+    # Up to ESTIMATE_FROM dimensions the deflation's Krylov vectors span the space and the
+    # quadrature has nothing to sample (it was off by up to 130% at k <= 32): every method
+    # gives the exact effective rank there, a whole call at small k or one short sequence.
+    assert metrics.ESTIMATE_FROM == 48
+    auto = metrics.effective_rank_method
+    assert auto("estimate", 16, 32, "cpu") == "exact" and auto("auto", 48, 768, "cuda") == "exact"
+    assert (
+        auto("auto", 65, 768, "cuda") == "estimate"
+        and auto("estimate", 65, 768, "cpu") == "estimate"
+    )
+    generator = torch.Generator().manual_seed(11)
+    X = torch.randn(4, 96, 128, generator=generator, dtype=torch.float64)
+    X[1] = X[1, :1] + 0.3 * X[1]  # partly collapsed
+    mask = torch.ones(4, 96, dtype=torch.bool)
+    mask[2, 40:] = False  # 40 real tokens: no room for the probes
+    mask[3, 48:] = False  # 48: none either
+    names = ("effective_rank",)
+    estimate = metrics.collapse_metrics(X, mask, names, "estimate")["effective_rank"]
+    exact = metrics.collapse_metrics(X, mask, names, "exact")["effective_rank"]
+    # the short sequences: computed exactly, the same arithmetic on fewer rows
+    torch.testing.assert_close(estimate[2:], exact[2:], rtol=1e-12, atol=0)
+    # the others: the estimate, within its stated 2%, and not exact
+    assert ((estimate[:2] - exact[:2]).abs() / exact[:2]).max() < 0.02
+    assert not torch.equal(estimate[:2], exact[:2])
+    for tokens in (16, 32, 48):  # whole calls at small k
+        Y = X[:, :tokens]
+        got = metrics.collapse_metrics(Y, None, names, "estimate")["effective_rank"]
+        want = metrics.collapse_metrics(Y, None, names, "exact")["effective_rank"]
+        torch.testing.assert_close(got, want, rtol=0, atol=0)

@@ -110,7 +110,9 @@ class Krylov:
         self.scale = torch.maximum(self.scale, torch.linalg.vector_norm(w, dim=-1, keepdim=True))
         w = self._orthogonal(w)
         broken = torch.linalg.vector_norm(w, dim=-1, keepdim=True) <= self.BREAKDOWN * self.scale
-        if bool(broken.any()):
+        # On a CPU the restart is made only where needed; on a GPU always, so that no step
+        # waits for the device to say whether it is (where() keeps w for the others alike).
+        if image.device.type != "cpu" or bool(broken.any()):
             restart = fixed((1, k), image.device, 100 + j).expand_as(w)
             if self.support is not None:
                 restart = restart * self.support

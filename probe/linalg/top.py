@@ -40,7 +40,7 @@ from torch import Tensor
 from .batch import fix_rows, frobenius, take_rows, unit
 from .dense import top_vector
 from .gram import Grams, gram
-from .krylov import KRYLOV_STEPS, Ritz, Run, identity, same, step
+from .krylov import CHECKS, KRYLOV_STEPS, Ritz, Run, identity, same, step
 from .lapack import eigvalsh
 from .workspace import fixed
 
@@ -135,7 +135,9 @@ def top_of_spectrum(grams, Xm, buffer, counts, residual, estimate) -> _Top:
         if not active:
             break
         step(grams, active)
-        if top is None and (G.done or bool(G.settled.all())):
+        # G's rows settle only at its checks (Run.after_step): between them nothing to ask
+        # the device, which would wait for it at every step.
+        if top is None and (G.done or (G.krylov.size in CHECKS and bool(G.settled.all()))):
             u = G.result.vectors[:, 0, 0]
             index = torch.nonzero(~G.settled).flatten()
             if len(index):
