@@ -370,8 +370,25 @@ def test_metrics_option_chooses_what_is_computed(tiny_folders, tmp_path):
     assert small(*args, "--effective-rank", "estimate", out=full_dir).exit_code == 0
     (full_nc,) = full_dir.glob("collapse-*.nc")
     full = probe.open_result(full_nc)
-    assert "stochastic Lanczos quadrature" in full.attrs["metrics_note"]
+    # 6 tokens: too few for the estimate's probes (metrics.ESTIMATE_FROM), so it is exact
+    assert "effective rank: exact" in full.attrs["metrics_note"]
     assert "--effective-rank estimate" in full.attrs["command"]
+    wide = (
+        "gpt2",
+        "--init",
+        "random",
+        "--set",
+        "n_layer=1",
+        "--set",
+        "n_embd=64",
+        "--set",
+        "n_head=4",
+    )
+    wide_dir = tmp_path / "wide"
+    done = small(*wide, "--effective-rank", "estimate", out=wide_dir, sequences=1, tokens=56)
+    assert done.exit_code == 0, done.output
+    (wide_nc,) = wide_dir.glob("collapse-*.nc")
+    assert "stochastic Lanczos quadrature" in probe.open_result(wide_nc).attrs["metrics_note"]
     for name in some.data_vars:  # a subset computes the same numbers
         np.testing.assert_allclose(some[name], full[name], rtol=1e-12, atol=1e-15)
     # --metric names one not computed: the table falls back to the first computed one.
