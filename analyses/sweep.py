@@ -37,7 +37,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +53,17 @@ from . import collapse
 from .sweep_gather import SUMMARIES, THRESHOLD, gather, summaries
 from .sweep_points import Axis, Point, Store, grid, parse_counts, parse_setting, parse_words
 
-__all__ = ["SUMMARIES", "THRESHOLD", "Sweep", "execute", "gather", "plan", "run", "summaries"]
+__all__ = [
+    "SUMMARIES",
+    "THRESHOLD",
+    "Grid",
+    "Sweep",
+    "execute",
+    "gather",
+    "plan",
+    "run",
+    "summaries",
+]
 
 #: Points a sweep may hold unless told otherwise.
 MAX_POINTS = 1000
@@ -84,58 +94,71 @@ class Sweep:
         return Store(Path(out_dir) / f"{name}.points", self.fixed)
 
 
-def axes_of(
-    config: dict | None = None,
-    branch_scale=None,
-    revisions=None,
-    steps: Sequence[tuple[int, str]] | None = None,
-    tokens=None,
-    seeds=None,
-) -> tuple[list[Axis], dict]:
-    """The axes of the values given (two or more each) and the fixed settings (one each)."""
-    given: list[tuple[str, str, tuple]] = []
-    for key, values in (config or {}).items():
-        if isinstance(values, str):
-            key, values = parse_setting(f"{key}={values}")
-        given.append((key, "config", tuple(values) if isinstance(values, Sequence) else (values,)))
-    if branch_scale is not None:
-        words = parse_words(branch_scale, "branch_scale") if isinstance(branch_scale, str) else (
-            tuple(branch_scale) if isinstance(branch_scale, Sequence) else (branch_scale,))  # fmt: skip
-        given.append(("branch_scale", "branch_scale", words))
-    if revisions is not None:
-        given.append(("revision", "revision", parse_words(revisions, "revisions")))
-    if tokens is not None:
-        given.append(("tokens", "tokens", parse_counts(tokens, "tokens", 2, 2**31 - 1)))
-    if seeds is not None:
-        given.append(("seed", "seed", parse_counts(seeds, "seeds", 0, 2**63 - 1)))
-    axes, fixed = [], {}
-    for name, kind, values in given:
-        if len(values) > 1:
-            axes.append(Axis(name, kind, values))
-        else:
-            fixed[(name, kind)] = values[0]
-    if steps is not None:
-        steps = list(steps)
-        numbers = tuple(int(step) for step, _ in steps)
-        axis = Axis("step", "step", numbers, tuple(str(folder) for _, folder in steps))
-        if list(numbers) != sorted(numbers):
-            raise ProbeError("`steps` must increase along the checkpoints")
-        axes.insert(len([a for a in axes if a.kind in ("config", "branch_scale")]), axis)
-    if len([a for a in axes if a.kind in ("revision", "step")]) > 1:
-        raise ProbeError("give either `revisions` or `steps`, not both")
-    return axes, fixed
+@dataclass(frozen=True)
+class Grid:
+    """What a sweep varies, as given.
+
+    ``config``: {field: values} swept at random init (``{"n_layer": [2, 4, 8]}``);
+    ``branch_scale``: scales of the residual branches (numbers or texts in L such as
+    ``"1/sqrt(L)"``); ``revisions``: hub revisions; ``steps``: (training step, folder) of
+    local checkpoints; ``tokens`` and ``seeds``: numbers or texts like ``"0-4"``.  A
+    setting given one value is fixed, not swept.
+    """
+
+    config: dict | None = None
+    branch_scale: object = None
+    revisions: object = None
+    steps: Sequence[tuple[int, str]] | None = None
+    tokens: object = None
+    seeds: object = None
+
+    @classmethod
+    def take(cls, settings: dict) -> Grid:
+        """The grid's settings, taken out of ``settings`` (what is left is the request's)."""
+        return cls(**{f.name: settings.pop(f.name) for f in fields(cls) if f.name in settings})
+
+    def axes(self) -> tuple[list[Axis], dict]:
+        """The axes of the values given (two or more each) and the fixed settings (one each)."""
+        given: list[tuple[str, str, tuple]] = []
+        for key, values in (self.config or {}).items():
+            if isinstance(values, str):
+                key, values = parse_setting(f"{key}={values}")
+            given.append(
+                (key, "config", tuple(values) if isinstance(values, Sequence) else (values,))
+            )
+        scale = self.branch_scale
+        if scale is not None:
+            words = parse_words(scale, "branch_scale") if isinstance(scale, str) else (
+                tuple(scale) if isinstance(scale, Sequence) else (scale,))  # fmt: skip
+            given.append(("branch_scale", "branch_scale", words))
+        if self.revisions is not None:
+            given.append(("revision", "revision", parse_words(self.revisions, "revisions")))
+        if self.tokens is not None:
+            given.append(("tokens", "tokens", parse_counts(self.tokens, "tokens", 2, 2**31 - 1)))
+        if self.seeds is not None:
+            given.append(("seed", "seed", parse_counts(self.seeds, "seeds", 0, 2**63 - 1)))
+        axes, fixed = [], {}
+        for name, kind, values in given:
+            if len(values) > 1:
+                axes.append(Axis(name, kind, values))
+            else:
+                fixed[(name, kind)] = values[0]
+        if self.steps is not None:
+            steps = list(self.steps)
+            numbers = tuple(int(step) for step, _ in steps)
+            axis = Axis("step", "step", numbers, tuple(str(folder) for _, folder in steps))
+            if list(numbers) != sorted(numbers):
+                raise ProbeError("`steps` must increase along the checkpoints")
+            axes.insert(len([a for a in axes if a.kind in ("config", "branch_scale")]), axis)
+        if len([a for a in axes if a.kind in ("revision", "step")]) > 1:
+            raise ProbeError("give either `revisions` or `steps`, not both")
+        return axes, fixed
 
 
 def plan(
     model: Model | str | Path,
     inputs: Inputs | None = None,
     *,
-    config: dict | None = None,
-    branch_scale=None,
-    revisions=None,
-    steps: Sequence[tuple[int, str]] | None = None,
-    tokens=None,
-    seeds=None,
     variants: str | Sequence[str] = "all",
     surgery: str = "probe",
     metrics: str | Sequence[str] | None = None,
@@ -144,25 +167,23 @@ def plan(
     epsilon: float = 0.3,
     max_points: int = MAX_POINTS,
     command: str | None = None,
-    **flat,
+    **settings,
 ) -> Sweep:
     """Check a sweep before any point runs: its grid, every point's request, its size.
 
-    ``config``: {field: values} swept at random init (``{"n_layer": [2, 4, 8]}``);
-    ``branch_scale``: scales of the residual branches (numbers or texts in L such as
-    ``"1/sqrt(L)"``); ``revisions``: hub revisions; ``steps``: (training step, folder) of
-    local checkpoints; ``tokens`` and ``seeds``: numbers or texts like ``"0-4"``.  A
-    setting given one value is fixed, not swept.  The rest are ``collapse.prepare``'s.
+    ``settings``: the grid's (:class:`Grid`: ``config``, ``branch_scale``, ``revisions``,
+    ``steps``, ``tokens``, ``seeds``); the rest are ``collapse.prepare``'s.
     A bad point raises :class:`ProbeError` naming it.
     """
-    request, given = coerce(model, inputs, flat)
+    wanted = Grid.take(settings)
+    request, given = coerce(model, inputs, settings)
     if not isinstance(request.source, str | os.PathLike):
         raise ProbeError("a sweep loads every point itself: give the model by name or folder")
     if given.ids is not None:
         raise ProbeError("a sweep makes the inputs of each point: give `text`, or none")
-    if steps is None and revisions is None:
-        steps = _series(str(request.source))
-    axes, fixed_values = axes_of(config, branch_scale, revisions, steps, tokens, seeds)
+    if wanted.steps is None and wanted.revisions is None:
+        wanted = replace(wanted, steps=_series(str(request.source)))
+    axes, fixed_values = wanted.axes()
     if not axes:
         raise ProbeError(
             "nothing to sweep: give two values or more to `set`, `tokens`, `seeds`, "

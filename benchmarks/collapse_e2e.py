@@ -48,6 +48,7 @@ import tempfile
 import time
 
 import torch
+from timing import timed
 
 import probe
 from probe.ablate import PRESETS, parse_variants
@@ -64,16 +65,6 @@ SIZES = {
     "gpt2-32x1024": ("gpt2", 32, 1024),
     "llama-8x2048": ("meta-llama/Llama-3.2-1B", 8, 2048),
 }
-
-
-def timed(fn, device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter() - start
 
 
 def bench(

@@ -16,28 +16,17 @@ Runs are interleaved so that machine noise hits them alike; medians are printed.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import torch
+from timing import interleaved_medians
 
 import probe
 from probe import frozen
 from probe.analyses.path_decompose import frozen_run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.reference
-
-
-def timed(fn, device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return time.perf_counter() - start
 
 
 def _setup(probed, batch: int, tokens: int):
@@ -61,12 +50,10 @@ def bert_base(args) -> None:
     def programme():
         frozen.path_terms(run["layers"], run["x0"], run["final"])
 
-    times = {"forward": [], "programme": []}
-    forward()  # warm-up
-    for _ in range(args.repeats):
-        times["forward"].append(timed(forward, device))
-        times["programme"].append(timed(programme, device))
-    f, p = (statistics.median(times[k]) for k in ("forward", "programme"))
+    medians = interleaved_medians(
+        {"forward": forward, "programme": programme}, args.repeats, device
+    )
+    f, p = medians["forward"], medians["programme"]
     L = probed.n_layers
     print(f"bert-base-sized, {args.batch} x {args.tokens} tokens, float64, {device}:")
     print(f"  one forward pass  {f * 1e3:9.1f} ms")
@@ -95,11 +82,9 @@ def against_enumeration(args) -> None:
     def enumeration():
         results["enumeration"] = reference.by_length()
 
-    times = {"programme": [], "enumeration": []}
-    for _ in range(args.repeats):
-        times["programme"].append(timed(programme, probed.device))
-        times["enumeration"].append(timed(enumeration, probed.device))
-    p, e = (statistics.median(times[k]) for k in ("programme", "enumeration"))
+    runs = {"programme": programme, "enumeration": enumeration}
+    medians = interleaved_medians(runs, args.repeats, probed.device)
+    p, e = medians["programme"], medians["enumeration"]
     diff = max(
         float((a - b).abs().max())
         for a, b in zip(results["programme"], results["enumeration"], strict=True)

@@ -19,11 +19,11 @@ import probe
 def timed(fn, device) -> float:
     """Seconds ``fn()`` takes, the device's queued work included."""
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
     start = time.perf_counter()
     fn()
     if device.type == "cuda":
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(device)
     return time.perf_counter() - start
 
 

@@ -7,12 +7,16 @@ once and holds no threads: each child runs ``probe.cli.entry.main`` (the console
 script's function) with its own argv, working folder, stdout and stderr files, exactly
 as the installed ``probe`` executable does after its imports.  Python's own start-up is
 tested separately, on the real executable (``test_faults.test_early_interrupt``).
+
+A torchrun job cannot be forked so: torchrun starts its ranks as interpreters of their own.
+``launch`` runs the command, under torchrun or alone, in a fresh ``python -m probe.cli``.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -101,3 +105,29 @@ def start(
     )
     process.start()
     return Run(process, stdout, stderr)
+
+
+def launch(
+    args: list[str],
+    out: Path | str,
+    ranks: int | None = None,
+    env: dict | None = None,
+    cwd: Path | None = None,
+    timeout: float = 300,
+) -> subprocess.CompletedProcess:
+    """``probe ARGS --out OUT`` in a fresh interpreter, one thread a process and the hub
+    offline, with ``env`` added; with ``ranks``, as a torchrun job of that many ranks."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", **(env or {})}
+    torchrun = []
+    if ranks is not None:
+        torchrun = [
+            "-m",
+            "torch.distributed.run",  # what the torchrun script runs
+            "--standalone",  # a free port: tests may run side by side
+            "--nproc-per-node",
+            str(ranks),
+        ]
+    command = [sys.executable, *torchrun, "-m", "probe.cli", *args, "--out", str(out)]
+    return subprocess.run(
+        command, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd
+    )

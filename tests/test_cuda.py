@@ -29,8 +29,6 @@ few roundings: 5e-2.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -40,6 +38,7 @@ import probe
 from probe import bounds
 from probe.analyses import attention, collapse
 from probe.metrics import collapse_metrics, effective_rank_method
+from tests.cli_process import launch
 
 DEVICE = os.environ.get("PROBE_TEST_DEVICE", "cuda")
 pytestmark = [
@@ -213,16 +212,9 @@ def test_torchrun_of_one_rank_gives_the_plain_commands_result(tiny_folders, tmp_
     # gloo alone on the CPU), checks it, streams a shard and merges it.
     args = ["collapse", tiny_folders["gpt2"], "--tokens", "16", "--sequences", "5",
             "--batch-size", "2", "--device", DEVICE, "-q"]  # fmt: skip
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "NCCL_DEBUG": "INFO"}
-    plain = subprocess.run(
-        [sys.executable, "-m", "probe.cli", *args, "--out", str(tmp_path / "plain")],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    job = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-         "-m", "probe.cli", *args, "--out", str(tmp_path / "job")],
-        env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+    env = {"NCCL_DEBUG": "INFO"}
+    plain = launch(args, tmp_path / "plain", env=env)
+    job = launch(args, tmp_path / "job", ranks=1, env=env)
     assert plain.returncode == 0, plain.stderr[-2000:]
     assert job.returncode == 0, job.stderr[-2000:]
     (a,) = (tmp_path / "plain").glob("*.nc")

@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -23,6 +22,7 @@ import probe
 from probe import bounds, distributed
 from probe.analyses import collapse
 from probe.errors import ProbeError
+from tests.cli_process import launch
 
 OPTIONS = {"init": "random", "sequences": 7, "tokens": 8, "batch_size": 2}  # 4 batches, last short
 METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
@@ -130,31 +130,6 @@ def test_the_world_comes_from_torchruns_variables(monkeypatch):
 ARGS = ["--init", "random", "--sequences", "6", "--tokens", "8", "--batch-size", "2", "-q"]
 
 
-def _torchrun(
-    args, out: Path | str, env_extra: dict | None = None, cwd=None
-) -> subprocess.CompletedProcess:
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "HF_HUB_OFFLINE": "1",
-        **(env_extra or {}),
-    }
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",  # what the torchrun script runs
-        "--standalone",  # a free port: tests may run side by side
-        "--nproc-per-node",
-        "2",
-        "-m",
-        "probe.cli",
-        *args,
-        "--out",
-        str(out),
-    ]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, cwd=cwd)
-
-
 def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
     from typer.testing import CliRunner
 
@@ -164,7 +139,7 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
     # The same command line in two folders: `--out r` in each, so even 'command' is equal.
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
-    done = _torchrun(["collapse", model, *ARGS], "r", cwd=tmp_path / "two")
+    done = launch(["collapse", model, *ARGS], "r", ranks=2, cwd=tmp_path / "two")
     assert done.returncode == 0, done.stderr[-3000:]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path / "one")
@@ -242,7 +217,7 @@ def test_torchrun_paths_give_the_single_process_result(tiny_folders, tmp_path, m
     args = ["paths", "--sample", tiny_folders["gpt2"], "--samples", "10", *ARGS]
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
-    done = _torchrun(args, "r", cwd=tmp_path / "two")
+    done = launch(args, "r", ranks=2, cwd=tmp_path / "two")
     assert done.returncode == 0, done.stderr[-3000:]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path / "one")
@@ -283,10 +258,11 @@ def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_pat
         )
     )
     out = tmp_path / "out"
-    done = _torchrun(
+    done = launch(
         ["collapse", tiny_folders["gpt2"], *ARGS],
         out,
-        {"PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")])},
+        ranks=2,
+        env={"PYTHONPATH": os.pathsep.join([str(hooks), os.environ.get("PYTHONPATH", "")])},
     )
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("probe: error:")]

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -87,12 +85,7 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
     args = ["sweep", tiny_folders["gpt2"], *ARGS, *grid, "-q"]
     for name in ("one", "two"):
         (tmp_path / name).mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    done = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-         "-m", "probe.cli", *args, "--out", "r"],
-        env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path / "two",
-    )  # fmt: skip
+    done = cli_process.launch(args, "r", ranks=2, cwd=tmp_path / "two", timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.chdir(tmp_path / "one")

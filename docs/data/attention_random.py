@@ -19,7 +19,6 @@ included) with the layer of the largest.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -28,7 +27,8 @@ import xarray as xr
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from cross_family import MODELS, where  # noqa: E402  (a sibling script, not a package)
+from common import note, per_model, per_model_arguments  # noqa: E402  (sibling scripts)
+from cross_family import MODELS  # noqa: E402
 
 SEQUENCES, TOKENS = 4, 64
 
@@ -87,32 +87,18 @@ def markdown_table(datasets: list[xr.Dataset]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--from", dest="results", nargs="+", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=Path("probe-reports/attention-random"))
-    parser.add_argument("--table", type=Path, default=HERE / "attention_random.md")
-    args = parser.parse_args()
-    if args.results is not None:
-        datasets = [xr.load_dataset(p) for p in args.results]
-    else:
-        from probe import open_result, save_result
-
-        args.out.mkdir(parents=True, exist_ok=True)
-        datasets = []
-        for name in args.models:
-            path = args.out / (name.replace("/", "--") + ".nc")
-            if not path.is_file():
-                save_result(run_model(name), path)
-                print(f"{name}: {path}", flush=True)
-            datasets.append(open_result(path))
-    table = markdown_table(datasets)
-    day = max(ds.attrs["created"] for ds in datasets)[:10]  # the results' own dates, UTC
-    note = (
-        f"*Measured on {where()}, on {day} (UTC), by `python docs/data/attention_random.py` "
-        f"({SEQUENCES} sequences x {TOKENS} tokens, seed 0, float32, eps 0.3).*\n\n"
+    parser = per_model_arguments(
+        __doc__, MODELS, Path("probe-reports/attention-random"), HERE / "attention_random.md"
     )
-    args.table.write_text(note + table + "\n", encoding="utf-8")
+    args = parser.parse_args()
+    datasets = per_model(args, run_model)
+    table = markdown_table(datasets)
+    text = note(
+        "python docs/data/attention_random.py",
+        datasets,
+        f"{SEQUENCES} sequences x {TOKENS} tokens, seed 0, float32, eps 0.3",
+    )
+    args.table.write_text(text + table + "\n", encoding="utf-8")
     print(table)
 
 

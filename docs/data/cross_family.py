@@ -17,10 +17,10 @@ run picks up where it stopped.  ``docs/collapse.md`` includes the table.
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 import xarray as xr
+from common import note, per_model, per_model_arguments
 
 from probe.names import VARIANTS
 from probe.plot import across_models
@@ -74,46 +74,15 @@ def markdown_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> str:
     return "\n".join(lines)
 
 
-def where() -> str:
-    """The machine, its cores and the versions a table was measured with."""
-    import os
-    import platform
-    from importlib import metadata
-
-    versions = ", ".join(
-        f"{name} {metadata.version(name)}" for name in ("torch", "transformers", "nnsight")
-    )
-    cpu = platform.processor() or platform.machine()
-    return (
-        f"{platform.system()} {cpu}, {os.cpu_count()} cores, Python "
-        f"{platform.python_version()}, {versions}"
-    )
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", nargs="+", default=list(MODELS))
-    parser.add_argument("--from", dest="results", nargs="+", type=Path, default=None)
-    parser.add_argument("--out", type=Path, default=Path("probe-reports/cross-family"))
-    parser.add_argument("--table", type=Path, default=HERE / "cross_family.md")
+    parser = per_model_arguments(
+        __doc__, MODELS, Path("probe-reports/cross-family"), HERE / "cross_family.md"
+    )
     parser.add_argument("--png", type=Path, default=HERE.parent / "cross-family.png")
     args = parser.parse_args()
-    if args.results is not None:
-        datasets = [xr.load_dataset(p) for p in args.results]
-    else:
-        from probe import open_result, save_result
-
-        args.out.mkdir(parents=True, exist_ok=True)
-        datasets = []
-        for name in args.models:
-            path = args.out / (name.replace("/", "--") + ".nc")
-            if not path.is_file():
-                save_result(run_model(name), path)
-                print(f"{name}: {path}", flush=True)
-            datasets.append(open_result(path))
+    datasets = per_model(args, run_model)
     table = markdown_table(datasets)
-    note = f"*Measured on {where()}, by `python docs/data/cross_family.py`.*\n\n"
-    args.table.write_text(note + table + "\n", encoding="utf-8")
+    args.table.write_text(note("python docs/data/cross_family.py") + table + "\n", encoding="utf-8")
     print(table)
     across_models(datasets).savefig(args.png, dpi=110)
     print(f"table: {args.table}\nfigure: {args.png}")

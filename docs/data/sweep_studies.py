@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,7 @@ import xarray as xr
 HERE = Path(__file__).resolve().parent
 DOCS = HERE.parent
 sys.path.insert(0, str(HERE))
-from cross_family import where  # noqa: E402  (a sibling script, not a package)
+from common import kept, note  # noqa: E402  (a sibling script, not a package)
 
 LLAMA = "meta-llama/Llama-3.2-1B"
 #: The depth study's families: (name shown, model, its depth field).
@@ -65,23 +66,17 @@ SCALES = ["1", "1/sqrt(L)"]
 def sweep(model: str, init: str, sequences: int, tokens, store: Path, **grid) -> xr.Dataset:
     """``probe sweep`` through the library, its points kept in (and resumed from) ``store``;
     the gathered result is kept beside them as ``store``.nc."""
-    from probe import Inputs, Model, open_result, save_result
+    from probe import Inputs, Model
     from probe.analyses import sweep as sweep_analysis
-
-    path = store.with_suffix(".nc")
-    if path.is_file():
-        return open_result(path)
-    store.parent.mkdir(parents=True, exist_ok=True)
 
     def progress(done: int, total: int, label: str) -> None:
         print(f"  {store.name}: {done}/{total} {label}", flush=True)
 
     if isinstance(tokens, list):  # swept, not fixed
         grid, tokens = {**grid, "tokens": tokens}, None
-    ds = sweep_analysis.run(Model(model, init=init), Inputs(sequences=sequences, tokens=tokens),
-                            store=store, progress=progress, **grid)  # fmt: skip
-    save_result(ds, path)
-    return open_result(path)
+    request = Model(model, init=init), Inputs(sequences=sequences, tokens=tokens)
+    run = partial(sweep_analysis.run, *request, store=store, progress=progress, **grid)
+    return kept(store.with_suffix(".nc"), run)
 
 
 def save_figure(ds: xr.Dataset, name: str) -> None:
@@ -105,13 +100,10 @@ def table(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(lines)
 
 
-def note(command: str, sizes: str, datasets: list[xr.Dataset], extra: str = "") -> str:
-    day = max(ds.attrs["created"] for ds in datasets)[:10]  # the results' own dates, UTC
+def sweep_note(command: str, sizes: str, datasets: list[xr.Dataset], extra: str = "") -> str:
+    """The note above a study's table, with the minutes its points took."""
     minutes = sum(float(ds["seconds"].sum()) for ds in datasets) / 60
-    return (
-        f"*Measured on {where()}, on {day} (UTC), by `{command}` ({sizes}, seed 0, float32; "
-        f"{minutes:.1f} min of points).{extra}*\n\n"
-    )
+    return note(command, datasets, f"{sizes}, seed 0, float32; {minutes:.1f} min of points", extra)
 
 
 def checkpoints(args) -> None:
@@ -129,8 +121,8 @@ def checkpoints(args) -> None:
                     + [g(p["final_effective_rank"].sel(variant="transformer")),
                        g(p["sink_rate"]), g(p["max_massive_ratio"])])  # fmt: skip
     command = "python docs/data/sweep_studies.py --studies checkpoints"
-    text = note(command, f"`probe sweep gpt2-tiny-steps --init pretrained`, {s} sequences x {t} "
-                "tokens", [ds])  # fmt: skip
+    sizes = f"`probe sweep gpt2-tiny-steps --init pretrained`, {s} sequences x {t} tokens"
+    text = sweep_note(command, sizes, [ds])
     write("sweep_checkpoints.md", text + table(head, rows))
 
 
@@ -163,7 +155,7 @@ def depth(args) -> None:
     if "llama" in args.families and not args.llama_full_width:
         extra += f" Llama narrowed to a quarter of its width (`{narrow}`) for the same reason."
     command = "python docs/data/sweep_studies.py --studies depth"
-    text = note(
+    text = sweep_note(
         command,
         f"variants transformer and SAN, the transformer shown; {s} sequences x {t} tokens",
         datasets,
@@ -193,7 +185,7 @@ def context(args) -> None:
         extra = (f" Llama's config cut to {args.context_layers} of its 16 layers "
                  f"(`--set num_hidden_layers={args.context_layers}`) to fit this machine's time.")  # fmt: skip
     command = "python docs/data/sweep_studies.py --studies context"
-    text = note(command, f"{s} sequences per context length", [ds], extra)
+    text = sweep_note(command, f"{s} sequences per context length", [ds], extra)
     write("sweep_context.md", text + table(head, rows))
 
 

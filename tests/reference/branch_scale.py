@@ -7,8 +7,9 @@ alpha (the first element of a tuple output), so the layer's own code adds alpha 
 y = x + alpha f(x) (Noci et al. 2022).  The modules are listed here by hand, from the
 transformers source of each layer; where a dropout follows the module (the identity in
 eval mode) the module before it is wrapped, so the sites differ from the walker's where
-they can.  ``layer_stream(model, inputs)`` runs a model's own forward and records
-X_0 .. X_L with plain torch hooks on its layers.
+they can; the layers are found, and ``layer_stream(model, inputs)`` records X_0 .. X_L of
+a model's own forward, as ``reference/layers.py`` does it (``layer_list``,
+``record_stream``).
 
 The ablations (SAN, SAN+MLP, SAN+skip) compose with the wrappers: the hand-written layers
 of ``reference/layers.py`` and ``reference/surgery.py`` call these same submodules.
@@ -21,16 +22,21 @@ import copy
 import torch
 from torch import nn
 
-_LLAMA = ("layers", "self_attn", "mlp")
+from tests.reference.layers import layer_list, record_stream
 
-#: model_type -> (path of the layer list, attention branch module, MLP branch module).
+_LLAMA = ("self_attn", "mlp")
+_BERT = ("attention.output.dense", "output.dense")  # dropout(dense(x)) before the residual
+_SANDWICH = ("post_attention_layernorm", "post_feedforward_layernorm")  # the branch's last norm
+
+#: model_type -> (attention branch module, MLP branch module), in a layer of
+#: ``reference/layers.py``'s ``layer_list``.
 BRANCHES = {
-    "bert": ("encoder.layer", "attention.output.dense", "output.dense"),
-    "roberta": ("encoder.layer", "attention.output.dense", "output.dense"),
-    "electra": ("encoder.layer", "attention.output.dense", "output.dense"),
-    "deberta-v2": ("encoder.layer", "attention.output.dense", "output.dense"),
-    "distilbert": ("transformer.layer", "attention", "ffn"),
-    "gpt2": ("h", "attn", "mlp"),
+    "bert": _BERT,
+    "roberta": _BERT,
+    "electra": _BERT,
+    "deberta-v2": _BERT,
+    "distilbert": ("attention", "ffn"),
+    "gpt2": ("attn", "mlp"),
     "llama": _LLAMA,
     "mistral": _LLAMA,
     "qwen2": _LLAMA,
@@ -39,16 +45,16 @@ BRANCHES = {
     "mixtral": _LLAMA,
     "starcoder2": _LLAMA,
     "phi3": _LLAMA,  # resid_attn_dropout / resid_mlp_dropout follow: the identity in eval
-    "gemma2": ("layers", "post_attention_layernorm", "post_feedforward_layernorm"),
-    "olmo2": ("layers", "post_attention_layernorm", "post_feedforward_layernorm"),
-    "opt": ("decoder.layers", "self_attn", "fc2"),
-    "gptj": ("h", "attn", "mlp"),
-    "falcon": ("h", "self_attention", "mlp"),
-    "gpt_neox": ("layers", "post_attention_dropout", "post_mlp_dropout"),
-    "bloom": ("h", "self_attention.dense", "mlp.dense_4h_to_h"),
-    "modernbert": ("layers", "attn", "mlp"),
-    "t5": ("encoder.block", "layer.0.SelfAttention", "layer.1.DenseReluDense"),
-    "vit": ("layers", "attention", "mlp"),
+    "gemma2": _SANDWICH,
+    "olmo2": _SANDWICH,
+    "opt": ("self_attn", "fc2"),
+    "gptj": ("attn", "mlp"),
+    "falcon": ("self_attention", "mlp"),
+    "gpt_neox": ("post_attention_dropout", "post_mlp_dropout"),
+    "bloom": ("self_attention.dense", "mlp.dense_4h_to_h"),
+    "modernbert": ("attn", "mlp"),
+    "t5": ("layer.0.SelfAttention", "layer.1.DenseReluDense"),
+    "vit": ("attention", "mlp"),
 }
 
 
@@ -78,40 +84,15 @@ def _wrap(layer: nn.Module, path: str, alpha: float) -> None:
     setattr(owner, name, _Scaled(getattr(owner, name), alpha))
 
 
-def layers_of(model: nn.Module) -> nn.ModuleList:
-    return _get(model, BRANCHES[model.config.model_type][0])
-
-
 def scaled_copy(model: nn.Module, alpha: float) -> nn.Module:
     """A copy of ``model`` whose layers add alpha times each branch (see the docstring)."""
-    _, attention, mlp = BRANCHES[model.config.model_type]
     work = copy.deepcopy(model).eval()
-    for layer in layers_of(work):
-        _wrap(layer, attention, alpha)
-        _wrap(layer, mlp, alpha)
+    for layer in layer_list(work):
+        for branch in BRANCHES[model.config.model_type]:
+            _wrap(layer, branch, alpha)
     return work
 
 
 def layer_stream(model: nn.Module, inputs: dict) -> list[torch.Tensor]:
     """X_0 (the first layer's input) .. X_L (each layer's output) of the model's own forward."""
-    layers = layers_of(model)
-    states: list[torch.Tensor] = []
-
-    def record_input(module, args, kwargs):
-        if not states:
-            states.append(args[0] if args else kwargs["hidden_states"])
-
-    def record_output(module, args, output):
-        states.append(output[0] if isinstance(output, tuple) else output)
-
-    handles = [layers[0].register_forward_pre_hook(record_input, with_kwargs=True)]
-    handles += [layer.register_forward_hook(record_output) for layer in layers]
-    try:
-        with torch.no_grad():
-            model(**inputs)
-    finally:
-        for handle in handles:
-            handle.remove()
-    if len(states) != len(layers) + 1:
-        raise RuntimeError(f"collected {len(states)} hidden states, expected {len(layers) + 1}")
-    return [s.detach() for s in states]
+    return record_stream(model, layer_list(model), inputs)

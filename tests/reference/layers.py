@@ -38,7 +38,13 @@ from functools import partial
 import torch
 from torch import nn
 
-__all__ = ["LAYER_PATHS", "layer_implementation", "reference_hidden_states"]
+__all__ = [
+    "LAYER_PATHS",
+    "layer_implementation",
+    "layer_list",
+    "record_stream",
+    "reference_hidden_states",
+]
 
 
 def _llama(layer, hidden_states, *, skip, mlp, **kwargs):
@@ -242,6 +248,42 @@ def _module(model: nn.Module, path: str) -> nn.Module:
     return model
 
 
+#: model_type -> path of the layer list, for the families ``reference/surgery.py``
+#: re-implements instead (their layers are not in LAYER_PATHS).
+SURGERY_LAYER_LISTS = {"bert": "encoder.layer", "gpt2": "h"}
+
+
+def layer_list(model: nn.Module) -> nn.ModuleList:
+    """``model``'s list of transformer layers: of a family here, or of BERT or GPT-2."""
+    path = SURGERY_LAYER_LISTS.get(model.config.model_type)
+    return _module(model, path or layer_implementation(model)[0])
+
+
+def record_stream(model: nn.Module, layers: nn.ModuleList, inputs: dict) -> list[torch.Tensor]:
+    """X_0 (the first layer's input) .. X_L (each layer's output) of ``model``'s own forward
+    on ``inputs``, recorded by plain torch hooks on ``layers`` (removed again after)."""
+    states: list[torch.Tensor] = []
+
+    def record_input(module, args, kwargs):
+        if not states:
+            states.append(args[0] if args else kwargs["hidden_states"])
+
+    def record_output(module, args, output):
+        states.append(output[0] if isinstance(output, tuple) else output)
+
+    handles = [layers[0].register_forward_pre_hook(record_input, with_kwargs=True)]
+    handles += [layer.register_forward_hook(record_output) for layer in layers]
+    try:
+        with torch.no_grad():
+            model(**inputs)
+    finally:
+        for handle in handles:
+            handle.remove()
+    if len(states) != len(layers) + 1:
+        raise RuntimeError(f"collected {len(states)} hidden states, expected {len(layers) + 1}")
+    return [s.detach() for s in states]
+
+
 def _strip(model: nn.Module) -> None:
     """Remove instance-level forward overrides (an nnsight controller) and hooks from a copy."""
     for module in model.modules():
@@ -265,21 +307,4 @@ def reference_hidden_states(
     layers = _module(work, path)
     for layer in layers:
         layer.forward = partial(layer_forward, layer, skip=attn_skip, mlp=mlp)
-
-    states: list[torch.Tensor] = []
-
-    def record_input(module, args, kwargs):
-        if not states:
-            states.append(args[0] if args else kwargs["hidden_states"])
-
-    def record_output(module, args, output):
-        states.append(output[0] if isinstance(output, tuple) else output)
-
-    layers[0].register_forward_pre_hook(record_input, with_kwargs=True)
-    for layer in layers:
-        layer.register_forward_hook(record_output)
-    with torch.no_grad():
-        work(**inputs)
-    if len(states) != len(layers) + 1:
-        raise RuntimeError(f"collected {len(states)} hidden states, expected {len(layers) + 1}")
-    return [s.detach() for s in states]
+    return record_stream(work, layers, inputs)

@@ -18,6 +18,8 @@ import copy
 import torch
 from torch import nn
 
+from tests.reference.layers import record_stream
+
 #: family -> (path of the layer list, the norm modules of one layer, how its scale is read)
 NORMS = {
     "bert": ("encoder.layer", ("attention.output.LayerNorm", "output.LayerNorm"), "w"),
@@ -75,18 +77,4 @@ def norm_variant_hidden_states(
         for name in names:
             norm = _get(layer, name)
             _set(layer, name, _Affine(norm, scale) if mode == "affine" else nn.Identity())
-    states: list[torch.Tensor] = []
-
-    def record_input(module, args, kwargs):
-        if not states:
-            states.append(args[0] if args else kwargs["hidden_states"])
-
-    def record_output(module, args, output):
-        states.append(output[0] if isinstance(output, tuple) else output)
-
-    layers[0].register_forward_pre_hook(record_input, with_kwargs=True)
-    for layer in layers:
-        layer.register_forward_hook(record_output)
-    with torch.no_grad():
-        work(**inputs)
-    return [s.detach() for s in states]
+    return record_stream(work, layers, inputs)

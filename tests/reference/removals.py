@@ -30,6 +30,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from tests.reference.layers import record_stream
+
 NAME = "reference_no_sink"
 
 
@@ -40,22 +42,7 @@ def _layers(model: nn.Module) -> nn.ModuleList:
 
 
 def _record(work: nn.Module, inputs: dict) -> list[torch.Tensor]:
-    states: list[torch.Tensor] = []
-    layers = _layers(work)
-
-    def record_input(module, args, kwargs):
-        if not states:
-            states.append(args[0] if args else kwargs["hidden_states"])
-
-    def record_output(module, args, output):
-        states.append(output[0] if isinstance(output, tuple) else output)
-
-    layers[0].register_forward_pre_hook(record_input, with_kwargs=True)
-    for layer in layers:
-        layer.register_forward_hook(record_output)
-    with torch.no_grad():
-        work(**inputs)
-    return [s.detach().clone() for s in states]
+    return [s.clone() for s in record_stream(work, _layers(work), inputs)]
 
 
 def no_sink_hidden_states(model: nn.Module, inputs: dict, sinks) -> list[torch.Tensor]:
