@@ -167,45 +167,55 @@ def krylov_top_two(A: Tensor) -> tuple[Tensor, Tensor]:
     """sigma_1, sigma_2 of each float64 (n, T, T) matrix from a block Krylov space of A^T A,
     and which of them passed the residual test (module docstring); the others are 0."""
     n, T, _ = A.shape
-    eps = torch.finfo(torch.float64).eps
     sigma = torch.zeros(n, 2, dtype=torch.float64, device=A.device)
     done = torch.zeros(n, dtype=torch.bool, device=A.device)
     # The same fixed start for every matrix (no seed of the run's): a matrix's values then
     # depend on it alone, not on the batch or the split over threads.
     start = torch.randn(T, BLOCK, generator=torch.Generator().manual_seed(0), dtype=A.dtype)
     V = [torch.linalg.qr(start.to(A.device)).Q.expand(n, T, BLOCK)]
-    AV = [A @ V[0]]
-    for step in range(1, MOST_STEPS):
-        basis = torch.cat(V, -1)
+    AV, AtAV = [A @ V[0]], []
+    for step in range(MOST_STEPS):
         # A^T (A V) as ((A V)^T A)^T: torch copies a transposed A before a product, this not.
-        W = (AV[-1].mT @ A).mT
-        for _ in range(2):  # full reorthogonalisation, twice (Gram-Schmidt's rule of two)
-            W = W - basis @ (basis.mT @ W)
-            W = torch.linalg.qr(W).Q
-        V.append(W)
-        AV.append(A @ W)
-        if step < 3:
-            continue
-        basis, B = torch.cat(V, -1), torch.cat(AV, -1)
-        U, S, Yh = torch.linalg.svd(B, full_matrices=False)  # Ritz values: A V = U S Y^T
-        # Residuals r_i = A^T u_i - s_i v_i of the top three Ritz pairs (A v_i = s_i u_i).
-        R = (U[..., :3].mT @ A).mT - basis @ (Yh[..., :3, :].mT * S[..., None, :3])
-        r = R.norm(dim=-2)
-        gap_1 = S[:, 0] - S[:, 1]
-        gap_2 = torch.minimum(gap_1, S[:, 1] - S[:, 2])
-        tol = T * eps * S[:, 0] / 4
-        drift = basis.mT @ basis - torch.eye(basis.shape[-1], dtype=A.dtype, device=A.device)
-        passed = (
-            (r[:, 0] ** 2 <= tol * gap_1)
-            & (r[:, 1] ** 2 <= tol * gap_2)
-            & (gap_2 > 4 * r[:, 2])
-            & (drift.abs().amax((-2, -1)) <= T * eps)
-        )
-        new = passed & ~done  # each matrix keeps the values of the first step it passed
-        sigma[new], done = S[new, :2], done | passed
-        if bool(done.all()):
-            break
+        # It is the next block and also gives the residuals below without another product.
+        AtAV.append((AV[-1].mT @ A).mT)
+        if step >= 3:
+            sigma, done = _certify(
+                torch.cat(V, -1), torch.cat(AV, -1), torch.cat(AtAV, -1), sigma, done
+            )
+            if bool(done.all()):
+                break
+        if step < MOST_STEPS - 1:
+            basis, W = torch.cat(V, -1), AtAV[-1]
+            for _ in range(2):  # full reorthogonalisation, twice (Gram-Schmidt's rule of two)
+                W = torch.linalg.qr(W - basis @ (basis.mT @ W)).Q
+            V.append(W)
+            AV.append(A @ W)
     return sigma, done
+
+
+def _certify(basis: Tensor, B: Tensor, AtB: Tensor, sigma: Tensor, done: Tensor):
+    """The Rayleigh-Ritz step on the basis V (B = A V, AtB = A^T A V) and the residual test
+    (module docstring): ``sigma`` and ``done`` with the matrices that pass now added; each
+    matrix keeps the values of the first step it passed."""
+    T = basis.shape[-2]
+    eps = torch.finfo(torch.float64).eps
+    U, S, Yh = torch.linalg.svd(B, full_matrices=False)  # Ritz values: A V = U S Y^T
+    Y, s = Yh[..., :3, :].mT, S[..., None, :3]
+    # r_i = ||A^T u_i - s_i v_i|| with v_i = V y_i and u_i = A v_i / s_i (so A v_i = s_i u_i).
+    r = ((AtB @ Y) / s - basis @ (Y * s)).norm(dim=-2)
+    gap_1 = S[:, 0] - S[:, 1]
+    gap_2 = torch.minimum(gap_1, S[:, 1] - S[:, 2])
+    tol = T * eps * S[:, 0] / 4
+    drift = basis.mT @ basis - torch.eye(basis.shape[-1], dtype=B.dtype, device=B.device)
+    passed = (
+        (r[:, 0] ** 2 <= tol * gap_1)
+        & (r[:, 1] ** 2 <= tol * gap_2)
+        & (gap_2 > 4 * r[:, 2])  # a 0 Ritz value gives nan residuals: not passed
+        & (drift.abs().amax((-2, -1)) <= T * eps)
+    )
+    new = passed & ~done
+    sigma[new] = S[new, :2]
+    return sigma, done | passed
 
 
 def massive_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
