@@ -32,18 +32,32 @@ over sequences:
   threads, each thread making its own piece's float64 copy (a bert-base layer at 32 x 128
   on 2 loaded cores: 2.2 s against 53 s for torch's per-sequence calls, whose MKL threading
   of each small matrix collapses under load); on CUDA torch's ``svdvals`` on the device.
-  LAPACK still computes all T values, O(T^3) per matrix, and this is most of the analysis'
-  cost on a CPU.  A Krylov method for the top two is no cheaper at T = 128 for a random-init
-  model: the bulk under sigma_1 is flat (sigma_3 / sigma_2 ~ 0.97 for softmax(0.3 z)
-  rows), and a block Krylov space of 96 of the 128 dimensions still left sigma_2 5e-7 sigma_1 off
-  (20 dimensions: 2e-3).  At T in the thousands, with a decaying spectrum (causal rows),
-  it would cost less.  Accuracy: LAPACK's, backward stable, every
-  singular value within a few T eps sigma_1 of the exact one (tests/test_attention_stats.py
-  pins |error| <= 4 T eps sigma_1 against numpy's float64 SVD on near-uniform, clustered
-  near-permutation, causal, padded and Dirichlet matrices): sigma_1 relative ~T eps, sigma_2
-  absolute ~T eps sigma_1 (relative <= 1e-9 where sigma_2 > 1e-3 sigma_1, T <= 1024), the
-  gap absolute ~2 T eps sigma_1, the stable rank relative ~2 T eps.  Not bit for bit the
-  values of the earlier per-sequence ``svdvals`` (other rounding), within that accuracy.
+  LAPACK computes all T values, O(T^3) per matrix.  Below ``KRYLOV_FROM`` = 512 tokens this is
+  the method, and most of the analysis' cost on a CPU: a Krylov method for the top two is no
+  cheaper at T = 128 for a random-init model, whose bulk under sigma_1 is flat (sigma_3 /
+  sigma_2 ~ 0.97 for softmax(0.3 z) rows: a block Krylov space of 96 of the 128 dimensions
+  still left sigma_2 5e-7 sigma_1 off, 20 dimensions 2e-3).  Accuracy: LAPACK's, backward
+  stable, every singular value within a few T eps sigma_1 of the exact one: sigma_1 relative
+  ~T eps, sigma_2 absolute ~T eps sigma_1 (relative <= 1e-9 where sigma_2 > 1e-3 sigma_1,
+  T <= 1024), the gap absolute ~2 T eps sigma_1, the stable rank relative ~2 T eps.
+  From 512 tokens on, where causal rows give a decaying top (a random-init Llama layer at
+  1024 tokens: sigma_1 : sigma_2 : sigma_3 ~ 1.78 : 1.35 : 1.0), ``krylov_top_two`` first
+  runs a block Krylov space of A^T A (block 4, at most 12 blocks, a fixed start block, full
+  reorthogonalisation; the products A V and (A V)^T A only, O(T^2) each) and takes the Ritz
+  values, the singular values of A V, which never exceed the exact ones.  It accepts a
+  matrix's sigma_1, sigma_2 at the first step where the residuals r_i = ||A^T u_i - s_i v_i||
+  of the top Ritz pairs satisfy r_i^2 <= (T eps s_1 / 4) g_i, g_i the Ritz gap around s_i
+  and g_2 > 4 r_3 (s_3 within a quarter of g_2 of an exact singular value, so that, short of
+  one the space missed, the exact gap around s_i is at least 3/4 g_i; Kato-Temple for the
+  symmetric [[0, A], [A^T, 0]] then gives |s_i - sigma_i| <= r_i^2 / (2 (3/4) g_i) <= T eps
+  s_1 / 6), the basis orthonormal to T eps; a matrix that does not pass within 12 blocks (a flat
+  or degenerate top: rank one, sharp near one-hot rows, a permutation) gets the dense SVD.
+  The accuracy is then the dense path's, and tests/test_attention_krylov.py pins the same 4 T
+  eps sigma_1 against numpy's SVD on causal, padded, flat, rank-one and identity matrices.
+  The values are not bit for bit the dense SVD's (other rounding), within that accuracy; a
+  matrix's values do not depend on its batch.  What no residual test can see is a singular
+  value whose vector is exactly orthogonal to the start block's Krylov space; a fixed random
+  start makes that a measure-zero event.  Cost: docs/attention.md, Cost.
 * Gu et al.'s sink rate, Sink_eps: the share of (layer, head) pairs with r_h0 > eps.
 
 Hidden-state statistics of one layer's output X (sequence, token, hidden):
@@ -127,13 +141,81 @@ def top_two(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     return sigma[..., 0], sigma[..., 1], frobenius.reshape(A.shape[:-2])
 
 
+#: From this size on, sigma_1 and sigma_2 come from a block Krylov run (module docstring),
+#: below it from the dense SVD: at 128 tokens the random-init bulk under sigma_1 is flat.
+KRYLOV_FROM = 512
+#: The Krylov run's block size and its most steps (a basis of at most 48 vectors).
+BLOCK, MOST_STEPS = 4, 12
+
+
 def _top_two_float64(A: Tensor) -> tuple[Tensor, Tensor]:
     # One piece of the batch, in a LAPACK worker on a CPU: the float64 copy is made here, a
     # piece at a time, so that it too runs on every thread.
     A = A.to(torch.float64)
+    frobenius = A.square().sum((-2, -1))
+    if A.shape[-1] >= KRYLOV_FROM:
+        sigma, done = krylov_top_two(A)
+        if not bool(done.all()):  # the dense SVD where the run did not converge
+            sigma[~done] = torch.linalg.svdvals(A[~done])[:, :2]
+        return sigma, frobenius
     sigma = torch.linalg.svdvals(A)[:, :2]  # descending
     sigma = torch.nn.functional.pad(sigma, (0, 2 - sigma.shape[-1]))
-    return sigma, A.square().sum((-2, -1))
+    return sigma, frobenius
+
+
+def krylov_top_two(A: Tensor) -> tuple[Tensor, Tensor]:
+    """sigma_1, sigma_2 of each float64 (n, T, T) matrix from a block Krylov space of A^T A,
+    and which of them passed the residual test (module docstring); the others are 0."""
+    n, T, _ = A.shape
+    sigma = torch.zeros(n, 2, dtype=torch.float64, device=A.device)
+    done = torch.zeros(n, dtype=torch.bool, device=A.device)
+    # The same fixed start for every matrix (no seed of the run's): a matrix's values then
+    # depend on it alone, not on the batch or the split over threads.
+    start = torch.randn(T, BLOCK, generator=torch.Generator().manual_seed(0), dtype=A.dtype)
+    V = [torch.linalg.qr(start.to(A.device)).Q.expand(n, T, BLOCK)]
+    AV, AtAV = [A @ V[0]], []
+    for step in range(MOST_STEPS):
+        # A^T (A V) as ((A V)^T A)^T: torch copies a transposed A before a product, this not.
+        # It is the next block and also gives the residuals below without another product.
+        AtAV.append((AV[-1].mT @ A).mT)
+        if step >= 3:
+            sigma, done = _certify(
+                torch.cat(V, -1), torch.cat(AV, -1), torch.cat(AtAV, -1), sigma, done
+            )
+            if bool(done.all()):
+                break
+        if step < MOST_STEPS - 1:
+            basis, W = torch.cat(V, -1), AtAV[-1]
+            for _ in range(2):  # full reorthogonalisation, twice (Gram-Schmidt's rule of two)
+                W = torch.linalg.qr(W - basis @ (basis.mT @ W)).Q
+            V.append(W)
+            AV.append(A @ W)
+    return sigma, done
+
+
+def _certify(basis: Tensor, B: Tensor, AtB: Tensor, sigma: Tensor, done: Tensor):
+    """The Rayleigh-Ritz step on the basis V (B = A V, AtB = A^T A V) and the residual test
+    (module docstring): ``sigma`` and ``done`` with the matrices that pass now added; each
+    matrix keeps the values of the first step it passed."""
+    T = basis.shape[-2]
+    eps = torch.finfo(torch.float64).eps
+    U, S, Yh = torch.linalg.svd(B, full_matrices=False)  # Ritz values: A V = U S Y^T
+    Y, s = Yh[..., :3, :].mT, S[..., None, :3]
+    # r_i = ||A^T u_i - s_i v_i|| with v_i = V y_i and u_i = A v_i / s_i (so A v_i = s_i u_i).
+    r = ((AtB @ Y) / s - basis @ (Y * s)).norm(dim=-2)
+    gap_1 = S[:, 0] - S[:, 1]
+    gap_2 = torch.minimum(gap_1, S[:, 1] - S[:, 2])
+    tol = T * eps * S[:, 0] / 4
+    drift = basis.mT @ basis - torch.eye(basis.shape[-1], dtype=B.dtype, device=B.device)
+    passed = (
+        (r[:, 0] ** 2 <= tol * gap_1)
+        & (r[:, 1] ** 2 <= tol * gap_2)
+        & (gap_2 > 4 * r[:, 2])  # a 0 Ritz value gives nan residuals: not passed
+        & (drift.abs().amax((-2, -1)) <= T * eps)
+    )
+    new = passed & ~done
+    sigma[new] = S[new, :2]
+    return sigma, done | passed
 
 
 def massive_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
