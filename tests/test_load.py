@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 
 import pytest
@@ -210,3 +211,29 @@ def test_random_weights_that_are_not_finite_are_refused_naming_the_tensor(tmp_pa
     with pytest.raises(probe.ProbeError, match=r"random weights of .* are not finite: "
                        r"embeddings\.word_embeddings\.weight holds \d+ NaN or inf"):  # fmt: skip
         probe.load(tmp_path, init="random")
+
+
+def test_the_finiteness_check_screens_by_sums_and_settles_overflow_entry_by_entry():
+    # first_non_finite screens each tensor by its sum: a sum of finite float16 entries that
+    # overflows (60000 x 4 > 65504) must not refuse them, and one NaN, one inf or an inf
+    # beside a -inf (whose sum is NaN) among many finite entries must each be found.
+    from probe.loading.audit import first_non_finite
+
+    def module(**tensors):
+        m = torch.nn.Module()
+        for name, value in tensors.items():
+            m.register_buffer(name, value)
+        return m
+
+    big = torch.full((4,), 60000.0, dtype=torch.float16)
+    assert torch.isinf(big.sum())  # the screen fails; the entries are finite
+    assert first_non_finite(module(a=big, ids=torch.arange(3))) is None
+    for bad in (math.nan, math.inf, -math.inf):
+        for dtype in (torch.float32, torch.float64, torch.bfloat16):
+            x = torch.zeros(1000, dtype=dtype)
+            x[517] = bad
+            key, tensor = first_non_finite(module(ok=torch.ones(3), x=x))
+            assert key == "x" and tensor.data_ptr() == x.data_ptr()
+    both = torch.zeros(10)
+    both[2], both[7] = math.inf, -math.inf
+    assert first_non_finite(module(both=both))[0] == "both"
