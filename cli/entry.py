@@ -11,9 +11,8 @@ names what it wrote (exit 0), and once the command has said its last line, signa
 ignored: a second Ctrl-C while the process exits prints nothing.
 
 Before anything is imported, the current folder is checked (a deleted one ends torch's
-import in "Intel oneMKL FATAL ERROR"), matplotlib is given a writable configuration
-folder where the user's is not (it would print two lines of its own on every run), and
-torch's idle threads are told to sleep rather than spin (:func:`sleeping_threads`).
+import in "Intel oneMKL FATAL ERROR"), and matplotlib is given a writable configuration
+folder where the user's is not (it would print two lines of its own on every run).
 """
 
 from __future__ import annotations
@@ -35,7 +34,6 @@ def main() -> None:
                      "cd to an existing folder\n".encode())  # fmt: skip
             raise SystemExit(2) from None
         writable_matplotlib_config()
-        sleeping_threads()
         try:
             from .app import main as app_main
 
@@ -47,20 +45,6 @@ def main() -> None:
     finally:  # the command has said its line: a signal now would only add another
         for signum in interrupts.EXIT_CODES:
             signal.signal(signum, signal.SIG_IGN)
-
-
-def sleeping_threads() -> None:
-    """torch's idle CPU threads sleep instead of spinning, unless ``OMP_WAIT_POLICY`` is set.
-
-    The CPU thread pool (GNU OpenMP) spins its idle threads between operations.  On a
-    machine whose cores are shared, a spinning thread takes a core from one that has work,
-    and each operation's barrier waits for a descheduled thread: ``probe collapse
-    bert-base-uncased --init random --sequences 2 --tokens 16`` on 2 shared cores (load
-    7-9) took 28-29 s of CPU time and 62-79 s of wall time with spinning threads, 21.6 s
-    and 47 s with sleeping ones.  How idle threads wait changes no number: the work and
-    its split over the threads are the same.  The OpenMP runtime reads the setting once,
-    when torch loads it, so it is made before anything imports torch."""
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 
 def writable_matplotlib_config() -> None:

@@ -416,35 +416,3 @@ def test_an_unwritable_home_leaves_matplotlib_silent(tmp_path):
     assert done.returncode == 0 and done.stderr == "", done.stderr
     assert Path(done.stdout.strip()).name.startswith("probe-matplotlib-")
     assert not Path(done.stdout.strip()).exists()  # removed at exit
-
-
-def test_the_command_makes_idle_threads_sleep_before_torch_loads_unless_told_otherwise():
-    """OpenMP reads OMP_WAIT_POLICY once, when torch loads it: the entry point sets PASSIVE
-    before the first import of torch, and leaves a policy the user set alone."""
-    code = (
-        "import os, sys\n"
-        "seen = []\n"
-        "class Watch:\n"
-        "    def find_spec(self, name, path=None, target=None):\n"
-        "        if name == 'torch' and not seen:\n"
-        "            seen.append(os.environ.get('OMP_WAIT_POLICY'))\n"
-        "sys.meta_path.insert(0, Watch())\n"
-        # refused after torch is imported (exit 2), before any model is built
-        "sys.argv = ['probe', 'collapse', 'no-such-model-anywhere', '--init', 'random']\n"
-        "from probe.cli.entry import main\n"
-        "try:\n"
-        "    main()\n"
-        "except SystemExit:\n"
-        "    pass\n"
-        "print('policy', seen, os.environ.get('OMP_WAIT_POLICY'))\n"
-    )
-    for given, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
-        env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-        if given is not None:
-            env["OMP_WAIT_POLICY"] = given
-        done = subprocess.run(
-            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        last = done.stdout.strip().splitlines()[-1]
-        assert last == f"policy [{expected!r}] {expected}", last
