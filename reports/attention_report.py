@@ -19,7 +19,7 @@ from .figures import Figures, numbers
 from .naming import model_stem
 from .page import esc, href, page
 from .provenance import provenance_table
-from .tables import fmt
+from .tables import fmt, html_table
 
 
 def attention_report_name(ds: xr.Dataset) -> str:
@@ -30,15 +30,6 @@ def attention_report_name(ds: xr.Dataset) -> str:
         parts.append(str(ds.attrs["dtype"]))
     parts.append(attrs_id(ds.attrs))  # every other setting, so two runs never share a name
     return "-".join(parts)
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f'<div class="table-scroll"><table class="attention"><thead><tr>{th}</tr></thead>'
-        f"<tbody>{body}</tbody></table></div>"
-    )
 
 
 def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
@@ -86,13 +77,14 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
         )
         for init in inits:
             positions = sink_positions(ds, init)
-            body += f"<h3>{esc(init)}: where the heads look most</h3>" + _table(
+            body += f"<h3>{esc(init)}: where the heads look most</h3>" + html_table(
                 ["top key position", "heads", "tokens there"],
                 [[str(p), str(n), esc(t)] for p, n, t in positions],
+                "attention",
             )
             rows = sinks(ds, init, eps)
             body += numbers(
-                _table(
+                html_table(
                     ["layer", "head", "top key", "its attention", "sink score", "tokens"],
                     [
                         [
@@ -105,6 +97,7 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
                         ]
                         for r in rows
                     ],  # fmt: skip
+                    "attention",
                 ),
                 f"{init}: the {len(rows)} heads whose top key receives more than {eps:g}",
             )
@@ -134,7 +127,9 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
     head = ["layer"] + [
         f"{esc(i)} {c}" for i in inits for c in ("massive ratio", "token", "dim", "anisotropy")
     ]
-    body += numbers(_table(head, rows), "massive activations per layer") + "</section>"
+    body += (
+        numbers(html_table(head, rows, "attention"), "massive activations per layer") + "</section>"
+    )
     provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
     meta = {
         "model": model,

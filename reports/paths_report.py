@@ -24,7 +24,7 @@ from .figures import Figures, numbers
 from .naming import model_stem
 from .page import esc, href, page
 from .provenance import ablation_table, provenance_table
-from .tables import fmt
+from .tables import fmt, html_table
 
 ANALYSES = ("paths-count", "paths-sample", "paths-decompose")
 
@@ -88,16 +88,6 @@ def _meta(ds: xr.Dataset, result_file: str) -> dict[str, str]:
     }
 
 
-def _table(head: list[str], rows: list[list[str]], cls: str) -> str:
-    """Cells are HTML already (callers escape)."""
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f'<div class="table-scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
-        f"<tbody>{body}</tbody></table></div>"
-    )
-
-
 def _big(value: object) -> str:
     """An exact integer of any length, wrapped rather than cut."""
     return f'<code style="word-break: break-all">{esc(value)}</code>'
@@ -128,7 +118,7 @@ def _count(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
                 esc(one["source"].values),
             ]
         )
-    summary = _table(
+    summary = html_table(
         ["architecture", "L", "H", "paths (H+1)<sup>L</sup>", "log10", "mean length", "source"],
         rows,
         "paths-count",
@@ -144,7 +134,7 @@ def _count(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
         ]
         per_length.append(
             numbers(
-                _table(["k", "paths of length k", "share", "share up to k"], lines, "counts"),
+                html_table(["k", "paths of length k", "share", "share up to k"], lines, "counts"),
                 f"{name}: exact counts per length",
             )
         )
@@ -209,7 +199,7 @@ def _sample(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
     other = ""
     for order in orders[1:]:
         other += numbers(
-            _table(head, _fit_rows(ds, order), "fits-other"),
+            html_table(head, _fit_rows(ds, order), "fits-other"),
             f"The same with the product multiplied in the other order ({order}: "
             + (
                 "P = A_ld ⋯ A_l1, the map the path applies to the tokens)"
@@ -225,7 +215,7 @@ def _sample(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
         f"as the paper's notebook does ({esc(headline)}); the distance to 1p<sup>T</sup> "
         "(p the mean row) beside it. A fitted order near 3 is the cubic contraction, near 1 "
         "plain exponential decay.</p>"
-        f"{fig}{_table(head, _fit_rows(ds, headline), 'fits')}{other}</section>"
+        f"{fig}{html_table(head, _fit_rows(ds, headline), 'fits')}{other}</section>"
     )
     title = f"Attention paths in {ds.attrs.get('model', 'a model')}: chained attention"
     return title, body
@@ -289,9 +279,9 @@ def _decompose(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
         f"<p>{esc(ds.attrs.get('frozen', ''))}</p>"
         f"{''.join(parts)}"
         "<h3>Effective path length per layer (norm-weighted mean length)</h3>"
-        f"{_table(head, rows, 'effective')}"
+        f"{html_table(head, rows, 'effective')}"
         + numbers(
-            _table(["layer"] + [esc(i) for i in ds.init.values], const_rows, "constant"),
+            html_table(["layer"] + [esc(i) for i in ds.init.values], const_rows, "constant"),
             "Norm of the bias constant relative to the layer's output (Frobenius)",
         )
         + "</section>"

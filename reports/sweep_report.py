@@ -20,7 +20,7 @@ from probe.stats import ordered
 from .figures import Figures, numbers
 from .page import esc, href, page
 from .provenance import provenance_table
-from .tables import fmt
+from .tables import fmt, html_table
 
 
 def _rows(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
@@ -54,15 +54,6 @@ def _cell(at: xr.Dataset, name: str, variant: str) -> str:
     if variant not in at.variant.values:
         return "–"
     return fmt(float(at[name].sel(variant=variant)))
-
-
-def _table(head: list[str], rows: list[list[str]]) -> str:
-    th = "".join(f"<th>{h}</th>" for h in head)
-    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
-    return (
-        f'<div class="table-scroll"><table class="sweep"><thead><tr>{th}</tr></thead>'
-        f"<tbody>{body}</tbody></table></div>"
-    )
 
 
 def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
@@ -109,7 +100,10 @@ def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
         "summaries against the swept value",
     )
     head, rows = _rows(ds)
-    body += numbers(_table(head, rows), "every point's summaries and command") + "</section>"
+    body += (
+        numbers(html_table(head, rows, "sweep"), "every point's summaries and command")
+        + "</section>"
+    )
     provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
     meta = {
         "model": model,

@@ -19,6 +19,16 @@ from probe.stats import ordered, stats
 from .page import esc
 
 
+def html_table(head: list[str], rows: list[list[str]], cls: str) -> str:
+    """A scrollable table of class ``cls``; cells are HTML already (callers escape)."""
+    th = "".join(f"<th>{h}</th>" for h in head)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in row) + "</tr>" for row in rows)
+    return (
+        f'<div class="table-scroll"><table class="{cls}"><thead><tr>{th}</tr></thead>'
+        f"<tbody>{body}</tbody></table></div>"
+    )
+
+
 def fmt(value: float, digits: int = 3) -> str:
     """Rounded for reading; NaN (not run, or no data) shows as an en dash."""
     return "–" if not np.isfinite(value) else f"{value:.{digits}g}"
