@@ -131,3 +131,25 @@ def launch(
     return subprocess.run(
         command, env=env, capture_output=True, text=True, timeout=timeout, cwd=cwd
     )
+
+
+def torchrun_beside_plain(args, tmp_path: Path, monkeypatch, pattern: str, timeout: float = 300):
+    """``probe ARGS`` as a two-rank torchrun job in ``tmp_path/two`` and in this process in
+    ``tmp_path/one``, each with ``--out r`` (the same command line, so even the recorded
+    command is equal); both must succeed.  Returns the job's completed process and the two
+    results matching ``pattern`` (job's first)."""
+    from typer.testing import CliRunner
+
+    from probe.cli.app import app
+
+    for name in ("one", "two"):
+        (tmp_path / name).mkdir()
+    done = launch(args, "r", ranks=2, cwd=tmp_path / "two", timeout=timeout)
+    assert done.returncode == 0, done.stderr[-3000:]
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    monkeypatch.chdir(tmp_path / "one")
+    single = CliRunner().invoke(app, [*args, "--out", "r"])
+    assert single.exit_code == 0, single.output
+    (two,) = (tmp_path / "two" / "r").glob(pattern)
+    (one,) = (tmp_path / "one" / "r").glob(pattern)
+    return done, two, one

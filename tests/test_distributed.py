@@ -22,7 +22,7 @@ import probe
 from probe import bounds, distributed
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from tests.cli_process import launch
+from tests.cli_process import launch, torchrun_beside_plain
 
 OPTIONS = {"init": "random", "sequences": 7, "tokens": 8, "batch_size": 2}  # 4 batches, last short
 METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
@@ -131,22 +131,8 @@ ARGS = ["--init", "random", "--sequences", "6", "--tokens", "8", "--batch-size",
 
 
 def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from probe.cli.app import app
-
-    model = tiny_folders["gpt2"]
-    # The same command line in two folders: `--out r` in each, so even 'command' is equal.
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-    done = launch(["collapse", model, *ARGS], "r", ranks=2, cwd=tmp_path / "two")
-    assert done.returncode == 0, done.stderr[-3000:]
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.chdir(tmp_path / "one")
-    single = CliRunner().invoke(app, ["collapse", model, *ARGS, "--out", "r"])
-    assert single.exit_code == 0, single.output
-    (two,) = (tmp_path / "two" / "r").glob("collapse-*.nc")
-    (one,) = (tmp_path / "one" / "r").glob("collapse-*.nc")
+    args = ["collapse", tiny_folders["gpt2"], *ARGS]
+    _, two, one = torchrun_beside_plain(args, tmp_path, monkeypatch, "collapse-*.nc")
     assert two.name == one.name  # the same settings: the same file name
     assert two.with_suffix(".html").is_file()
     a, b = probe.open_result(two), probe.open_result(one)
@@ -210,21 +196,8 @@ def test_a_one_rank_torchrun_job_shards_and_merges_like_a_larger_one(
 
 
 def test_torchrun_paths_give_the_single_process_result(tiny_folders, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from probe.cli.app import app
-
     args = ["paths", "--sample", tiny_folders["gpt2"], "--samples", "10", *ARGS]
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-    done = launch(args, "r", ranks=2, cwd=tmp_path / "two")
-    assert done.returncode == 0, done.stderr[-3000:]
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.chdir(tmp_path / "one")
-    single = CliRunner().invoke(app, [*args, "--out", "r"])
-    assert single.exit_code == 0, single.output
-    (two,) = (tmp_path / "two" / "r").glob("paths-sample-*.nc")
-    (one,) = (tmp_path / "one" / "r").glob("paths-sample-*.nc")
+    done, two, one = torchrun_beside_plain(args, tmp_path, monkeypatch, "paths-sample-*.nc")
     assert two.name == one.name and two.with_suffix(".html").is_file()
     a, b = probe.open_result(two), probe.open_result(one)
     xr.testing.assert_identical(a["ratio"], b["ratio"])  # bit for bit

@@ -78,21 +78,10 @@ def test_a_stopped_sweep_resumes_from_its_finished_points(tiny_folders, tmp_path
     ],
 )
 def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkeypatch, grid):
-    from typer.testing import CliRunner
-
-    from probe.cli.app import app
-
     args = ["sweep", tiny_folders["gpt2"], *ARGS, *grid, "-q"]
-    for name in ("one", "two"):
-        (tmp_path / name).mkdir()
-    done = cli_process.launch(args, "r", ranks=2, cwd=tmp_path / "two", timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")
-    monkeypatch.chdir(tmp_path / "one")
-    single = CliRunner().invoke(app, [*args, "--out", "r"])
-    assert single.exit_code == 0, single.output
-    (two,) = (tmp_path / "two" / "r").glob("sweep-*.nc")
-    (one,) = (tmp_path / "one" / "r").glob("sweep-*.nc")
+    _, two, one = cli_process.torchrun_beside_plain(
+        args, tmp_path, monkeypatch, "sweep-*.nc", timeout=600
+    )
     assert two.name == one.name
     a, b = probe.open_result(two), probe.open_result(one)
     assert a.attrs["world_size"] == 2 and b.attrs["world_size"] == 1
