@@ -218,13 +218,16 @@ def measure_layers(layers: list, chosen, method: str, to_host=None) -> list[dict
         k = min(tokens, hidden)
         per_sequence = 8 * (tokens * hidden + k * k + 8 * 128 * k)
         rows = max(1, MEASURE_BYTES // per_sequence)
-        chunk: list[int] = []
-        for index in [*members, None]:
-            if index is not None and (
-                not chunk or sum(len(layers[i][0]) for i in chunk) + len(layers[index][0]) <= rows
-            ):
-                chunk.append(index)
-                continue
+        chunks: list[list[int]] = [[]]
+        filled = 0  # sequences in the last chunk
+        for index in members:
+            count = len(layers[index][0])
+            if chunks[-1] and filled + count > rows:
+                chunks.append([])
+                filled = 0
+            chunks[-1].append(index)
+            filled += count
+        for chunk in chunks:
             X = torch.cat([layers[i][0] for i in chunk])
             mask = torch.cat([layers[i][1] for i in chunk])
             values = metrics.collapse_metrics(X, mask, chosen, method)
@@ -234,7 +237,6 @@ def measure_layers(layers: list, chosen, method: str, to_host=None) -> list[dict
             parts = {name: value.split(sizes) for name, value in values.items()}
             for n, i in enumerate(chunk):
                 out[i] = {name: part[n] for name, part in parts.items()}
-            chunk = [] if index is None else [index]
     return out  # type: ignore[return-value]
 
 
