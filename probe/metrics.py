@@ -328,7 +328,7 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
         if residual:
             R_l1, R_linf = _l1_linf(R, scratch)
         grams = Grams(G_R, R, mean, mask, counts, wide)
-        top = top_of_spectrum(grams, Xm, buffer, counts, residual, estimate)
+        top = top_of_spectrum(grams, Xm, buffer, counts, residual, estimate, mask)
         s1, R1 = top.s1, top.R1
         if residual:
             R1_l1, R1_linf = _l1_linf(R1, scratch)

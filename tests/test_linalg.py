@@ -28,6 +28,8 @@ def accuracy_batch(rng, S, T, H, kind, padded):
     if kind == "random":
         X = rng.standard_normal((S, T, H)) * rng.uniform(0.1, 3.0, (S, T, 1))
         X += rng.standard_normal((S, 1, H))
+    elif kind == "identical":  # every token the same vector (a bfloat16 model's SAN layers)
+        X = np.ones((S, T, 1)) * rng.standard_normal((S, 1, H))
     elif kind in NOISE:  # X = 1 x^T + noise: mean-fit ratios ~ the noise level
         X = np.ones((S, T, 1)) * rng.standard_normal((S, 1, H))
         X += NOISE[kind] * rng.standard_normal((S, T, H))
@@ -57,7 +59,7 @@ def assert_ratios_match(actual, expected):
 
 @pytest.mark.parametrize("path", ["dense", "krylov"])
 @pytest.mark.parametrize("padded", [False, True], ids=["plain", "padded"])
-@pytest.mark.parametrize("kind", ["random", *NOISE, "rank_one"])
+@pytest.mark.parametrize("kind", ["random", *NOISE, "rank_one", "identical"])
 @pytest.mark.parametrize("shape", ACCURACY_SHAPES, ids=lambda s: "x".join(map(str, s)))
 def test_accuracy_against_svd_oracle(shape, kind, padded, path, monkeypatch):
     # Both ways to the top singular pair and the residuals' spectral norms, at the same
@@ -76,6 +78,8 @@ def test_accuracy_against_svd_oracle(shape, kind, padded, path, monkeypatch):
         assert 0.01 * NOISE[kind] < ratios.max() < 100 * NOISE[kind]
     if kind == "rank_one":
         assert ratios[:, svd].max() < 1e-10 < ratios[:, mean].min()
+    if kind == "identical":  # the oracle's own rounding only
+        assert ratios.max() < 1e-14
     assert bool(steps) == (path == "krylov")
     assert_ratios_match(actual["relative_residual"], ratios)
     # Effective and stable rank: relative 1e-8.  Their spectra are well conditioned (sums of
@@ -84,6 +88,37 @@ def test_accuracy_against_svd_oracle(shape, kind, padded, path, monkeypatch):
         assert_close(actual[key], expected[key], rtol=1e-8, atol=0)
     # Cosine: a mean of T^2 dot products of unit vectors, each exact to ~H eps: absolute 1e-13.
     assert_close(actual["cosine_similarity"], expected["cosine_similarity"], rtol=0, atol=1e-13)
+
+
+def test_identical_tokens_do_not_hold_the_krylov_loop_open(monkeypatch):
+    # Sequences whose tokens are all one vector are exactly rank one: G_1 is rounding alone,
+    # its run never converges on them, and before they were skipped it went on for all of
+    # its min(KRYLOV_STEPS, k) = 128 steps (each check a wait for the device on CUDA).  Now
+    # G's run settles at its first check, G_1's starts then and ends at its own first check
+    # with nothing to hold it open: twice CHECKS[0] steps.  Beside them a random
+    # sequence keeps its own number of steps, and every value matches the SVD oracle.
+    monkeypatch.setattr(top, "DENSE_UP_TO", 0)
+    steps, krylov_step = [], top.step
+    monkeypatch.setattr(top, "step", lambda *a: steps.append(1) or krylov_step(*a))
+    rng = np.random.default_rng(5)
+    X, mask = accuracy_batch(rng, 3, 128, 200, "identical", padded=True)
+    wanted = ("relative_residual", "stable_rank")
+    actual = metrics.collapse_metrics(as_tensor(X), torch.as_tensor(mask), wanted)
+    assert len(steps) == 2 * top.CHECKS[0]
+    assert_ratios_match(
+        actual["relative_residual"], ref.collapse_metrics(X, mask)["relative_residual"]
+    )
+    random, _ = accuracy_batch(rng, 1, 128, 200, "random", padded=False)
+    steps.clear()
+    metrics.collapse_metrics(as_tensor(random), torch.ones(1, 128, dtype=torch.bool), wanted)
+    alone = len(steps)
+    steps.clear()
+    both = np.concatenate([X[:1], random])
+    both_mask = np.concatenate([mask[:1], np.ones((1, 128), dtype=bool)])
+    together = metrics.collapse_metrics(as_tensor(both), torch.as_tensor(both_mask), wanted)
+    assert len(steps) == alone > 2 * top.CHECKS[0]
+    expected = ref.collapse_metrics(both, both_mask)
+    assert_ratios_match(together["relative_residual"], expected["relative_residual"])
 
 
 # ------------------------------------------------------------------ how the work is split

@@ -32,6 +32,14 @@ def fix_rows(where: Tensor, current: Tensor, compute: Callable) -> Tensor:
     return put_rows(current, index, compute(index))
 
 
+def identical_rows(X: Tensor, mask: Tensor) -> Tensor:
+    """(sequence,) bool: are all the real tokens (rows where ``mask`` holds) of each sequence
+    exactly the same vector?  One comparison pass with each sequence's first real token."""
+    first = mask.to(torch.int8).argmax(-1)  # the first True (sequences have real tokens)
+    reference = X[torch.arange(X.shape[0], device=X.device), first]
+    return ((X == reference[:, None, :]).all(-1) | ~mask).all(-1)
+
+
 def dot(a: Tensor, b: Tensor) -> Tensor:
     return (a * b).sum(-1, keepdim=True)
 

@@ -177,12 +177,18 @@ class Run:
         keep: int = 1,
         at_least: int = 0,
         support: Tensor | None = None,
+        skip: Tensor | None = None,
     ) -> None:
         self.krylov = Krylov(start, capacity, support)
         self.pre, self.post = pre, post
         self.vector, self.keep, self.at_least = vector, keep, at_least
         self.result: Ritz | None = None
-        self.settled = torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
+        # ``skip``: rows whose value the caller takes from elsewhere.  They count as settled
+        # from the start, so they never hold the run open, and no Ritz pair is frozen for them.
+        if skip is None:
+            self.settled = torch.zeros(start.shape[0], dtype=torch.bool, device=start.device)
+        else:
+            self.settled = skip.clone()
         self.done = False
 
     @property

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from .batch import fix_rows, frobenius, take_rows, unit
+from .batch import fix_rows, frobenius, identical_rows, take_rows, unit
 from .dense import top_vector
 from .gram import Grams, gram
 from .krylov import CHECKS, KRYLOV_STEPS, Ritz, Run, identity, same, step
@@ -101,16 +101,23 @@ class _Top:
     r1: tuple[Tensor, Tensor, Tensor] | None = None
 
 
-def top_of_spectrum(grams, Xm, buffer, counts, residual, estimate) -> _Top:
+def top_of_spectrum(grams, Xm, buffer, counts, residual, estimate, mask=None) -> _Top:
     """Every Krylov problem of a batch in one loop of products with G_R.
 
     G's run gives u_1 within a few steps; then G_1's run starts (it needs u_1) beside G_R's.
     For the estimate G's run goes on to DEFLATION_STEPS vectors.  A run stops once every
     sequence has converged; each step multiplies G_R by the current vectors of all runs at
-    once.  Sequences a run leaves unconverged get the exact eigensolver."""
+    once.  Sequences a run leaves unconverged get the exact eigensolver.
+
+    With the residual and ``mask`` given, sequences whose real tokens are all the same vector
+    (``identical_rows``) are found first: X is then exactly rank one and G_1 is rounding alone: its run could never converge on
+    them (it went on for all its KRYLOV_STEPS, at every check a wait on CUDA, where a
+    bfloat16 model's pure-attention layers collapse to identical tokens), and s_2 comes from
+    R_1's own Gram matrix, as it did for them after the unconverged run."""
     k = grams.G_R.shape[-1]
     if not estimate and Xm.device.type == "cpu" and k <= DENSE_UP_TO:
         return _dense(grams, Xm, buffer, residual)
+    identical = identical_rows(Xm, mask) if residual and mask is not None else None
     capacity = min(KRYLOV_STEPS, k)
     deflation = min(DEFLATION_STEPS, capacity) if estimate else 0
     start_G, start_R, start_1 = _starts(grams)
@@ -145,7 +152,15 @@ def top_of_spectrum(grams, Xm, buffer, counts, residual, estimate) -> _Top:
             top = _direction(grams, u, Xm, buffer)
             if residual and k > 1:
                 start = grams.project(start_1)
-                G1 = Run(start, capacity, grams.project, grams.residual, keep=2, support=support)
+                G1 = Run(
+                    start,
+                    capacity,
+                    grams.project,
+                    grams.residual,
+                    keep=2,
+                    support=support,
+                    skip=identical,
+                )
                 runs.append(G1)
     if residual:
         top.mu1 = R.result.values[:, 0, 0].clamp(min=0.0)
@@ -153,7 +168,7 @@ def top_of_spectrum(grams, Xm, buffer, counts, residual, estimate) -> _Top:
         if len(index):
             exact = eigvalsh(take_rows(grams.G_R, index))[0][:, 0].clamp(min=0.0)
             top.mu1 = top.mu1.index_copy(0, index, exact)
-        top.s2 = frobenius(top.R1) if k == 1 else _second(G1, top, grams.wide)
+        top.s2 = frobenius(top.R1) if k == 1 else _second(G1, top, grams.wide, identical)
     if estimate:
         top.deflation = G.krylov.ritz(deflation)
     return top
@@ -201,12 +216,18 @@ def _direction(grams, u: Tensor, Xm, buffer) -> _Top:
     return _Top(u, image, s1, R1, None, None, None)
 
 
-def _second(G1: Run, top: _Top, wide: bool) -> Tensor:
+def _second(G1: Run, top: _Top, wide: bool, identical: Tensor | None) -> Tensor:
     """s_2 = ||R_1||_2 from G_1's run; R_1's own Gram matrix where that is not accurate."""
-    lam = G1.result.values[:, 0, 0].clamp(min=0.0)
-    # Rows where the factored G_1's rounding, eps mu_1, is too large for s_2, or that have not
-    # converged: R_1's own Gram matrix, exactly.
-    index = torch.nonzero((top.mu1 > _FACTORED_LIMIT * lam) | ~G1.settled).flatten()
+    if G1.result is None:  # every row was skipped (identical tokens): nothing was frozen
+        lam = torch.zeros_like(top.mu1)
+    else:
+        lam = G1.result.values[:, 0, 0].clamp(min=0.0)
+    # Rows where the factored G_1's rounding, eps mu_1, is too large for s_2, that have not
+    # converged, or whose tokens are identical: R_1's own Gram matrix, exactly.
+    refit = (top.mu1 > _FACTORED_LIMIT * lam) | ~G1.settled
+    if identical is not None:
+        refit |= identical
+    index = torch.nonzero(refit).flatten()
     if len(index):
         rest = take_rows(top.R1, index)
         exact = eigvalsh(gram(rest, wide))[0][:, 0].clamp(min=0.0)
