@@ -69,17 +69,25 @@ def norm_inf(a: torch.Tensor) -> float:
     return float(a.abs().sum(1).max())
 
 
+def _norms_1_inf(a: torch.Tensor) -> torch.Tensor:
+    """(||A||_1, ||A||_inf) as a tensor of two on A's device."""
+    magnitude = a.abs()
+    return torch.stack([magnitude.sum(0).max(), magnitude.sum(1).max()])
+
+
 def norm_1inf(a: torch.Tensor) -> float:
     """The paper's composite ||A||_{1,inf} = sqrt(||A||_1 ||A||_inf)."""
-    return math.sqrt(norm_1(a) * norm_inf(a))
+    one, inf = _norms_1_inf(a).tolist()
+    return math.sqrt(one * inf)
 
 
 #: Entries of one row block of a head's product (_product_norms): 4 MiB of float64.
 _BLOCK_ENTRIES = 2**19
 
 
-def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple[float, float]:
-    """(||a b||_1, ||a b||_inf) of a (n, d) by (d, m) product, float64, never forming it whole.
+def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """(||a b||_1, ||a b||_inf) of a (n, d) by (d, m) product, float64, never forming it whole:
+    a tensor of two on a's device (the caller reads a layer's in one copy, not one wait each).
 
     The n x m product of a head's low-rank factors (d = d_qk << n) is formed a block of rows
     at a time into ``out`` (reused for every head): a fresh n x m float64 matrix per head
@@ -98,7 +106,7 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> tuple
         torch.matmul(block, b, out=part).abs_()
         columns += part.sum(0)
         widest = torch.maximum(widest, part.sum(1).max())
-    return float(columns.max()), float(widest)
+    return torch.stack([columns.max(), widest])
 
 
 @contextmanager
@@ -189,19 +197,25 @@ def layer_constants(probed) -> dict[str, Any]:
                 scratch = torch.empty(
                     _BLOCK_ENTRIES + w_q.shape[1], dtype=torch.float64, device=w_q.device
                 )
-            heads_qk = [_product_norms(w_q[h], w_k[h].T, scratch)[0] for h in range(H)]
-            heads_vo = [
-                math.sqrt(math.prod(_product_norms(w_v[h], w_o[h], scratch))) for h in range(H)
-            ]
-            qk.append(max(heads_qk))
-            vo.append(max(heads_vo))
-            beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
+            # Every norm of the layer as one tensor, read in one copy: on CUDA a float() per
+            # norm made the host wait for the device 48 times a layer (bert-base).
+            norms = [_product_norms(w_q[h], w_k[h].T, scratch) for h in range(H)]
+            norms += [_product_norms(w_v[h], w_o[h], scratch) for h in range(H)]
             if mlp:
                 first = resolve_module(layer, mlp.first).weight.detach().double()
                 second = resolve_module(layer, mlp.second).weight.detach().double()
                 if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
                     first, second = first.T, second.T
-                lam.append(lip * norm_1inf(first) * norm_1inf(second))
+                norms += [_norms_1_inf(first), _norms_1_inf(second)]
+            values = torch.stack(norms).tolist()
+            heads_qk = [qk_1 for qk_1, _ in values[:H]]
+            heads_vo = [math.sqrt(math.prod(pair)) for pair in values[H : 2 * H]]
+            qk.append(max(heads_qk))
+            vo.append(max(heads_vo))
+            beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
+            if mlp:
+                (first_1, first_inf), (second_1, second_inf) = values[2 * H :]
+                lam.append(lip * math.sqrt(first_1 * first_inf) * math.sqrt(second_1 * second_inf))
     if not mlp:
         out["missing"].append(f"lambda (Corollary 3.2): the {spec.name} family has {GATED}")
         lam = [float("nan")] * L
