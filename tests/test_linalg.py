@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from probe import metrics
 from probe.linalg import gram, lapack, quadrature, top
@@ -195,6 +197,47 @@ def test_effective_rank_estimate_against_svd_oracle(shape, kind):
     # out of the exactly counted top (measured: up to 4e-6), far below the estimate's own error.
     alone = metrics.effective_rank(Xt[1:], None if mt is None else mt[1:], method="estimate")
     assert_close(alone, estimate[1:], rtol=1e-4, atol=0)
+
+
+@pytest.mark.parametrize("kind", ["identical", "bfloat16"])
+def test_effective_rank_estimate_where_the_residual_is_rounding(kind):
+    # Tokens equal to the last bit (a bfloat16 model's collapsed layers): R_1 is rounding
+    # alone, the probes see nothing of it, and the control variates' regression once turned
+    # the mismatch with its exact (rounding) trace into sums of 1e40: an effective rank at
+    # its bound, 128, where the oracle's is 1 (4 of these 32 sequences).  "bfloat16": half the
+    # sequences carry noise at bfloat16's last bits, so the estimate has a small spectrum to
+    # see beside the identical ones.  Tolerance as for the collapsed kind above: 1e-4.
+    rng = np.random.default_rng(3)
+    S, T, H = 32, 128, 200
+    X = np.ones((S, T, 1)) * rng.standard_normal((S, 1, H))
+    if kind == "bfloat16":
+        X = as_tensor(X).to(torch.bfloat16).double().numpy()
+        noisy = rng.random((S, 1, 1)) < 0.5
+        X = X + noisy * 2.0**-12 * rng.standard_normal((S, T, H))
+    expected = ref.effective_rank(X, None)
+    estimate = metrics.effective_rank(as_tensor(X), method="estimate").numpy()
+    np.testing.assert_allclose(estimate, expected, rtol=1e-4, atol=0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.one_of(st.just(0.0), st.floats(1e-150, 1e150)), min_size=1, max_size=40).map(
+        sorted
+    ),
+    st.integers(0, 20),
+)
+def test_feasible_sums_keep_every_true_spectrum(values, extra):
+    # The bounds the estimate's sums are held to (quadrature._feasible) hold for every
+    # spectrum: the true sum_i s_i and sum_i s_i log s_i of any d values s_i >= 0 (d counts
+    # zeros too: ``extra`` more) are kept as they are, up to the rounding of the bounds
+    # themselves (a square root and products: a few eps; 1e-12 relative).
+    s = torch.tensor(values, dtype=torch.float64)
+    d = torch.tensor(float(len(values) + extra), dtype=torch.float64)
+    total, entropy = s.sum(), torch.special.xlogy(s, s).sum()
+    kept_total, kept_entropy = quadrature._feasible(total, entropy, s.square().sum(), d)
+    assert_close(kept_total, total, rtol=1e-12, atol=0)
+    scale = torch.special.xlogy(total, total).abs() + total * d.log()  # the bounds' size
+    assert abs(float(kept_entropy - entropy)) <= 1e-12 * float(scale)
 
 
 def test_effective_rank_estimate_is_not_exact():

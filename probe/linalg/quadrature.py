@@ -141,10 +141,28 @@ def effective_rank_estimate(
     dimension = (real - 1 - (theta > 0).sum(-1)).clamp(min=0).to(_F64)[:, None]
     error = dimension * mean[:, 2:] - exact  # the controls' estimates minus their values
     sums = dimension * mean[:, :2] - (error[:, None, :] @ beta)[:, 0, :]
+    rest, rest_log = _feasible(sums[:, 0], sums[:, 1], exact[:, 0], dimension[:, 0])
     top = torch.cat([s1[:, None], theta.sqrt()], dim=-1)
-    N = top.sum(-1) + sums[:, 0].clamp(min=0.0)
-    E = torch.special.xlogy(top, top).sum(-1) + sums[:, 1]
+    N = top.sum(-1) + rest
+    E = torch.special.xlogy(top, top).sum(-1) + rest_log
     return torch.exp(torch.log(N) - E / N)
+
+
+def _feasible(total: Tensor, entropy: Tensor, trace: Tensor, d: Tensor) -> tuple[Tensor, Tensor]:
+    """The probes' sum_i s_i and sum_i s_i log s_i of C held to what C's exact trace allows.
+
+    C has at most d nonzero eigenvalues s_i^2 and tr C = sum_i s_i^2, so sum_i s_i lies in
+    [sqrt(tr C), sqrt(d tr C)]; with N that sum and p_i = s_i / N, sum_i s_i log s_i = N log N -
+    N H(p) with 0 <= H(p) <= log d.  An estimate inside these bounds is kept as it is.  Outside
+    them it is wrong, not merely noisy: where R_1 is rounding alone (tokens equal to the last
+    bit, as in a bfloat16 model's collapsed layers) the probes see nothing, the exact trace is
+    R_1's rounding, and the control variates' regression turned that mismatch into sums of
+    1e40 (an effective rank at its bound where the true one is 1)."""
+    trace = trace.clamp(min=0.0)
+    high = (d * trace).sqrt()
+    total = torch.minimum(torch.maximum(total, torch.minimum(trace.sqrt(), high)), high)
+    most = torch.special.xlogy(total, total)
+    return total, torch.minimum(torch.maximum(entropy, most - torch.special.xlogy(total, d)), most)
 
 
 def gauss(apply: Callable[[Tensor], Tensor], Z: Tensor, steps: int) -> tuple[Tensor, Tensor]:
