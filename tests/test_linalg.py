@@ -126,6 +126,30 @@ def test_identical_tokens_do_not_hold_the_krylov_loop_open(monkeypatch):
 # ------------------------------------------------------------------ how the work is split
 
 
+def test_dense_path_survives_a_change_of_the_thread_count():
+    # After torch.set_num_threads changed the thread count (the theory constants do it for
+    # each layer) once other threads had run LAPACK, MKL's LU returned pivots of 0 and the
+    # dense path's inverse iteration failed ("Pivots given to lu_solve must all be greater
+    # or equal to 1").  Impossible pivots now send u_1 to the symmetric eigensolver, which
+    # that fault leaves alone: the same values up to rounding (the stated 1e-10 relative).
+    threads = torch.get_num_threads()
+    generator = torch.Generator().manual_seed(9)
+    X = torch.randn(4, 160, 192, generator=generator, dtype=torch.float64)
+    X[1] = X[1, :1] + 0.2 * X[1]
+    mask = torch.ones(4, 160, dtype=torch.bool)
+    mask[3, 70:] = False
+    try:
+        torch.set_num_threads(2)  # also in a one-thread test worker: the pool is what is tested
+        before = metrics.collapse_metrics(X, mask)
+        torch.set_num_threads(1)
+        torch.set_num_threads(2)
+        after = metrics.collapse_metrics(X, mask)
+    finally:
+        torch.set_num_threads(threads)
+    for name, value in before.items():
+        assert_close(after[name], value, rtol=1e-10, atol=1e-14)
+
+
 def test_lapack_split_does_not_change_any_bit():
     # lapack cuts a batch into one piece per thread; every matrix must come out exactly as it
     # does alone, whatever batch it arrives in (so results do not depend on batch size).

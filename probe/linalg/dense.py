@@ -45,6 +45,8 @@ def top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
     shifted = G.clone()
     shifted.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
     LU, pivots = torch.linalg.lu_factor(shifted)
+    if G.device.type == "cpu" and not _valid(pivots):
+        return _top_by_eigh(G)
     # A fixed start with a component along every direction (all ones would miss a u_1 that
     # is orthogonal to it).
     start = 1.0 + 0.5 * torch.cos(torch.arange(k, dtype=G.dtype, device=G.device) * 2.3)
@@ -53,6 +55,25 @@ def top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
         x = torch.linalg.lu_solve(LU, pivots, x)
         x = x / torch.linalg.vector_norm(x, dim=-2, keepdim=True)
     return x[..., 0]
+
+
+def _valid(pivots: Tensor) -> bool:
+    """Are these LAPACK pivots possible (row i swapped with a row i..k)?
+
+    MKL's LU in torch's CPU build (torch 2.13, oneMKL 2024.2) can return pivots of 0 once
+    torch.set_num_threads has changed the thread count after other threads ran LAPACK
+    ("Parameter 6 was incorrect on entry to DLASWP"), reproduced outside probe; its symmetric
+    eigensolvers, Cholesky and matmuls were unaffected."""
+    k = pivots.shape[-1]
+    first = torch.arange(1, k + 1, dtype=pivots.dtype, device=pivots.device)
+    return bool(((pivots >= first) & (pivots <= k)).all())
+
+
+def _top_by_eigh(G: Tensor) -> Tensor:
+    """The eigenvector of lambda_1 from the full symmetric eigendecomposition: where the LU of
+    the inverse iteration cannot be trusted.  Accurate to eps ||G|| / gap, as the iteration."""
+    [(_, vectors)] = lapack(torch.linalg.eigh, G)
+    return vectors[..., -1]
 
 
 def _accurate(A: Tensor, G: Tensor, count: int, wide: bool) -> Tensor:
