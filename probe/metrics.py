@@ -38,9 +38,10 @@ Only the effective rank needs the whole spectrum; nothing else waits for one.
   block of 16 probe vectors (matmuls of k x k by k x 16).
 * effective rank, ``"exact"``: a full symmetric eigenvalue problem per sequence, O(k^3) at
   LAPACK's speed (a few GFLOP/s on a CPU core, far less per flop than a matmul).  ``"auto"``
-  (the default) takes it where it is the cheaper of the two -- on a CPU for k <= 256 -- and the
-  estimate elsewhere.  Up to k = 48 (or a sequence of that few real tokens) every method is
-  exact: the estimate would have no room for its probes (``ESTIMATE_FROM``).
+  (the default) takes it where it is the cheaper of the two -- on a CPU for k <= 256, on a
+  GPU for k <= 128 -- and the estimate elsewhere.  Up to k = 48 (or a sequence of that few
+  real tokens) every method is exact: the estimate would have no room for its probes
+  (``ESTIMATE_FROM``).
 
 How they are computed
 ---------------------
@@ -109,6 +110,7 @@ __all__ = [
     "EFFECTIVE_RANK_METHODS",
     "ESTIMATE_FROM",
     "EXACT_UP_TO",
+    "EXACT_UP_TO_GPU",
     "FITS",
     "METRICS",
     "NORMS",
@@ -134,6 +136,10 @@ _SAFE_EXPONENT = 256
 #: the spectrum leaves dense eigensolves for Krylov runs, are probe.linalg's; they are read
 #: there, so a change must be made there.)
 EXACT_UP_TO = 256
+#: The same on a GPU, where the estimate's Krylov steps wait for the device at every check:
+#: the exact effective rank with dense eigensolves for the top of the spectrum (DENSE_UP_TO_GPU
+#: in probe.linalg.top, measured there) costs less up to this k.
+EXACT_UP_TO_GPU = 128
 #: The estimate needs room for its probes: up to this many dimensions (k, or a sequence's
 #: real tokens) the deflation's DEFLATION_STEPS Krylov vectors span most or all of the
 #: space, the quadrature is left nothing to sample (at k <= 32 its value was off by up to
@@ -303,7 +309,7 @@ def _exact_method(method: str, k: int, device: torch.device) -> bool:
     if k <= ESTIMATE_FROM:
         return True
     if method == "auto":
-        return device.type == "cpu" and k <= EXACT_UP_TO
+        return k <= (EXACT_UP_TO if device.type == "cpu" else EXACT_UP_TO_GPU)
     return method == "exact"
 
 
@@ -392,8 +398,8 @@ def collapse_metrics(
     * ``"effective_rank"``, ``"stable_rank"``, ``"cosine_similarity"``: (sequence,).
 
     ``effective_rank``: ``"exact"`` (full spectrum), ``"estimate"`` (stochastic Lanczos
-    quadrature) or ``"auto"`` (exact on a CPU up to k = EXACT_UP_TO, the estimate elsewhere);
-    every method is exact up to k = ESTIMATE_FROM and for sequences of that few real tokens.
+    quadrature) or ``"auto"`` (exact up to k = EXACT_UP_TO on a CPU, EXACT_UP_TO_GPU on a
+    GPU, the estimate above); every method is exact up to k = ESTIMATE_FROM and for sequences of that few real tokens.
     Method, cost and accuracy: see the module docstring.  Degenerate cases follow it too.
     """
     wanted = _wanted(metrics)

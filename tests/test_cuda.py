@@ -5,7 +5,7 @@ same weights (read from a folder, so that no device draws them), and compares:
 
 * ``collapse.run`` through the CUDA measuring loop (layers copied inside the trace, measured
   on a side stream by a worker thread, numbers copied to pinned host memory);
-* the effective-rank estimate, which ``auto`` chooses on CUDA above ``ESTIMATE_FROM``;
+* the effective-rank estimate, which ``auto`` chooses on CUDA above ``EXACT_UP_TO_GPU``;
 * bfloat16 weights, from a folder and at random init (built on the device in bfloat16);
 * a model spread by ``--device-map`` over the GPU and the CPU;
 * ``probe attention`` (batched statistics of the attention maps);
@@ -111,14 +111,14 @@ def test_the_estimate_auto_picks_on_cuda_equals_the_cpus_estimate():
     # Its probe vectors are drawn on the CPU from a fixed seed and moved to the device, so
     # the device's estimate is the CPU's up to rounding, which can tip a borderline Ritz pair
     # in or out of the deflated top: 1e-4 relative at most (probe.linalg.quadrature).  Tiny
-    # models have too few dimensions for the estimate (metrics.ESTIMATE_FROM): these
-    # sequences have 96.
-    assert effective_rank_method("auto", 96, 128, DEVICE) == ("estimate" if ON_CUDA else "exact")
+    # models have too few dimensions for the estimate (metrics.ESTIMATE_FROM), and up to
+    # metrics.EXACT_UP_TO_GPU a GPU takes the exact value: these sequences have 160.
+    assert effective_rank_method("auto", 160, 192, DEVICE) == ("estimate" if ON_CUDA else "exact")
     assert effective_rank_method("auto", 16, 32, DEVICE) == "exact"  # too small: exact anywhere
     generator = torch.Generator().manual_seed(9)
-    X = torch.randn(4, 96, 128, generator=generator, dtype=torch.float64)
+    X = torch.randn(4, 160, 192, generator=generator, dtype=torch.float64)
     X[1] = X[1, :1] + 0.2 * X[1]  # partly collapsed
-    mask = torch.ones(4, 96, dtype=torch.bool)
+    mask = torch.ones(4, 160, dtype=torch.bool)
     mask[3, 70:] = False
     names = ("effective_rank",)
     here = collapse_metrics(X.to(DEVICE), mask.to(DEVICE), names)["effective_rank"].cpu()

@@ -15,6 +15,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from probe import metrics
+from probe.linalg import top
 from tests.batches import (
     as_tensor,
     assert_close,
@@ -503,7 +504,14 @@ def test_effective_rank_method_resolution():
     assert auto("auto", metrics.EXACT_UP_TO, 768, "cpu") == "exact"
     assert auto("auto", metrics.EXACT_UP_TO + 1, 768, "cpu") == "estimate"
     assert auto("auto", 4096, 64, "cpu") == "exact"  # k = min(tokens, hidden)
-    assert auto("auto", 128, 768, "cuda") == "estimate"
+    assert auto("auto", metrics.EXACT_UP_TO_GPU, 768, "cuda") == "exact"
+    assert auto("auto", metrics.EXACT_UP_TO_GPU + 1, 768, "cuda") == "estimate"
+    assert metrics.EXACT_UP_TO_GPU == 128  # measured on an H100 (probe.linalg.top)
+    # The two choices were measured together: the exact effective rank where the top of the
+    # spectrum comes from dense eigensolves, on each device.
+    for device in ("cpu", "cuda"):
+        exact_up_to = metrics.EXACT_UP_TO if device == "cpu" else metrics.EXACT_UP_TO_GPU
+        assert top.dense_up_to(torch.device(device)) == exact_up_to
     assert auto("exact", 2048, 2048, "cuda") == "exact"
     # up to ESTIMATE_FROM the estimate has no room for its probes: exact (it was garbage)
     assert auto("estimate", 8, 8, "cpu") == "exact"
@@ -520,7 +528,7 @@ def test_the_estimate_is_exact_where_it_has_no_room_for_its_probes():
     auto = metrics.effective_rank_method
     assert auto("estimate", 16, 32, "cpu") == "exact" and auto("auto", 48, 768, "cuda") == "exact"
     assert (
-        auto("auto", 65, 768, "cuda") == "estimate"
+        auto("auto", 129, 768, "cuda") == "estimate"
         and auto("estimate", 65, 768, "cpu") == "estimate"
     )
     generator = torch.Generator().manual_seed(11)
