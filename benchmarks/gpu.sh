@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The whole GPU check in one script: install probe from carried wheels, run the tests
 # marked `cuda`, time collapse.run against its forwards (float32 and bfloat16, with the
-# GPU's idle share and the host's waits), run a gpt2-xl bfloat16 command and a one-rank
-# torchrun job with nccl.  About 8 minutes on one H100; every step has its own time limit,
-# so a slow step costs its own figures, not the others'.
+# GPU's idle share and the host's waits), compare the two ways to the top of the spectrum,
+# run a gpt2-xl bfloat16 command and a one-rank torchrun job with nccl.  At most 9 minutes
+# of limits (about 6 on one H100); every step has its own time limit, so a slow step costs
+# its own figures, not the others'.
 #
 #   benchmarks/gpu.sh --fetch-wheels [--python-version 3.12]   # here, with a package index
 #   benchmarks/gpu.sh [--device cuda|cpu] [--wheels .whl] [--out gpu-check] [--python python3]
@@ -78,12 +79,16 @@ step() {
 }
 
 if [ "$DEVICE" = cuda ]; then
-    SIZES=bert-32x128,bert-128x512,gpt2-32x1024,llama-8x2048
+    SMALL=bert-32x128  # medians of 3, with the profile
+    LARGE=bert-128x512,gpt2-32x1024,llama-8x2048  # one run each
+    SPECTRUM=(--tokens 128,256 --dtype float32,bfloat16)
     XL=(gpt2-xl --sequences 32 --tokens 1024)
     RUN=(gpt2 --sequences 32 --tokens 128)
     REPEATS=3
 else  # the same steps at tiny sizes
-    SIZES=bert-2x16
+    SMALL=bert-2x16
+    LARGE=gpt2-2x32
+    SPECTRUM=(--tokens 16 --dtype float32 --repeats 1)
     XL=(gpt2 --set n_layer=2 --set n_embd=64 --set n_head=4 --sequences 2 --tokens 32)
     RUN=(gpt2 --set n_layer=2 --set n_embd=64 --set n_head=4 --sequences 4 --tokens 16)
     REPEATS=1
@@ -108,10 +113,18 @@ PROBE="$BIN/probe"
 step "tests marked cuda" 100 "$PY" -m pytest -q -m cuda -p no:cacheprovider --tb=line -rf \
     tests/test_cuda.py tests/test_metrics.py
 
-step "collapse.run vs its forwards" 260 "$PY" benchmarks/collapse_e2e.py --device "$DEVICE" \
-    --sizes "$SIZES" --dtype float32,bfloat16 --repeats "$REPEATS" --profile
+# The first GPU run spent its whole 260 s on three of eight rows with 3 repeats and the
+# profile each: the small size gets those, the large ones one run each.
+step "collapse.run vs its forwards, $SMALL" 80 "$PY" benchmarks/collapse_e2e.py \
+    --device "$DEVICE" --sizes "$SMALL" --dtype float32,bfloat16 --repeats "$REPEATS" --profile
 
-step "probe collapse ${XL[0]} bfloat16" 70 "$PROBE" collapse "${XL[@]}" --init random \
+step "collapse.run vs its forwards, $LARGE" 140 "$PY" benchmarks/collapse_e2e.py \
+    --device "$DEVICE" --sizes "$LARGE" --dtype float32,bfloat16 --repeats 1
+
+step "the top of the spectrum, Krylov vs dense" 50 "$PY" benchmarks/spectrum_paths.py \
+    --device "$DEVICE" "${SPECTRUM[@]}"
+
+step "probe collapse ${XL[0]} bfloat16" 60 "$PROBE" collapse "${XL[@]}" --init random \
     --dtype bfloat16 --device "$DEVICE" --out "$RUNS/xl"
 
 step "torchrun, one rank" 40 env NCCL_DEBUG=INFO "$PY" -m torch.distributed.run --standalone \
