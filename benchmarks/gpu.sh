@@ -2,7 +2,7 @@
 # The whole GPU check in one script: install probe from carried wheels, run the tests
 # marked `cuda`, time collapse.run against its forwards (float32 and bfloat16, with the
 # GPU's idle share and the host's waits), compare the two ways to the top of the spectrum,
-# run a gpt2-xl bfloat16 command and a one-rank torchrun job with nccl.  At most 9 minutes
+# run a gpt2-xl bfloat16 command and a one-rank torchrun job with nccl.  At most 8 minutes
 # of limits (about 6 on one H100); every step has its own time limit, so a slow step costs
 # its own figures, not the others'.
 #
@@ -100,7 +100,7 @@ step environment 20 bash -c "
     nproc; true"
 
 # Install: the wheels the machine lacks (no index), then probe itself from this checkout.
-step install 60 bash -c "
+step install 50 bash -c "
     $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
         --find-links '$WHEELS' -r '$HERE/gpu-wheels.txt' &&
     $PY -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir -e . &&
@@ -110,21 +110,21 @@ BIN=$(dirname "$(command -v "$PY")")
 PROBE="$BIN/probe"
 [ -x "$PROBE" ] || PROBE="$($PY -c 'import sys, os; print(os.path.join(os.path.dirname(sys.executable), "probe"))')"
 
-step "tests marked cuda" 100 "$PY" -m pytest -q -m cuda -p no:cacheprovider --tb=line -rf \
+step "tests marked cuda" 90 "$PY" -m pytest -q -m cuda -p no:cacheprovider --tb=line -rf \
     tests/test_cuda.py tests/test_metrics.py
 
 # The first GPU run spent its whole 260 s on three of eight rows with 3 repeats and the
 # profile each: the small size gets those, the large ones one run each.
-step "collapse.run vs its forwards, $SMALL" 80 "$PY" benchmarks/collapse_e2e.py \
+step "collapse.run vs its forwards, $SMALL" 70 "$PY" benchmarks/collapse_e2e.py \
     --device "$DEVICE" --sizes "$SMALL" --dtype float32,bfloat16 --repeats "$REPEATS" --profile
 
-step "collapse.run vs its forwards, $LARGE" 140 "$PY" benchmarks/collapse_e2e.py \
+step "collapse.run vs its forwards, $LARGE" 120 "$PY" benchmarks/collapse_e2e.py \
     --device "$DEVICE" --sizes "$LARGE" --dtype float32,bfloat16 --repeats 1
 
-step "the top of the spectrum, Krylov vs dense" 50 "$PY" benchmarks/spectrum_paths.py \
+step "the top of the spectrum, Krylov vs dense" 40 "$PY" benchmarks/spectrum_paths.py \
     --device "$DEVICE" "${SPECTRUM[@]}"
 
-step "probe collapse ${XL[0]} bfloat16" 60 "$PROBE" collapse "${XL[@]}" --init random \
+step "probe collapse ${XL[0]} bfloat16" 50 "$PROBE" collapse "${XL[@]}" --init random \
     --dtype bfloat16 --device "$DEVICE" --out "$RUNS/xl"
 
 step "torchrun, one rank" 40 env NCCL_DEBUG=INFO "$PY" -m torch.distributed.run --standalone \
