@@ -75,10 +75,14 @@ def _norms_1_inf(a: torch.Tensor) -> torch.Tensor:
     return torch.stack([magnitude.sum(0).max(), magnitude.sum(1).max()])
 
 
+def _composite(one: float, inf: float) -> float:
+    """sqrt(||A||_1 ||A||_inf) from the two norms."""
+    return math.sqrt(one * inf)
+
+
 def norm_1inf(a: torch.Tensor) -> float:
     """The paper's composite ||A||_{1,inf} = sqrt(||A||_1 ||A||_inf)."""
-    one, inf = _norms_1_inf(a).tolist()
-    return math.sqrt(one * inf)
+    return _composite(*_norms_1_inf(a).tolist())
 
 
 #: Entries of one row block of a head's product (_product_norms): 4 MiB of float64.
@@ -209,13 +213,13 @@ def layer_constants(probed) -> dict[str, Any]:
                 norms += [_norms_1_inf(first), _norms_1_inf(second)]
             values = torch.stack(norms).tolist()
             heads_qk = [qk_1 for qk_1, _ in values[:H]]
-            heads_vo = [math.sqrt(math.prod(pair)) for pair in values[H : 2 * H]]
+            heads_vo = [_composite(*pair) for pair in values[H : 2 * H]]
             qk.append(max(heads_qk))
             vo.append(max(heads_vo))
             beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
             if mlp:
-                (first_1, first_inf), (second_1, second_inf) = values[2 * H :]
-                lam.append(lip * math.sqrt(first_1 * first_inf) * math.sqrt(second_1 * second_inf))
+                first_norms, second_norms = values[2 * H :]
+                lam.append(lip * _composite(*first_norms) * _composite(*second_norms))
     if not mlp:
         out["missing"].append(f"lambda (Corollary 3.2): the {spec.name} family has {GATED}")
         lam = [float("nan")] * L
