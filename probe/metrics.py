@@ -101,7 +101,7 @@ from .linalg.batch import fix_rows, frobenius, take_rows
 from .linalg.dense import all_singular_values
 from .linalg.gram import Grams, gram
 from .linalg.quadrature import PROBES, QUADRATURE_STEPS, effective_rank_estimate
-from .linalg.top import DENSE_UP_TO, top_of_spectrum
+from .linalg.top import DENSE_UP_TO, DENSE_UP_TO_GPU, top_of_spectrum
 from .linalg.workspace import workspace
 from .names import EFFECTIVE_RANK_METHODS, FITS, METRICS, NORMS
 
@@ -137,9 +137,9 @@ _SAFE_EXPONENT = 256
 #: there, so a change must be made there.)
 EXACT_UP_TO = 256
 #: The same on a GPU, where the estimate's Krylov steps wait for the device at every check:
-#: the exact effective rank with dense eigensolves for the top of the spectrum (DENSE_UP_TO_GPU
-#: in probe.linalg.top, measured there) costs less up to this k.
-EXACT_UP_TO_GPU = 128
+#: the exact effective rank with dense eigensolves for the top of the spectrum costs less up
+#: to the k where the dense path ends there (measured together: probe.linalg.top).
+EXACT_UP_TO_GPU = DENSE_UP_TO_GPU
 #: The estimate needs room for its probes: up to this many dimensions (k, or a sequence's
 #: real tokens) the deflation's DEFLATION_STEPS Krylov vectors span most or all of the
 #: space, the quadrature is left nothing to sample (at k <= 32 its value was off by up to
@@ -399,7 +399,8 @@ def collapse_metrics(
 
     ``effective_rank``: ``"exact"`` (full spectrum), ``"estimate"`` (stochastic Lanczos
     quadrature) or ``"auto"`` (exact up to k = EXACT_UP_TO on a CPU, EXACT_UP_TO_GPU on a
-    GPU, the estimate above); every method is exact up to k = ESTIMATE_FROM and for sequences of that few real tokens.
+    GPU, the estimate above); every method is exact up to k = ESTIMATE_FROM and for
+    sequences of that few real tokens.
     Method, cost and accuracy: see the module docstring.  Degenerate cases follow it too.
     """
     wanted = _wanted(metrics)

@@ -18,12 +18,13 @@ sequence a run leaves unconverged gets the exact eigensolver (eigvalsh; inverse 
 u_1), so every value is accurate as stated.  For the effective rank estimate G's run goes on
 to DEFLATION_STEPS vectors, whose converged top Ritz pairs the quadrature counts exactly.
 
-On a CPU up to k = DENSE_UP_TO (on a GPU up to DENSE_UP_TO_GPU) the Krylov loop is skipped: the same three quantities come from
-dense eigensolves (lambda_1 of G by eigvalsh and u_1 by inverse iteration, lambda_1 of G_R, and
-s_2^2 as lambda_2 of G where lambda_2 >= 1e-2 lambda_1, else lambda_1 of R_1's own Gram matrix,
-whose eigenvalues the exact effective rank's deflation then reuses), which cost less there than
-a loop of up to k steps.  The accuracy tests (tests/test_linalg.py) run both ways at the same
-tolerances: relative <= 1e-10 in residual ratios above 1e-6, absolute <= 1e-14 below.
+On a CPU up to k = DENSE_UP_TO (on a GPU up to DENSE_UP_TO_GPU) the Krylov loop is skipped:
+the same three quantities come from dense eigensolves (lambda_1 of G by eigvalsh and u_1 by
+inverse iteration, lambda_1 of G_R, and s_2^2 as lambda_2 of G where lambda_2 >= 1e-2
+lambda_1, else lambda_1 of R_1's own Gram matrix, whose eigenvalues the exact effective rank's
+deflation then reuses), which cost less there than a loop of up to k steps.  The accuracy
+tests (tests/test_linalg.py) run both ways at the same tolerances: relative <= 1e-10 in
+residual ratios above 1e-6, absolute <= 1e-14 below.
 
 A Krylov run checks its convergence every 4 steps, which on CUDA makes the host wait for the
 device; ``probe.analyses.collapse`` therefore never calls this inside a CUDA layer loop (it
@@ -122,10 +123,11 @@ def top_of_spectrum(grams, Xm, buffer, counts, residual, estimate, mask=None) ->
     once.  Sequences a run leaves unconverged get the exact eigensolver.
 
     With the residual and ``mask`` given, sequences whose real tokens are all the same vector
-    (``identical_rows``) are found first: X is then exactly rank one and G_1 is rounding alone: its run could never converge on
-    them (it went on for all its KRYLOV_STEPS, at every check a wait on CUDA, where a
-    bfloat16 model's pure-attention layers collapse to identical tokens), and s_2 comes from
-    R_1's own Gram matrix, as it did for them after the unconverged run."""
+    (``identical_rows``) are found first: X is then exactly rank one and G_1 is rounding
+    alone: its run could never converge on them (it went on for all its KRYLOV_STEPS, at
+    every check a wait on CUDA, where a bfloat16 model's pure-attention layers collapse to
+    identical tokens), and s_2 comes from R_1's own Gram matrix, as it did for them after the
+    unconverged run."""
     k = grams.G_R.shape[-1]
     if not estimate and k <= dense_up_to(Xm.device):
         return _dense(grams, Xm, buffer, residual)
