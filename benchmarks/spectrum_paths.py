@@ -75,9 +75,18 @@ def main() -> None:
     parser.add_argument("--dtype", default="float32,bfloat16", help="comma list")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    try:
+        sizes = [int(t) for t in args.tokens.split(",")]
+    except ValueError:
+        parser.error(f"--tokens takes whole numbers separated by commas, not {args.tokens!r}")
+    if min(sizes) < 2:
+        parser.error("--tokens: every size needs at least 2 tokens")
     for dtype in args.dtype.split(","):
-        probed = probe.load("bert-base-uncased", init="random", device=args.device, dtype=dtype)
-        for tokens in (int(t) for t in args.tokens.split(",")):
+        try:
+            probed = probe.load("bert-base-uncased", init="random", device=args.device, dtype=dtype)
+        except probe.ProbeError as err:
+            parser.error(str(err))
+        for tokens in sizes:
             for variant in ("SAN", "transformer"):
                 line = compare(probed, tokens, variant, args.repeats)
                 print(f"{args.device} {dtype:<8} {line}", flush=True)
