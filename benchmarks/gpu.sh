@@ -2,9 +2,9 @@
 # The whole GPU check in one script: install probe from carried wheels, run the tests
 # marked `cuda`, time collapse.run against its forwards (float32 and bfloat16, with the
 # GPU's idle share and the host's waits), compare the two ways to the top of the spectrum,
-# run a gpt2-xl bfloat16 command and a one-rank torchrun job with nccl.  At most 8 minutes
-# of limits (about 6 on one H100); every step has its own time limit, so a slow step costs
-# its own figures, not the others'.
+# time probe attention's trace against its forwards, run a gpt2-xl bfloat16 command and a
+# one-rank torchrun job with nccl.  At most 9.5 minutes of limits (about 6 on one H100);
+# every step has its own time limit, so a slow step costs its own figures, not the others'.
 #
 #   benchmarks/gpu.sh --fetch-wheels [--python-version 3.12]   # here, with a package index
 #   benchmarks/gpu.sh [--device cuda|cpu] [--wheels .whl] [--out gpu-check] [--python python3]
@@ -84,6 +84,8 @@ if [ "$DEVICE" = cuda ]; then
     SPECTRUM=(--tokens 128,256 --dtype float32,bfloat16)
     XL=(gpt2-xl --sequences 32 --tokens 1024)
     RUN=(gpt2 --sequences 32 --tokens 128)
+    ATTENTION=("--model bert-base-uncased --batch 32 --tokens 128"
+        "--model meta-llama/Llama-3.2-1B --batch 4 --tokens 1024")
     REPEATS=3
 else  # the same steps at tiny sizes
     SMALL=bert-2x16
@@ -91,6 +93,7 @@ else  # the same steps at tiny sizes
     SPECTRUM=(--tokens 16 --dtype float32 --repeats 1)
     XL=(gpt2 --set n_layer=2 --set n_embd=64 --set n_head=4 --sequences 2 --tokens 32)
     RUN=(gpt2 --set n_layer=2 --set n_embd=64 --set n_head=4 --sequences 4 --tokens 16)
+    ATTENTION=("--layers 2 --batch 2 --tokens 16")
     REPEATS=1
 fi
 
@@ -123,6 +126,13 @@ step "collapse.run vs its forwards, $LARGE" 120 "$PY" benchmarks/collapse_e2e.py
 
 step "the top of the spectrum, Krylov vs dense" 40 "$PY" benchmarks/spectrum_paths.py \
     --device "$DEVICE" "${SPECTRUM[@]}"
+
+# Issue 29's goal: probe attention's trace at most 1.3x the traced forwards it rides on.
+for sizes in "${ATTENTION[@]}"; do
+    # shellcheck disable=SC2086  # the sizes are words on purpose
+    step "attention vs its forwards, ${sizes}" 45 "$PY" benchmarks/attention.py \
+        --device "$DEVICE" --repeats "$REPEATS" $sizes
+done
 
 step "probe collapse ${XL[0]} bfloat16" 50 "$PROBE" collapse "${XL[@]}" --init random \
     --dtype bfloat16 --device "$DEVICE" --out "$RUNS/xl"
