@@ -31,7 +31,8 @@ over sequences:
   ``probe.linalg.lapack``: one serial LAPACK call per matrix, the batch split over the
   threads, each thread making its own piece's float64 copy (a bert-base layer at 32 x 128
   on 2 loaded cores: 2.2 s against 53 s for torch's per-sequence calls, whose MKL threading
-  of each small matrix collapses under load); on CUDA torch's ``svdvals`` on the device.
+  of each small matrix collapses under load); from CUDA the same, on the host (cuSOLVER
+  solves matrices over 32 x 32 one at a time: slower still).
   LAPACK computes all T values, O(T^3) per matrix.  Below ``KRYLOV_FROM`` = 512 tokens this is
   the method, and most of the analysis' cost on a CPU: a Krylov method for the top two is no
   cheaper at T = 128 for a random-init model, whose bulk under sigma_1 is flat (sigma_3 /
@@ -55,7 +56,8 @@ over sequences:
   The accuracy is then the dense path's, and tests/test_attention_krylov.py pins the same 4 T
   eps sigma_1 against numpy's SVD on causal, padded, flat, rank-one and identity matrices.
   The values are not bit for bit the dense SVD's (other rounding), within that accuracy; a
-  matrix's values do not depend on its batch.  What no residual test can see is a singular
+  matrix's values do not depend on its batch.  On CUDA the run stays on the device without a
+  per-matrix QR or SVD (``krylov_top_two``'s ``batched``), under the same residual test.  What no residual test can see is a singular
   value whose vector is exactly orthogonal to the start block's Krylov space; a fixed random
   start makes that a measure-zero event.  Cost: docs/attention.md, Cost.
 * Gu et al.'s sink rate, Sink_eps: the share of (layer, head) pairs with r_h0 > eps.
@@ -133,7 +135,8 @@ def top_two(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """sigma_1, sigma_2 and ||A||_F^2 = sum_i sigma_i^2 of every (..., T, T) matrix, in
     float64 (module docstring: method and accuracy).  A 1 x 1 matrix has sigma_2 = 0."""
     flat = A.reshape(-1, *A.shape[-2:])
-    if flat.device.type == "cpu":
+    if flat.device.type == "cpu" or flat.shape[-1] < KRYLOV_FROM:
+        # From CUDA too below KRYLOV_FROM: the host's LAPACK, the CPU's values bit for bit.
         [(sigma, frobenius)] = lapack(_top_two_float64, flat)
     else:
         sigma, frobenius = _top_two_float64(flat)
@@ -156,23 +159,31 @@ def _top_two_float64(A: Tensor) -> tuple[Tensor, Tensor]:
     if A.shape[-1] >= KRYLOV_FROM:
         sigma, done = krylov_top_two(A)
         if not bool(done.all()):  # the dense SVD where the run did not converge
-            sigma[~done] = torch.linalg.svdvals(A[~done])[:, :2]
+            sigma[~done] = lapack(torch.linalg.svdvals, A[~done])[0][:, :2]
         return sigma, frobenius
     sigma = torch.linalg.svdvals(A)[:, :2]  # descending
     sigma = torch.nn.functional.pad(sigma, (0, 2 - sigma.shape[-1]))
     return sigma, frobenius
 
 
-def krylov_top_two(A: Tensor) -> tuple[Tensor, Tensor]:
+def krylov_top_two(A: Tensor, batched: bool | None = None) -> tuple[Tensor, Tensor]:
     """sigma_1, sigma_2 of each float64 (n, T, T) matrix from a block Krylov space of A^T A,
-    and which of them passed the residual test (module docstring); the others are 0."""
+    and which of them passed the residual test (module docstring); the others are 0.
+
+    ``batched`` (the default off a CPU): the block's orthonormalisation and the Ritz step
+    without a QR or an SVD per matrix, which cuSOLVER runs one matrix at a time (a layer's
+    many T x 4 and T x 48 problems then cost more than its products): the block by
+    Gram-Schmidt, column by column against the basis and twice; the Ritz vectors from the
+    small B^T B on the host's LAPACK (``_ritz``).  The same residual test certifies either."""
     n, T, _ = A.shape
+    if batched is None:
+        batched = A.device.type != "cpu"
     sigma = torch.zeros(n, 2, dtype=torch.float64, device=A.device)
     done = torch.zeros(n, dtype=torch.bool, device=A.device)
     # The same fixed start for every matrix (no seed of the run's): a matrix's values then
     # depend on it alone, not on the batch or the split over threads.
     start = torch.randn(T, BLOCK, generator=torch.Generator().manual_seed(0), dtype=A.dtype)
-    V = [torch.linalg.qr(start.to(A.device)).Q.expand(n, T, BLOCK)]
+    V = [torch.linalg.qr(start).Q.to(A.device).expand(n, T, BLOCK)]
     AV, AtAV = [A @ V[0]], []
     for step in range(MOST_STEPS):
         # A^T (A V) as ((A V)^T A)^T: torch copies a transposed A before a product, this not.
@@ -180,27 +191,65 @@ def krylov_top_two(A: Tensor) -> tuple[Tensor, Tensor]:
         AtAV.append((AV[-1].mT @ A).mT)
         if step >= 3:
             sigma, done = _certify(
-                torch.cat(V, -1), torch.cat(AV, -1), torch.cat(AtAV, -1), sigma, done
+                torch.cat(V, -1), torch.cat(AV, -1), torch.cat(AtAV, -1), sigma, done, batched
             )
             if bool(done.all()):
                 break
         if step < MOST_STEPS - 1:
             basis, W = torch.cat(V, -1), AtAV[-1]
-            for _ in range(2):  # full reorthogonalisation, twice (Gram-Schmidt's rule of two)
-                W = torch.linalg.qr(W - basis @ (basis.mT @ W)).Q
+            if batched:
+                W = _gram_schmidt(W, basis)
+            else:
+                for _ in range(2):  # full reorthogonalisation, twice (Gram-Schmidt's rule of two)
+                    W = torch.linalg.qr(W - basis @ (basis.mT @ W)).Q
             V.append(W)
             AV.append(A @ W)
     return sigma, done
 
 
-def _certify(basis: Tensor, B: Tensor, AtB: Tensor, sigma: Tensor, done: Tensor):
+def _gram_schmidt(W: Tensor, basis: Tensor) -> Tensor:
+    """W's columns made orthonormal to ``basis`` and to each other without a QR: W projected
+    off the basis in one product, its columns orthonormalised one by one with elementwise
+    sums, the whole twice (the rule of two, as the QR path).  A column that is rounding alone
+    after the projection comes out unit but not orthogonal: the residual test's check of the
+    basis (``drift``) then keeps that matrix from passing.  Every product has W's 4 columns,
+    so a matrix meets the same kernels alone as in a batch (a 1-column product is a gemv
+    alone but not in a batch: other rounding)."""
+    tiny = torch.finfo(W.dtype).tiny
+    for _ in range(2):
+        W = W - basis @ (basis.mT @ W)
+        columns: list[Tensor] = []
+        for j in range(W.shape[-1]):
+            w = W[..., j : j + 1]
+            for q in columns:
+                w = w - q * (q * w).sum(-2, keepdim=True)
+            columns.append(w / w.norm(dim=-2, keepdim=True).clamp_min(tiny))
+        W = torch.cat(columns, -1)
+    return W
+
+
+def _ritz(B: Tensor, batched: bool) -> tuple[Tensor, Tensor]:
+    """The top three Ritz values s (n, 3) and vectors Y (n, m, 3) of B = A V.
+
+    Batched: Y from the symmetric m x m B^T B on the host's LAPACK and s_i = ||B y_i||, the
+    Rayleigh quotient of the pair (A v_i / s_i, v_i) that the residual test bounds, accurate
+    to eps relative whatever B^T B's squaring lost in y_i (second order in y_i's error)."""
+    if not batched:
+        _, S, Yh = torch.linalg.svd(B, full_matrices=False)  # Ritz values: A V = U S Y^T
+        return S[..., :3], Yh[..., :3, :].mT
+    [(_, vectors)] = lapack(torch.linalg.eigh, B.mT @ B)  # ascending
+    Y = vectors[..., -3:].flip(-1)
+    return (B @ Y).norm(dim=-2), Y
+
+
+def _certify(basis: Tensor, B: Tensor, AtB: Tensor, sigma: Tensor, done: Tensor, batched: bool):
     """The Rayleigh-Ritz step on the basis V (B = A V, AtB = A^T A V) and the residual test
     (module docstring): ``sigma`` and ``done`` with the matrices that pass now added; each
     matrix keeps the values of the first step it passed."""
     T = basis.shape[-2]
     eps = torch.finfo(torch.float64).eps
-    U, S, Yh = torch.linalg.svd(B, full_matrices=False)  # Ritz values: A V = U S Y^T
-    Y, s = Yh[..., :3, :].mT, S[..., None, :3]
+    S, Y = _ritz(B, batched)
+    s = S[..., None, :]
     # r_i = ||A^T u_i - s_i v_i|| with v_i = V y_i and u_i = A v_i / s_i (so A v_i = s_i u_i).
     r = ((AtB @ Y) / s - basis @ (Y * s)).norm(dim=-2)
     gap_1 = S[:, 0] - S[:, 1]

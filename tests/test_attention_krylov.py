@@ -67,19 +67,25 @@ def test_top_two_from_krylov_against_numpy_svd(case):
     sigma_1, sigma_2, frobenius = top_two(torch.from_numpy(A))
     _check(A, sigma_1, sigma_2)
     np.testing.assert_allclose(frobenius.numpy(), (A**2).sum((-2, -1)), rtol=8 * T * EPS)
-    sigma, done = krylov_top_two(torch.from_numpy(A))
-    if certified:
-        assert bool(done.all())
-    # What the run certifies is accurate by itself, not only after the dense fallback.
-    _check(A[done.numpy()], sigma[done, 0], sigma[done, 1])
+    # The CPU's run (a QR and an SVD per matrix) and the one CUDA takes (batched products,
+    # the Ritz step from B^T B), here both on the CPU.
+    for batched in (False, True):
+        sigma, done = krylov_top_two(torch.from_numpy(A), batched)
+        if certified:
+            assert bool(done.all()), batched
+        # What the run certifies is accurate by itself, not only after the dense fallback.
+        _check(A[done.numpy()], sigma[done, 0], sigma[done, 1])
 
 
-def test_a_matrix_gets_the_same_values_alone_and_in_a_batch():
+@pytest.mark.parametrize("batched", [False, True])
+def test_a_matrix_gets_the_same_values_alone_and_in_a_batch(batched):
     """The fixed start block and the per-matrix stopping step: a matrix's values do not
     depend on the batch it came in (nor on the split over threads), bit for bit."""
     A = torch.from_numpy(_cases()["causal-random"][0])
-    both, _ = krylov_top_two(torch.cat([A, torch.from_numpy(_cases()["causal-uniform"][0])]))
-    alone, _ = krylov_top_two(A[1:])
+    both, _ = krylov_top_two(
+        torch.cat([A, torch.from_numpy(_cases()["causal-uniform"][0])]), batched
+    )
+    alone, _ = krylov_top_two(A[1:], batched)
     assert torch.equal(both[1], alone[0])
 
 

@@ -37,6 +37,7 @@ import torch
 import probe
 from probe import bounds
 from probe.analyses import attention, collapse
+from probe.attention_stats import KRYLOV_FROM, top_two
 from probe.metrics import collapse_metrics, effective_rank_method
 from tests.cli_process import launch
 
@@ -205,6 +206,28 @@ def test_attention_statistics_on_the_device_equal_the_cpus(folders):
             _close(here[name], cpu[name], _rtol("llama", "float64"), f"attention {name}")
         else:
             np.testing.assert_array_equal(here[name], cpu[name], err_msg=name)
+
+
+@pytest.mark.parametrize("T", [96, KRYLOV_FROM + 64])
+def test_the_attention_spectrum_on_the_device_against_numpy(T):
+    # Below KRYLOV_FROM the device's matrices go to the host's LAPACK (the CPU's values, bit
+    # for bit); from it on the batched Krylov run stays on the device.  Causal rows (certified
+    # by the run) and flat ones (the dense fallback), padded; within the dense path's 4 T eps
+    # sigma_1 of numpy's SVD (tests/test_attention_krylov.py).
+    generator = torch.Generator().manual_seed(3)
+    logits = torch.randn(6, T, T, generator=generator, dtype=torch.float64)
+    logits[:3] = logits[:3].masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -torch.inf)
+    logits[3:] *= 0.3
+    A = torch.softmax(logits, -1)
+    A[1, T - 40 :], A[1, :, T - 40 :] = 0.0, 0.0  # padding: zero rows and columns
+    sigma_1, sigma_2, frobenius = (v.cpu() for v in top_two(A.to(DEVICE)))
+    want = np.linalg.svd(A.numpy(), compute_uv=False)
+    tol = 4 * T * np.finfo(np.float64).eps * want[:, 0]
+    assert (np.abs(sigma_1.numpy() - want[:, 0]) <= tol).all()
+    assert (np.abs(sigma_2.numpy() - want[:, 1]) <= tol).all()
+    np.testing.assert_allclose(frobenius, (A**2).sum((-2, -1)), rtol=8 * T * 2**-52)
+    if T < KRYLOV_FROM:
+        assert torch.equal(torch.stack([sigma_1, sigma_2]), torch.stack(top_two(A)[:2]))
 
 
 def test_torchrun_of_one_rank_gives_the_plain_commands_result(tiny_folders, tmp_path):

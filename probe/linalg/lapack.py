@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import ctypes
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
 
+_PREFIX = "probe-lapack"
 _POOL: ThreadPoolExecutor | None = None
 _POOL_KEY: tuple[int, int] | None = None  # (pid, threads) it was made for
 
@@ -46,7 +48,9 @@ def lapack(fn, *problems: Tensor) -> list:
         host = lapack(fn, *(P.cpu() for P in problems))
         return [_to_device(result, device) for result in host]
     threads = torch.get_num_threads()
-    if threads < 2:
+    # In one of the pool's own threads (fn called lapack again): a wait on the pool there
+    # could wait for itself, and the thread already runs LAPACK serially.
+    if threads < 2 or threading.current_thread().name.startswith(_PREFIX):
         return [fn(P) for P in problems]
     # Even a single matrix goes to the pool: every matrix is then solved by serial LAPACK,
     # whose rounding does not depend on the batch it came in or the number of threads.
@@ -54,9 +58,7 @@ def lapack(fn, *problems: Tensor) -> list:
     global _POOL, _POOL_KEY
     # A forked child inherits the pool object but none of its threads: it makes its own.
     if _POOL_KEY != (os.getpid(), threads):
-        _POOL = ThreadPoolExecutor(
-            threads, thread_name_prefix="probe-lapack", initializer=_serial_lapack
-        )
+        _POOL = ThreadPoolExecutor(threads, thread_name_prefix=_PREFIX, initializer=_serial_lapack)
         _POOL_KEY = (os.getpid(), threads)
     futures = [[_POOL.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
     results = []
@@ -86,6 +88,38 @@ def _serial_lapack() -> None:
             os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")
         )
         library.mkl_set_num_threads_local(ctypes.byref(ctypes.c_int(1)))
+    except (OSError, AttributeError):
+        pass
+
+
+_SERIAL: ThreadPoolExecutor | None = None
+_SERIAL_PID: int | None = None
+
+
+def serially(fn, *args):
+    """``fn(*args)`` with torch's CPU work serial: in one dedicated thread whose OpenMP thread
+    count (which torch's intra-op parallelism reads, per thread) and MKL thread count (MKL's
+    per-thread setting) are 1.  The caller waits for it.
+
+    For many small operations, where a thread pool's barriers cost more than they gain (and
+    far more on a loaded machine).  torch.set_num_threads would do it for the whole process,
+    and any call of it leaves MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2)
+    returning impossible pivots (``Parameter 6 was incorrect on entry to DLASWP``) for the rest
+    of the process (reproduced with torch alone: ``torch.set_num_threads(2)``, then
+    ``torch.linalg.lu_factor`` of a (4, 160, 160) float64 batch).  Settings that are not found
+    (other builds) are left as they are: the work is then merely not serial.  Grad mode is
+    per thread: ``fn`` sets its own."""
+    global _SERIAL, _SERIAL_PID
+    if _SERIAL_PID != os.getpid():  # a forked child has the object but not its thread
+        _SERIAL = ThreadPoolExecutor(1, thread_name_prefix="probe-serial", initializer=_one_thread)
+        _SERIAL_PID = os.getpid()
+    return _SERIAL.submit(fn, *args).result()
+
+
+def _one_thread() -> None:
+    _serial_lapack()
+    try:  # libgomp, which torch's Linux builds load for the whole process
+        ctypes.CDLL(None).omp_set_num_threads(1)
     except (OSError, AttributeError):
         pass
 
