@@ -44,7 +44,6 @@ it is not below the input's own residual ||res(X_0)|| (it certifies no decrease)
 from __future__ import annotations
 
 import math
-from contextlib import contextmanager
 from functools import cache
 from typing import Any
 
@@ -55,6 +54,7 @@ import xarray as xr
 from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 from .interrupts import check_interrupt
+from .linalg.lapack import serially
 
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
 
@@ -113,9 +113,8 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch
     return torch.stack([columns.max(), widest])
 
 
-@contextmanager
-def _serial(device: torch.device):
-    """torch's CPU thread pool off while the constants are taken (restored after).
+def _serial(device: torch.device, fn, *args):
+    """``fn(*args)``, with torch's CPU work serial on a CPU (probe.linalg.lapack.serially).
 
     Each head's products are small (768 x 64 x 768 for BERT-base, a few milliseconds each),
     so the pool gains little even on idle cores, and on a shared machine every
@@ -124,15 +123,9 @@ def _serial(device: torch.device):
     one.  The numbers do not change: torch splits a reduction over the columns it keeps (each
     sum is added in one thread, in one order) and each entry of a product is one dot product.
     """
-    threads = torch.get_num_threads()
-    if device.type != "cpu" or threads == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
+    if device.type != "cpu" or torch.get_num_threads() == 1:
+        return fn(*args)
+    return serially(fn, *args)
 
 
 @cache
@@ -164,7 +157,7 @@ def layer_constants(probed) -> dict[str, Any]:
     gives none); ``missing``: one line per constant the family cannot give.
     """
     from .models.spec import SpecAdapter
-    from .models.weights import query_key, resolve_module, value_output
+    from .models.weights import resolve_module
 
     adapter, model, config = probed.adapter, probed.model, probed.config
     L = probed.n_layers
@@ -187,39 +180,21 @@ def layer_constants(probed) -> dict[str, Any]:
     scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
         check_interrupt()  # a large model's constants take seconds per layer
-        layer = layers[index]
-        with torch.no_grad(), _serial(probed.device):
-            try:
-                w_q, w_k = query_key(layer, spec.heads, config, H, kv)
-            except ProbeError as error:
-                out["missing"] = [f"beta: {error}"]
-                return out
-            w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
-            d = w_q.shape[-1]
-            w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
-            if scratch is None:
-                scratch = torch.empty(
-                    _BLOCK_ENTRIES + w_q.shape[1], dtype=torch.float64, device=w_q.device
-                )
-            # Every norm of the layer as one tensor, read in one copy: on CUDA a float() per
-            # norm made the host wait for the device 48 times a layer (bert-base).
-            norms = [_product_norms(w_q[h], w_k[h].T, scratch) for h in range(H)]
-            norms += [_product_norms(w_v[h], w_o[h], scratch) for h in range(H)]
-            if mlp:
-                first = resolve_module(layer, mlp.first).weight.detach().double()
-                second = resolve_module(layer, mlp.second).weight.detach().double()
-                if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
-                    first, second = first.T, second.T
-                norms += [_norms_1_inf(first), _norms_1_inf(second)]
-            values = torch.stack(norms).tolist()
-            heads_qk = [qk_1 for qk_1, _ in values[:H]]
-            heads_vo = [_composite(*pair) for pair in values[H : 2 * H]]
-            qk.append(max(heads_qk))
-            vo.append(max(heads_vo))
-            beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
-            if mlp:
-                first_norms, second_norms = values[2 * H :]
-                lam.append(lip * _composite(*first_norms) * _composite(*second_norms))
+        try:
+            values, d, scratch = _serial(
+                probed.device, _layer_norms, layers[index], spec, config, (H, kv), mlp, scratch
+            )
+        except ProbeError as error:
+            out["missing"] = [f"beta: {error}"]
+            return out
+        heads_qk = [qk_1 for qk_1, _ in values[:H]]
+        heads_vo = [_composite(*pair) for pair in values[H : 2 * H]]
+        qk.append(max(heads_qk))
+        vo.append(max(heads_vo))
+        beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
+        if mlp:
+            first_norms, second_norms = values[2 * H :]
+            lam.append(lip * _composite(*first_norms) * _composite(*second_norms))
     if not mlp:
         out["missing"].append(f"lambda (Corollary 3.2): the {spec.name} family has {GATED}")
         lam = [float("nan")] * L
@@ -252,6 +227,35 @@ def layer_constants(probed) -> dict[str, Any]:
         notes=notes,
     )
     return out
+
+
+def _layer_norms(layer, spec, config, heads: tuple[int, int], mlp, scratch):
+    """One layer's norms, read in one copy: (||.||_1, ||.||_inf) of each head's W_QK, then of
+    each head's W_V W_O, then of the MLP's two matrices (where it has them); d_qk; and the
+    scratch buffer for the next layer (``_product_norms``)."""
+    from .models.weights import query_key, resolve_module, value_output
+
+    H, kv = heads
+    with torch.no_grad():
+        w_q, w_k = query_key(layer, spec.heads, config, H, kv)
+        w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
+        d = w_q.shape[-1]
+        w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
+        if scratch is None:
+            scratch = torch.empty(
+                _BLOCK_ENTRIES + w_q.shape[1], dtype=torch.float64, device=w_q.device
+            )
+        # Every norm of the layer as one tensor, read in one copy: on CUDA a float() per
+        # norm made the host wait for the device 48 times a layer (bert-base).
+        norms = [_product_norms(w_q[h], w_k[h].T, scratch) for h in range(H)]
+        norms += [_product_norms(w_v[h], w_o[h], scratch) for h in range(H)]
+        if mlp:
+            first = resolve_module(layer, mlp.first).weight.detach().double()
+            second = resolve_module(layer, mlp.second).weight.detach().double()
+            if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
+                first, second = first.T, second.T
+            norms += [_norms_1_inf(first), _norms_1_inf(second)]
+        return torch.stack(norms).tolist(), d, scratch
 
 
 def residual_norms(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

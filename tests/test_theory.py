@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -127,6 +130,25 @@ def test_constants_inside_no_grad():
     with torch.no_grad():
         found = theory.layer_constants(probe.wrap(tiny_model("bert", seed=3)))
     assert found["lipschitz_activation"] == pytest.approx(1.1289, abs=1e-4)  # GELU's max slope
+
+
+def test_the_constants_leave_torchs_lu_working():
+    # torch.set_num_threads, which the constants once called twice a layer to run serially,
+    # leaves MKL's batched LU in torch's CPU build returning impossible pivots for the rest of
+    # the process (probe.linalg.lapack.serially).  A fresh process, as a user's: 82 of 640
+    # pivots were 0 after bert-tiny's constants.
+    code = (
+        "import torch, probe; from probe import theory; "
+        "from tests.reference.tiny import tiny_model; "
+        "theory.layer_constants(probe.wrap(tiny_model('bert', seed=3))); "
+        "G = torch.randn(4, 160, 160, dtype=torch.float64, generator=torch.Generator().manual_seed(0)); "
+        "pivots = torch.linalg.lu_factor(G)[1]; "
+        "print(torch.get_num_threads(), int((pivots < 1).sum()))"
+    )
+    env = {**os.environ, "OMP_NUM_THREADS": "2", "MKL_NUM_THREADS": "2"}  # as a user has
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["2", "0"], done.stdout + done.stderr[-2000:]
 
 
 @pytest.mark.parametrize("name", TINY)

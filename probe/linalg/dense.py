@@ -60,10 +60,10 @@ def top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
 def _valid(pivots: Tensor) -> bool:
     """Are these LAPACK pivots possible (row i swapped with a row i..k)?
 
-    MKL's LU in torch's CPU build (torch 2.13, oneMKL 2024.2) can return pivots of 0 once
-    torch.set_num_threads has changed the thread count after other threads ran LAPACK
-    ("Parameter 6 was incorrect on entry to DLASWP"), reproduced outside probe; its symmetric
-    eigensolvers, Cholesky and matmuls were unaffected."""
+    MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2) returns pivots of 0 after
+    any call of torch.set_num_threads ("Parameter 6 was incorrect on entry to DLASWP"),
+    reproduced outside probe; its symmetric eigensolvers, Cholesky and matmuls were
+    unaffected.  probe no longer calls it (probe.linalg.lapack.serially); a user may."""
     k = pivots.shape[-1]
     first = torch.arange(1, k + 1, dtype=pivots.dtype, device=pivots.device)
     return bool(((pivots >= first) & (pivots <= k)).all())
