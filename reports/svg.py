@@ -25,6 +25,12 @@ _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
 
 def figure_svg(fig: Figure, prefix: str, label: str = "") -> str:
     """`fig` as an <svg> element (no XML prolog or doctype), its ids prefixed by `prefix`."""
+    for ax in fig.axes:
+        if _title_stays_put(ax):
+            # matplotlib (3.11) otherwise measures the axis' tick labels at every layout pass
+            # to see whether the title must move up: a third to a half of drawing a report's
+            # figure.  Where nothing can rise above the axes the title stays at y = 1 anyway.
+            ax._autotitlepos = False
     buffer = io.StringIO()
     # A fixed hash salt makes the output deterministic: same data, same report.
     with mpl.rc_context({"svg.hashsalt": "probe", "svg.fonttype": "path"}):
@@ -40,3 +46,24 @@ def figure_svg(fig: Figure, prefix: str, label: str = "") -> str:
     )
     attributes = ' role="img"' + (f' aria-label="{esc(label)}"' if label else "")
     return text.replace("<svg ", f"<svg{attributes} ", 1).strip()
+
+
+def _title_stays_put(ax) -> bool:
+    """Is ``ax``'s title where matplotlib's search would leave it, at the top of the axes?
+
+    The search lifts a title above x tick labels or an x label at the top, above another
+    axes sharing its place (twins, inset children), and above the y axis' offset text
+    ("1e-8" over the axis) where they meet; what lies at the bottom is below the axes.
+    None of these: it stays at y = 1."""
+    if ax.xaxis.get_label_position() != "bottom":
+        return False
+    ticks = ax.xaxis.get_major_ticks()[:1] + ax.xaxis.get_minor_ticks()[:1]
+    if any(tick.label2.get_visible() for tick in ticks):  # tick labels at the top
+        return False
+    if ax.child_axes or len(ax.get_shared_x_axes().get_siblings(ax)) > 1:
+        return False
+    if len(ax._twinned_axes.get_siblings(ax)) > 1:
+        return False
+    formatter = ax.yaxis.get_major_formatter()
+    formatter.set_locs(ax.yaxis.get_majorticklocs())
+    return not formatter.get_offset()

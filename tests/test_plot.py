@@ -59,7 +59,7 @@ def test_collapse_layout_labels_and_limits(ds):
         assert ax.get_ylim() == (0.0, 1.0)
         assert ax.get_xlim() == (0.0, 6.0)
     assert "relative residual" in axes[0].get_ylabel()
-    assert r"1,\infty" in axes[0].get_ylabel()
+    assert "1,∞ norm" in axes[0].get_ylabel()
 
 
 def test_collapse_plots_the_sequence_means(ds):

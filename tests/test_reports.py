@@ -354,3 +354,38 @@ def test_comparison_without_shared_init_and_default_files():
     assert final.count('data-mean="nan"') == 3  # a has only SAN
     with pytest.raises(ValueError):
         render_comparison([a, b], result_files=["only-one.nc"])
+
+
+# --- the titles' fixed place (reports/svg.py) -----------------------------------------------
+
+
+def test_fixed_titles_leave_every_figure_as_matplotlibs_search_would(monkeypatch):
+    # The same report drawn with matplotlib's title search on every axes and with the
+    # shortcut where it applies: the same bytes (two inits, log and linear axes, legends).
+    from probe.reports import svg
+
+    ds = make_collapse_dataset(layers=4, sequences=5)
+    fast = render(ds, result_file="tiny.nc")
+    monkeypatch.setattr(svg, "_title_stays_put", lambda ax: False)
+    assert render(ds, result_file="tiny.nc") == fast
+
+
+def test_a_title_moves_where_something_rises_above_its_axes():
+    from matplotlib.figure import Figure
+
+    from probe.reports.svg import _title_stays_put
+
+    def axes(y, top=False):
+        ax = Figure(layout="constrained").subplots()
+        ax.plot([0, 1, 2], y)
+        ax.set_title("a title")
+        if top:
+            ax.xaxis.tick_top()
+        return ax
+
+    assert _title_stays_put(axes([0.1, 0.5, 0.9]))
+    assert not _title_stays_put(axes([1.00001, 1.00002, 1.00003]))  # offset text over the axis
+    assert not _title_stays_put(axes([0.1, 0.5, 0.9], top=True))  # tick labels at the top
+    twin = axes([0.1, 0.5, 0.9])
+    twin.twinx()
+    assert not _title_stays_put(twin)
