@@ -14,6 +14,7 @@ import re
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
+from matplotlib.ticker import NullLocator
 
 from .page import esc
 
@@ -21,6 +22,8 @@ _ID = re.compile(r'\bid="([^"]+)"')
 _REFERENCE = re.compile(r'(url\(#|href="#)([^)"]+)')
 _COMMENT = re.compile(r"<!--.*?-->", re.DOTALL)
 _METADATA = re.compile(r"<metadata>.*?</metadata>\s*", re.DOTALL)
+_EMPTY_GROUP = re.compile(r'\s*<g id="[^"]*"/>')
+_TICK_ID = re.compile(r' id="[xy]tick_\d+"')
 
 
 def figure_svg(fig: Figure, prefix: str, label: str = "") -> str:
@@ -31,14 +34,22 @@ def figure_svg(fig: Figure, prefix: str, label: str = "") -> str:
             # to see whether the title must move up: a third to a half of drawing a report's
             # figure.  Where nothing can rise above the axes the title stays at y = 1 anyway.
             ax._autotitlepos = False
+        for axis in (ax.xaxis, ax.yaxis):
+            if _minor_ticks_draw_nothing(axis):
+                # A log axis over many decades has dozens of minor ticks with no line, grid or
+                # label in this style; matplotlib still makes and measures each at every pass.
+                axis.set_minor_locator(NullLocator())
     buffer = io.StringIO()
     # A fixed hash salt makes the output deterministic: same data, same report.
     with mpl.rc_context({"svg.hashsalt": "probe", "svg.fonttype": "path"}):
         fig.savefig(buffer, format="svg", metadata={"Date": None}, bbox_inches="tight")
     text = buffer.getvalue()
     text = text[text.index("<svg") :]
-    # The RDF metadata only names matplotlib; comments repeat the figure's text.
-    text = _METADATA.sub("", _COMMENT.sub("", text))
+    # The RDF metadata only names matplotlib; comments repeat the figure's text; an empty
+    # group (a tick that draws nothing) holds nothing, and a tick's group id (a running
+    # count, which the ticks drawing nothing also took) is never referred to.
+    text = _EMPTY_GROUP.sub("", _METADATA.sub("", _COMMENT.sub("", text)))
+    text = _TICK_ID.sub("", text)
     ids = set(_ID.findall(text))
     text = _ID.sub(lambda m: f'id="{prefix}{m.group(1)}"', text)
     text = _REFERENCE.sub(
@@ -67,3 +78,17 @@ def _title_stays_put(ax) -> bool:
     formatter = ax.yaxis.get_major_formatter()
     formatter.set_locs(ax.yaxis.get_majorticklocs())
     return not formatter.get_offset()
+
+
+def _minor_ticks_draw_nothing(axis) -> bool:
+    """Would ``axis``' minor ticks draw nothing: no tick line on either side, no grid line,
+    and an empty label at every one of them (as matplotlib's log formatter leaves them
+    over many decades)?"""
+    params = axis.get_tick_params(which="minor")
+    sides = ("left", "right") if axis.axis_name == "y" else ("bottom", "top")
+    if params.get("gridOn") or any(params.get(side, True) for side in sides):
+        return False
+    locations = axis.get_minorticklocs()
+    formatter = axis.get_minor_formatter()
+    formatter.set_locs(locations)
+    return not any(formatter(x, i) for i, x in enumerate(locations))

@@ -360,13 +360,15 @@ def test_comparison_without_shared_init_and_default_files():
 
 
 def test_fixed_titles_leave_every_figure_as_matplotlibs_search_would(monkeypatch):
-    # The same report drawn with matplotlib's title search on every axes and with the
-    # shortcut where it applies: the same bytes (two inits, log and linear axes, legends).
+    # The same report drawn with matplotlib's title search and every minor tick on every
+    # axes, and with the shortcuts where they apply: the same bytes (two inits, log and
+    # linear axes over many decades, legends).
     from probe.reports import svg
 
     ds = make_collapse_dataset(layers=4, sequences=5)
     fast = render(ds, result_file="tiny.nc")
     monkeypatch.setattr(svg, "_title_stays_put", lambda ax: False)
+    monkeypatch.setattr(svg, "_minor_ticks_draw_nothing", lambda axis: False)
     assert render(ds, result_file="tiny.nc") == fast
 
 
@@ -389,3 +391,24 @@ def test_a_title_moves_where_something_rises_above_its_axes():
     twin = axes([0.1, 0.5, 0.9])
     twin.twinx()
     assert not _title_stays_put(twin)
+
+
+def test_minor_ticks_are_dropped_only_where_they_draw_nothing():
+    import matplotlib as mpl
+    from matplotlib.figure import Figure
+
+    from probe.plot import STYLE, log_axis
+    from probe.reports.svg import _minor_ticks_draw_nothing
+
+    def axis(low, grid=False):
+        with mpl.rc_context(STYLE):
+            ax = Figure().subplots()
+            ax.plot([0, 1], [low, 1.0])
+            log_axis(ax)
+            if grid:
+                ax.grid(True, which="minor")
+            return ax.yaxis
+
+    assert _minor_ticks_draw_nothing(axis(1e-16))  # 16 decades: unlabelled, no lines
+    assert not _minor_ticks_draw_nothing(axis(0.2))  # under one decade: 0.3, 0.4 ... labelled
+    assert not _minor_ticks_draw_nothing(axis(1e-16, grid=True))  # minor grid lines
