@@ -239,9 +239,6 @@ def execute(
     mine = batches[slice(*shard(len(batches), rank, world_size))]
     first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
     count = sum(ids.shape[0] for _, ids, _ in mine)
-    if plan.branch_scale == 1:  # the theory panel's constants, beside the forwards
-        for probed in plan.models:
-            theory.constants_ahead(probed)
     blocks = measure.blocks(plan, mine, progress, part)
     measured = None  # the theory panel's residuals, from the run's first batch
     if stream_to is not None:

@@ -44,8 +44,6 @@ it is not below the input's own residual ||res(X_0)|| (it certifies no decrease)
 from __future__ import annotations
 
 import math
-import weakref
-from concurrent.futures import Future
 from functools import cache
 from typing import Any
 
@@ -56,7 +54,7 @@ import xarray as xr
 from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 from .interrupts import check_interrupt
-from .linalg.lapack import serially, serially_ahead
+from .linalg.lapack import serially
 
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
 
@@ -151,27 +149,6 @@ def _activation(config, mlp) -> str:
     return "gelu"
 
 
-#: Constants started ahead (``constants_ahead``): id of the model -> (the model, a weak
-#: reference, and the future of its constants).
-_AHEAD: dict[int, tuple[weakref.ref, Future]] = {}
-
-
-def constants_ahead(probed) -> None:
-    """Start ``probed``'s constants (``layer_constants``) in ``serially``'s thread, so that on
-    a CPU they run beside the caller's forwards; ``layer_constants`` takes them from there.
-    On another device, spread by a device map (whose hooks move weights while the forwards
-    run), remote, or with one thread, nothing starts: they are taken when asked for."""
-    if (
-        probed.device.type != "cpu"
-        or probed.device_map
-        or probed.remote
-        or torch.get_num_threads() == 1
-        or id(probed) in _AHEAD
-    ):
-        return
-    _AHEAD[id(probed)] = (weakref.ref(probed), serially_ahead(_layer_constants, probed))
-
-
 def layer_constants(probed) -> dict[str, Any]:
     """Per layer the constants of Theorem 2.2 and Corollary 3.2 from the model's weights.
 
@@ -179,13 +156,6 @@ def layer_constants(probed) -> dict[str, Any]:
     product, ``c`` = 4 beta H / sqrt(d_qk) (gamma = 1), ``lambda`` (NaN where the family
     gives none); ``missing``: one line per constant the family cannot give.
     """
-    ahead = _AHEAD.pop(id(probed), None)
-    if ahead is not None and ahead[0]() is probed:
-        return ahead[1].result()
-    return _layer_constants(probed)
-
-
-def _layer_constants(probed) -> dict[str, Any]:
     from .models.spec import SpecAdapter
     from .models.weights import resolve_module
 

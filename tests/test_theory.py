@@ -132,20 +132,6 @@ def test_constants_inside_no_grad():
     assert found["lipschitz_activation"] == pytest.approx(1.1289, abs=1e-4)  # GELU's max slope
 
 
-def test_constants_started_ahead_are_the_constants(monkeypatch):
-    # collapse.execute starts them beside its forwards (two threads or more on a CPU).
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
-    model = probe.wrap(tiny_model("bert", seed=3))
-    inline = theory.layer_constants(model)
-    theory.constants_ahead(model)
-    assert id(model) in theory._AHEAD
-    assert theory.layer_constants(model) == inline
-    assert id(model) not in theory._AHEAD  # taken once; the next call computes them again
-    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
-    theory.constants_ahead(model)  # one thread: nothing beside the forwards
-    assert id(model) not in theory._AHEAD
-
-
 def test_the_constants_leave_torchs_lu_working():
     # torch.set_num_threads, which the constants once called twice a layer to run serially,
     # leaves MKL's batched LU in torch's CPU build returning impossible pivots for the rest of

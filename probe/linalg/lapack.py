@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 from torch import Tensor
@@ -92,7 +92,6 @@ def _serial_lapack() -> None:
         pass
 
 
-_SERIAL_PREFIX = "probe-serial"
 _SERIAL: ThreadPoolExecutor | None = None
 _SERIAL_PID: int | None = None
 
@@ -110,19 +109,11 @@ def serially(fn, *args):
     ``torch.linalg.lu_factor`` of a (4, 160, 160) float64 batch).  Settings that are not found
     (other builds) are left as they are: the work is then merely not serial.  Grad mode is
     per thread: ``fn`` sets its own."""
-    if threading.current_thread().name.startswith(_SERIAL_PREFIX):  # already there
-        return fn(*args)
-    return serially_ahead(fn, *args).result()
-
-
-def serially_ahead(fn, *args) -> Future:
-    """``fn(*args)`` started in ``serially``'s thread; its future, for the caller to take later
-    (work that runs beside the caller's own)."""
     global _SERIAL, _SERIAL_PID
     if _SERIAL_PID != os.getpid():  # a forked child has the object but not its thread
-        _SERIAL = ThreadPoolExecutor(1, thread_name_prefix=_SERIAL_PREFIX, initializer=_one_thread)
+        _SERIAL = ThreadPoolExecutor(1, thread_name_prefix="probe-serial", initializer=_one_thread)
         _SERIAL_PID = os.getpid()
-    return _SERIAL.submit(fn, *args)
+    return _SERIAL.submit(fn, *args).result()
 
 
 def _one_thread() -> None:
