@@ -57,9 +57,9 @@ over sequences:
   eps sigma_1 against numpy's SVD on causal, padded, flat, rank-one and identity matrices.
   The values are not bit for bit the dense SVD's (other rounding), within that accuracy; a
   matrix's values do not depend on its batch.  On CUDA the run stays on the device without a
-  per-matrix QR or SVD (``krylov_top_two``'s ``batched``), under the same residual test.  What no residual test can see is a singular
-  value whose vector is exactly orthogonal to the start block's Krylov space; a fixed random
-  start makes that a measure-zero event.  Cost: docs/attention.md, Cost.
+  per-matrix QR or SVD (``krylov_top_two``'s ``batched``), under the same residual test.
+  What no residual test can see is a singular value whose vector is exactly orthogonal to
+  the start block's Krylov space; a fixed random start makes that a measure-zero event.  Cost: docs/attention.md, Cost.
 * Gu et al.'s sink rate, Sink_eps: the share of (layer, head) pairs with r_h0 > eps.
 
 Hidden-state statistics of one layer's output X (sequence, token, hidden):
@@ -172,9 +172,10 @@ def krylov_top_two(A: Tensor, batched: bool | None = None) -> tuple[Tensor, Tens
 
     ``batched`` (the default off a CPU): the block's orthonormalisation and the Ritz step
     without a QR or an SVD per matrix, which cuSOLVER runs one matrix at a time (a layer's
-    many T x 4 and T x 48 problems then cost more than its products): the block by
-    Gram-Schmidt, column by column against the basis and twice; the Ritz vectors from the
-    small B^T B on the host's LAPACK (``_ritz``).  The same residual test certifies either."""
+    many T x 4 and T x 48 problems then cost more than its products): the block projected
+    off the basis and its columns orthonormalised one by one, twice (``_gram_schmidt``); the
+    Ritz vectors from the small B^T B on the host's LAPACK (``_ritz``).  The same residual
+    test certifies either."""
     n, T, _ = A.shape
     if batched is None:
         batched = A.device.type != "cpu"

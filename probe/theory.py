@@ -157,7 +157,7 @@ def layer_constants(probed) -> dict[str, Any]:
     gives none); ``missing``: one line per constant the family cannot give.
     """
     from .models.spec import SpecAdapter
-    from .models.weights import resolve_module
+    from .models.weights import query_key, resolve_module
 
     adapter, model, config = probed.adapter, probed.model, probed.config
     L = probed.n_layers
@@ -180,13 +180,22 @@ def layer_constants(probed) -> dict[str, Any]:
     scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
         check_interrupt()  # a large model's constants take seconds per layer
-        try:
-            values, d, scratch = _serial(
-                probed.device, _layer_norms, layers[index], spec, config, (H, kv), mlp, scratch
-            )
+        try:  # views of the weights, no arithmetic: read here
+            query_keys = query_key(layers[index], spec.heads, config, H, kv)
         except ProbeError as error:
             out["missing"] = [f"beta: {error}"]
             return out
+        values, d, scratch = _serial(
+            probed.device,
+            _layer_norms,
+            layers[index],
+            query_keys,
+            spec,
+            config,
+            (H, kv),
+            mlp,
+            scratch,
+        )
         heads_qk = [qk_1 for qk_1, _ in values[:H]]
         heads_vo = [_composite(*pair) for pair in values[H : 2 * H]]
         qk.append(max(heads_qk))
@@ -229,15 +238,16 @@ def layer_constants(probed) -> dict[str, Any]:
     return out
 
 
-def _layer_norms(layer, spec, config, heads: tuple[int, int], mlp, scratch):
-    """One layer's norms, read in one copy: (||.||_1, ||.||_inf) of each head's W_QK, then of
-    each head's W_V W_O, then of the MLP's two matrices (where it has them); d_qk; and the
-    scratch buffer for the next layer (``_product_norms``)."""
-    from .models.weights import query_key, resolve_module, value_output
+def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, scratch):
+    """One layer's norms, read in one copy: (||.||_1, ||.||_inf) of each head's W_QK (from
+    ``query_keys``, its (w_q, w_k)), then of each head's W_V W_O, then of the MLP's two
+    matrices (where it has them); d_qk; and the scratch buffer for the next layer
+    (``_product_norms``)."""
+    from .models.weights import resolve_module, value_output
 
     H, kv = heads
+    w_q, w_k = query_keys
     with torch.no_grad():
-        w_q, w_k = query_key(layer, spec.heads, config, H, kv)
         w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
         d = w_q.shape[-1]
         w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))

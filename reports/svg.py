@@ -68,7 +68,7 @@ def _title_stays_put(ax) -> bool:
     None of these: it stays at y = 1."""
     if ax.xaxis.get_label_position() != "bottom":
         return False
-    ticks = ax.xaxis.get_major_ticks()[:1] + ax.xaxis.get_minor_ticks()[:1]
+    ticks = ax.xaxis.get_major_ticks(1) + ax.xaxis.get_minor_ticks(1)  # all alike: one each
     if any(tick.label2.get_visible() for tick in ticks):  # tick labels at the top
         return False
     if ax.child_axes or len(ax.get_shared_x_axes().get_siblings(ax)) > 1:
