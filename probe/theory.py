@@ -44,6 +44,7 @@ it is not below the input's own residual ||res(X_0)|| (it certifies no decrease)
 from __future__ import annotations
 
 import math
+import threading
 from functools import cache
 from typing import Any
 
@@ -54,7 +55,7 @@ import xarray as xr
 from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 from .interrupts import check_interrupt
-from .linalg.lapack import serially
+from .linalg.lapack import serial_threads
 
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
 
@@ -96,8 +97,8 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch
     The n x m product of a head's low-rank factors (d = d_qk << n) is formed a block of rows
     at a time into ``out`` (reused for every head): a fresh n x m float64 matrix per head
     costs a page fault per 4 KiB and another pass through memory: for Llama-3.2-1B (n = 2048,
-    16 layers of 32 heads) the constants took 56 s that way and take 16.5 s this way on this
-    project's CPU.  Every entry is the same dot product as in the whole product; only the
+    16 layers of 32 heads) the constants took 56 s that way and 16.5 s this way on this
+    project's CPU, one product at a time (on a day that took 25 s, two side by side took 15 s).  Every entry is the same dot product as in the whole product; only the
     order of the column sums' additions differs.
     """
     blocks = -(-a.shape[0] * b.shape[1] // _BLOCK_ENTRIES)  # of equal size, the last aside
@@ -113,19 +114,25 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch
     return torch.stack([columns.max(), widest])
 
 
-def _serial(device: torch.device, fn, *args):
-    """``fn(*args)``, with torch's CPU work serial on a CPU (probe.linalg.lapack.serially).
+def _serial_pool(device: torch.device):
+    """Where a layer's norms run: on a CPU with more than one thread, the threads of
+    probe.linalg.lapack.serial_threads, each serial, one head's product at a time; else None
+    (the calling thread).
 
     Each head's products are small (768 x 64 x 768 for BERT-base, a few milliseconds each),
-    so the pool gains little even on idle cores, and on a shared machine every
-    operation's barrier waits for a descheduled thread: bert-base's constants took 20 s of CPU
-    time and 70 s of wall time with 2 threads under a load average of 16, and 2 s and 7 s with
-    one.  The numbers do not change: torch splits a reduction over the columns it keeps (each
-    sum is added in one thread, in one order) and each entry of a product is one dot product.
+    so a thread pool inside each product gains little even on idle cores, and on a shared
+    machine every operation's barrier waits for a descheduled thread: bert-base's constants
+    took 20 s of CPU time and 70 s of wall time with 2 threads under a load average of 16, and
+    2 s and 7 s with one.  Whole products side by side, each in one serial thread, wait for
+    each other only at the end of a layer, and a thread that is descheduled holds up its own
+    product, not the others'.  The numbers do not change: each norm is computed by the same
+    serial code, whichever thread runs it (each entry of a product is one dot product, each
+    sum is added in one thread in one order).  The memory does not grow with the threads but
+    by a buffer of row blocks (4 MiB) each.
     """
     if device.type != "cpu" or torch.get_num_threads() == 1:
-        return fn(*args)
-    return serially(fn, *args)
+        return None
+    return serial_threads()
 
 
 @cache
@@ -176,25 +183,18 @@ def layer_constants(probed) -> dict[str, Any]:
     mlp = spec.mlp_of(config)  # the family's entry says where its MLP is, or that it is gated
     mlp = None if mlp.gated else mlp
     lip = activation_lipschitz(_activation(config, mlp)) if mlp else float("nan")
+    pool = _serial_pool(probed.device)
+    scratch: dict[int, torch.Tensor] = {}  # per thread: the row blocks of its products
     d = None
-    scratch = None  # the row blocks of every head's product (_product_norms)
     for index in range(L):
         check_interrupt()  # a large model's constants take seconds per layer
-        try:  # views of the weights, no arithmetic: read here
+        try:
             query_keys = query_key(layers[index], spec.heads, config, H, kv)
         except ProbeError as error:
             out["missing"] = [f"beta: {error}"]
             return out
-        values, d, scratch = _serial(
-            probed.device,
-            _layer_norms,
-            layers[index],
-            query_keys,
-            spec,
-            config,
-            (H, kv),
-            mlp,
-            scratch,
+        values, d = _layer_norms(
+            layers[index], query_keys, spec, config, (H, kv), mlp, pool, scratch
         )
         heads_qk = [qk_1 for qk_1, _ in values[:H]]
         heads_vo = [_composite(*pair) for pair in values[H : 2 * H]]
@@ -238,11 +238,12 @@ def layer_constants(probed) -> dict[str, Any]:
     return out
 
 
-def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, scratch):
+def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, pool, scratch):
     """One layer's norms, read in one copy: (||.||_1, ||.||_inf) of each head's W_QK (from
     ``query_keys``, its (w_q, w_k)), then of each head's W_V W_O, then of the MLP's two
-    matrices (where it has them); d_qk; and the scratch buffer for the next layer
-    (``_product_norms``)."""
+    matrices (where it has them); and d_qk.  Each of them is one task for ``pool`` (or, where
+    it is None, for this thread); ``scratch``: thread id -> its buffer for the row blocks of
+    ``_product_norms``, made once per thread and reused for every head and layer."""
     from .models.weights import resolve_module, value_output
 
     H, kv = heads
@@ -250,22 +251,40 @@ def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, s
     with torch.no_grad():
         w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
         d = w_q.shape[-1]
+        size = _BLOCK_ENTRIES + w_q.shape[1]
         w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
-        if scratch is None:
-            scratch = torch.empty(
-                _BLOCK_ENTRIES + w_q.shape[1], dtype=torch.float64, device=w_q.device
-            )
-        # Every norm of the layer as one tensor, read in one copy: on CUDA a float() per
-        # norm made the host wait for the device 48 times a layer (bert-base).
-        norms = [_product_norms(w_q[h], w_k[h].T, scratch) for h in range(H)]
-        norms += [_product_norms(w_v[h], w_o[h], scratch) for h in range(H)]
+        tasks = [(w_q[h], w_k[h].T) for h in range(H)] + [(w_v[h], w_o[h]) for h in range(H)]
         if mlp:
             first = resolve_module(layer, mlp.first).weight.detach().double()
             second = resolve_module(layer, mlp.second).weight.detach().double()
             if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
                 first, second = first.T, second.T
-            norms += [_norms_1_inf(first), _norms_1_inf(second)]
-        return torch.stack(norms).tolist(), d, scratch
+            tasks += [(first, None), (second, None)]
+        work = [(_norms_of, a, b, size, scratch) for a, b in tasks]
+        if pool is None:
+            norms = [_norms_of(*args) for _, *args in work]
+        else:
+            pending = [pool.submit(*args) for args in work]
+            try:
+                norms = [future.result() for future in pending]
+            finally:  # an interrupt: the norms not yet started are not started
+                for future in pending:
+                    future.cancel()
+        # Every norm of the layer as one tensor, read in one copy: on CUDA a float() per
+        # norm made the host wait for the device 48 times a layer (bert-base).
+        return torch.stack(norms).tolist(), d
+
+
+def _norms_of(a: torch.Tensor, b: torch.Tensor | None, size: int, scratch: dict) -> torch.Tensor:
+    """(||.||_1, ||.||_inf) of the product a b (``_product_norms``, in this thread's buffer of
+    ``size`` entries) or, where b is None, of a itself."""
+    if b is None:
+        return _norms_1_inf(a)
+    buffer = scratch.get(threading.get_ident())
+    if buffer is None:
+        buffer = torch.empty(size, dtype=torch.float64, device=a.device)
+        scratch[threading.get_ident()] = buffer
+    return _product_norms(a, b, buffer)
 
 
 def residual_norms(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -156,7 +156,7 @@ def test_tokens_in_tight_groups_converge_in_the_krylov_loop(monkeypatch):
 
 def test_dense_path_survives_a_change_of_the_thread_count():
     # After torch.set_num_threads (a user's, or the theory constants' before they ran in
-    # probe.linalg.lapack.serially), MKL's batched LU returned pivots of 0 and the
+    # probe.linalg.lapack.serial_threads), MKL's batched LU returned pivots of 0 and the
     # dense path's inverse iteration failed ("Pivots given to lu_solve must all be greater
     # or equal to 1").  Impossible pivots now send u_1 to the symmetric eigensolver, which
     # that fault leaves alone: the same values up to rounding (the stated 1e-10 relative).

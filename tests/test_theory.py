@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from typer.testing import CliRunner
 import probe
 from probe import theory
 from probe.cli.app import app
+from probe.linalg import lapack
 from tests.reference import theory_numpy
 from tests.reference.tiny import tiny_model, tiny_spec_model
 from tests.test_families import TINY
@@ -124,6 +126,55 @@ def test_constants_in_row_blocks_equal_the_reference(monkeypatch, family, entrie
         np.testing.assert_allclose(found[key], want[key], rtol=RTOL, atol=0, err_msg=key)
 
 
+@pytest.mark.parametrize("family", ["bert", "gpt2", "llama"])
+def test_products_side_by_side_give_the_numbers_of_one_thread(monkeypatch, family):
+    """The heads' products in the serial threads, side by side, give the very numbers of one
+    thread taking them one by one (each norm is the same serial code, whichever thread runs
+    it): equal, not close.  Row blocks of a few entries make
+    many passes through each thread's scratch buffer, where a shared one would show."""
+    monkeypatch.setattr(theory, "_BLOCK_ENTRIES", 7)
+    model = tiny_model(family, seed=5) if family != "llama" else tiny_spec_model("llama")
+    probed = probe.wrap(model)
+    pool = ThreadPoolExecutor(3, initializer=lapack._one_thread)  # whatever torch's count
+    monkeypatch.setattr(theory, "_serial_pool", lambda device: pool)
+    side_by_side = theory.layer_constants(probed)
+    pool.shutdown()
+    monkeypatch.setattr(theory, "_serial_pool", lambda device: None)
+    one_by_one = theory.layer_constants(probed)
+    assert len(side_by_side["qk"]) == probed.n_layers > 1
+    for key in ("qk", "vo", "beta", "c", "lambda"):
+        np.testing.assert_array_equal(side_by_side[key], one_by_one[key], err_msg=key)
+
+
+def test_a_layer_without_query_keys_says_so_after_the_layers_before_it(monkeypatch):
+    """A layer whose queries and keys cannot be read ends the constants with one line; an
+    error reading an earlier layer's values comes first."""
+    from probe.errors import ProbeError
+    from probe.models import weights
+
+    probed = probe.wrap(tiny_model("gpt2", seed=5))
+    layers = list(probed.model.h)
+    read_qk, read_vo = weights.query_key, weights.value_output
+
+    def query_key(layer, *args):
+        if layer is layers[1]:
+            raise ProbeError("no queries here")
+        return read_qk(layer, *args)
+
+    monkeypatch.setattr(weights, "query_key", query_key)
+    found = theory.layer_constants(probed)
+    assert found["missing"] == ["beta: no queries here"] and "beta" not in found
+
+    def value_output(layer, *args):
+        if layer is layers[0]:
+            raise ProbeError("no values here")
+        return read_vo(layer, *args)
+
+    monkeypatch.setattr(weights, "value_output", value_output)
+    with pytest.raises(ProbeError, match="no values here"):
+        theory.layer_constants(probed)
+
+
 def test_constants_inside_no_grad():
     """The activation's slope is measured with autograd, also inside a caller's no_grad."""
     theory.activation_lipschitz.cache_clear()
@@ -135,7 +186,7 @@ def test_constants_inside_no_grad():
 def test_the_constants_leave_torchs_lu_working():
     # torch.set_num_threads, which the constants once called twice a layer to run serially,
     # leaves MKL's batched LU in torch's CPU build returning impossible pivots for the rest of
-    # the process (probe.linalg.lapack.serially).  A fresh process, as a user's: 82 of 640
+    # the process (probe.linalg.lapack.serial_threads).  A fresh process, as a user's: 82 of 640
     # pivots were 0 after bert-tiny's constants.
     code = (
         "import torch, probe; from probe import theory; "

@@ -63,7 +63,7 @@ def _valid(pivots: Tensor) -> bool:
     MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2) returns pivots of 0 after
     any call of torch.set_num_threads ("Parameter 6 was incorrect on entry to DLASWP"),
     reproduced outside probe; its symmetric eigensolvers, Cholesky and matmuls were
-    unaffected.  probe no longer calls it (probe.linalg.lapack.serially); a user may."""
+    unaffected.  probe no longer calls it (probe.linalg.lapack.serial_threads); a user may."""
     k = pivots.shape[-1]
     first = torch.arange(1, k + 1, dtype=pivots.dtype, device=pivots.device)
     return bool(((pivots >= first) & (pivots <= k)).all())

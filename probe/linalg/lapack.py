@@ -93,27 +93,33 @@ def _serial_lapack() -> None:
 
 
 _SERIAL: ThreadPoolExecutor | None = None
-_SERIAL_PID: int | None = None
+_SERIAL_KEY: tuple[int, int] | None = None  # (pid, threads) it was made for
 
 
-def serially(fn, *args):
-    """``fn(*args)`` with torch's CPU work serial: in one dedicated thread whose OpenMP thread
-    count (which torch's intra-op parallelism reads, per thread) and MKL thread count (MKL's
-    per-thread setting) are 1.  The caller waits for it.
+def serial_threads() -> ThreadPoolExecutor:
+    """A pool of as many threads as torch's intra-op setting, each of whose OpenMP thread count
+    (which torch's intra-op parallelism reads, per thread) and MKL thread count (MKL's
+    per-thread setting) are 1: torch's CPU work submitted to it runs serially in each thread,
+    independent pieces side by side.
 
     For many small operations, where a thread pool's barriers cost more than they gain (and
-    far more on a loaded machine).  torch.set_num_threads would do it for the whole process,
-    and any call of it leaves MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2)
+    far more on a loaded machine: a descheduled thread delays only its own piece, not every
+    operation's barrier).  torch.set_num_threads would do it for the whole process, and any
+    call of it leaves MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2)
     returning impossible pivots (``Parameter 6 was incorrect on entry to DLASWP``) for the rest
     of the process (reproduced with torch alone: ``torch.set_num_threads(2)``, then
     ``torch.linalg.lu_factor`` of a (4, 160, 160) float64 batch).  Settings that are not found
     (other builds) are left as they are: the work is then merely not serial.  Grad mode is
-    per thread: ``fn`` sets its own."""
-    global _SERIAL, _SERIAL_PID
-    if _SERIAL_PID != os.getpid():  # a forked child has the object but not its thread
-        _SERIAL = ThreadPoolExecutor(1, thread_name_prefix="probe-serial", initializer=_one_thread)
-        _SERIAL_PID = os.getpid()
-    return _SERIAL.submit(fn, *args).result()
+    per thread: what runs there sets its own."""
+    global _SERIAL, _SERIAL_KEY
+    threads = max(1, torch.get_num_threads())
+    # A forked child inherits the pool object but none of its threads: it makes its own.
+    if _SERIAL_KEY != (os.getpid(), threads):
+        _SERIAL = ThreadPoolExecutor(
+            threads, thread_name_prefix="probe-serial", initializer=_one_thread
+        )
+        _SERIAL_KEY = (os.getpid(), threads)
+    return _SERIAL
 
 
 def _one_thread() -> None:
