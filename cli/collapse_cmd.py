@@ -78,9 +78,7 @@ def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> Non
             ]
         for ds, stream in zip(datasets, streams, strict=True):
             nc, html = write_result(ds, out_dir, streamed=stream)
-            ds.close()
-            ds = xr.open_dataset(nc, engine=ENGINE)  # lazily, from where the file now is
-            results.append((ds, nc))
+            results.append((ds, nc))  # still read lazily: its file was moved, not copied
             _print_result(ds, nc, html, metric, norm, fit)
         _finish(results, out_dir)
     finally:
