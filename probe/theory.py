@@ -98,8 +98,9 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch
     at a time into ``out`` (reused for every head): a fresh n x m float64 matrix per head
     costs a page fault per 4 KiB and another pass through memory: for Llama-3.2-1B (n = 2048,
     16 layers of 32 heads) the constants took 56 s that way and 16.5 s this way on this
-    project's CPU, one product at a time (on a day that took 25 s, two side by side took 15 s).  Every entry is the same dot product as in the whole product; only the
-    order of the column sums' additions differs.
+    project's CPU, one product at a time (on a day that took 25 s, two side by side took
+    15 s).  Every entry is the same dot product as in the whole product; only the order of
+    the column sums' additions differs.
     """
     blocks = -(-a.shape[0] * b.shape[1] // _BLOCK_ENTRIES)  # of equal size, the last aside
     rows = -(-a.shape[0] // blocks)
@@ -188,7 +189,7 @@ def layer_constants(probed) -> dict[str, Any]:
     d = None
     for index in range(L):
         check_interrupt()  # a large model's constants take seconds per layer
-        try:
+        try:  # views of the weights, no arithmetic: read here
             query_keys = query_key(layers[index], spec.heads, config, H, kv)
         except ProbeError as error:
             out["missing"] = [f"beta: {error}"]
