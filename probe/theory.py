@@ -117,8 +117,8 @@ def _product_norms(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor) -> torch
 
 def _serial_pool(device: torch.device):
     """Where a layer's norms run: on a CPU with more than one thread, the threads of
-    probe.linalg.lapack.serial_threads, each serial, one head's product at a time; else None
-    (the calling thread).
+    probe.linalg.lapack.serial_threads, each serial, one head's product at a time; else (or
+    called from one of them) None: the calling thread.
 
     Each head's products are small (768 x 64 x 768 for BERT-base, a few milliseconds each),
     so a thread pool inside each product gains little even on idle cores, and on a shared
@@ -133,7 +133,7 @@ def _serial_pool(device: torch.device):
     """
     if device.type != "cpu" or torch.get_num_threads() == 1:
         return None
-    return serial_threads()
+    return serial_threads()  # None inside one of them: this thread, serial already
 
 
 @cache

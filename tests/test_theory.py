@@ -146,6 +146,18 @@ def test_products_side_by_side_give_the_numbers_of_one_thread(monkeypatch, famil
         np.testing.assert_array_equal(side_by_side[key], one_by_one[key], err_msg=key)
 
 
+def test_constants_asked_for_in_a_serial_thread_run_there(monkeypatch):
+    """Called from the serial threads themselves, every one of them at once, the constants run
+    in the asking thread: a wait there on the pool would wait for itself, forever."""
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)  # a pool of 2, on any machine
+    probed = probe.wrap(tiny_model("gpt2", seed=5))
+    want = theory.layer_constants(probed)
+    pool = lapack.serial_threads()
+    asked = [pool.submit(theory.layer_constants, probed) for _ in range(2)]
+    for found in asked:
+        assert found.result(timeout=60)["beta"] == want["beta"]
+
+
 def test_a_layer_without_query_keys_says_so_after_the_layers_before_it(monkeypatch):
     """A layer whose queries and keys cannot be read ends the constants with one line; an
     error reading an earlier layer's values comes first."""

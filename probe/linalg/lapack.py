@@ -92,11 +92,12 @@ def _serial_lapack() -> None:
         pass
 
 
+_SERIAL_PREFIX = "probe-serial"
 _SERIAL: ThreadPoolExecutor | None = None
 _SERIAL_KEY: tuple[int, int] | None = None  # (pid, threads) it was made for
 
 
-def serial_threads() -> ThreadPoolExecutor:
+def serial_threads() -> ThreadPoolExecutor | None:
     """A pool of as many threads as torch's intra-op setting, each of whose OpenMP thread count
     (which torch's intra-op parallelism reads, per thread) and MKL thread count (MKL's
     per-thread setting) are 1: torch's CPU work submitted to it runs serially in each thread,
@@ -110,13 +111,18 @@ def serial_threads() -> ThreadPoolExecutor:
     of the process (reproduced with torch alone: ``torch.set_num_threads(2)``, then
     ``torch.linalg.lu_factor`` of a (4, 160, 160) float64 batch).  Settings that are not found
     (other builds) are left as they are: the work is then merely not serial.  Grad mode is
-    per thread: what runs there sets its own."""
+    per thread: what runs there sets its own.
+
+    None in one of these threads (their work submitted again): a wait there on the pool could
+    wait for itself, and the thread already runs serially."""
     global _SERIAL, _SERIAL_KEY
+    if threading.current_thread().name.startswith(_SERIAL_PREFIX):
+        return None
     threads = max(1, torch.get_num_threads())
     # A forked child inherits the pool object but none of its threads: it makes its own.
     if _SERIAL_KEY != (os.getpid(), threads):
         _SERIAL = ThreadPoolExecutor(
-            threads, thread_name_prefix="probe-serial", initializer=_one_thread
+            threads, thread_name_prefix=_SERIAL_PREFIX, initializer=_one_thread
         )
         _SERIAL_KEY = (os.getpid(), threads)
     return _SERIAL
