@@ -59,7 +59,8 @@ over sequences:
   matrix's values do not depend on its batch.  On CUDA the run stays on the device without a
   per-matrix QR or SVD (``krylov_top_two``'s ``batched``), under the same residual test.
   What no residual test can see is a singular value whose vector is exactly orthogonal to
-  the start block's Krylov space; a fixed random start makes that a measure-zero event.  Cost: docs/attention.md, Cost.
+  the start block's Krylov space; a fixed random start makes that a measure-zero event.
+  Cost: docs/attention.md, Cost.
 * Gu et al.'s sink rate, Sink_eps: the share of (layer, head) pairs with r_h0 > eps.
 
 Hidden-state statistics of one layer's output X (sequence, token, hidden):

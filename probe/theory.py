@@ -261,11 +261,10 @@ def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, p
             if mlp.layout == "linear":  # nn.Linear y = x W^T: the right factor is W^T
                 first, second = first.T, second.T
             tasks += [(first, None), (second, None)]
-        work = [(_norms_of, a, b, size, scratch) for a, b in tasks]
         if pool is None:
-            norms = [_norms_of(*args) for _, *args in work]
+            norms = [_norms_of(a, b, size, scratch) for a, b in tasks]
         else:
-            pending = [pool.submit(*args) for args in work]
+            pending = [pool.submit(_norms_of, a, b, size, scratch) for a, b in tasks]
             try:
                 norms = [future.result() for future in pending]
             finally:  # an interrupt: the norms not yet started are not started

@@ -26,9 +26,24 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from torch import Tensor
 
-_PREFIX = "probe-lapack"
-_POOL: ThreadPoolExecutor | None = None
-_POOL_KEY: tuple[int, int] | None = None  # (pid, threads) it was made for
+#: name prefix -> ((pid, threads) it was made for, the pool): see _pool.
+_POOLS: dict[str, tuple[tuple[int, int], ThreadPoolExecutor]] = {}
+
+
+def _pool(prefix: str, initializer) -> ThreadPoolExecutor | None:
+    """The pool of as many threads as torch's intra-op setting whose threads are named
+    ``prefix`` and set up by ``initializer``, made on first use; None in one of its own
+    threads (work submitted again): a wait there on the pool could wait for itself, and the
+    thread already runs serially."""
+    if threading.current_thread().name.startswith(prefix):
+        return None
+    key = (os.getpid(), torch.get_num_threads())
+    made = _POOLS.get(prefix)
+    # A forked child inherits the pool object but none of its threads: it makes its own.
+    if made is None or made[0] != key:
+        pool = ThreadPoolExecutor(key[1], thread_name_prefix=prefix, initializer=initializer)
+        made = _POOLS[prefix] = (key, pool)
+    return made[1]
 
 
 def lapack(fn, *problems: Tensor) -> list:
@@ -48,19 +63,14 @@ def lapack(fn, *problems: Tensor) -> list:
         host = lapack(fn, *(P.cpu() for P in problems))
         return [_to_device(result, device) for result in host]
     threads = torch.get_num_threads()
-    # In one of the pool's own threads (fn called lapack again): a wait on the pool there
-    # could wait for itself, and the thread already runs LAPACK serially.
-    if threads < 2 or threading.current_thread().name.startswith(_PREFIX):
+    # None in one of the pool's own threads (fn called lapack again): LAPACK runs serially.
+    pool = _pool("probe-lapack", _serial_lapack) if threads > 1 else None
+    if pool is None:
         return [fn(P) for P in problems]
     # Even a single matrix goes to the pool: every matrix is then solved by serial LAPACK,
     # whose rounding does not depend on the batch it came in or the number of threads.
     workers = min(threads, max(P.shape[0] for P in problems))
-    global _POOL, _POOL_KEY
-    # A forked child inherits the pool object but none of its threads: it makes its own.
-    if _POOL_KEY != (os.getpid(), threads):
-        _POOL = ThreadPoolExecutor(threads, thread_name_prefix=_PREFIX, initializer=_serial_lapack)
-        _POOL_KEY = (os.getpid(), threads)
-    futures = [[_POOL.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
+    futures = [[pool.submit(fn, piece) for piece in P.tensor_split(workers)] for P in problems]
     results = []
     for pending in futures:
         parts = [future.result() for future in pending]
@@ -92,11 +102,6 @@ def _serial_lapack() -> None:
         pass
 
 
-_SERIAL_PREFIX = "probe-serial"
-_SERIAL: ThreadPoolExecutor | None = None
-_SERIAL_KEY: tuple[int, int] | None = None  # (pid, threads) it was made for
-
-
 def serial_threads() -> ThreadPoolExecutor | None:
     """A pool of as many threads as torch's intra-op setting, each of whose OpenMP thread count
     (which torch's intra-op parallelism reads, per thread) and MKL thread count (MKL's
@@ -111,21 +116,8 @@ def serial_threads() -> ThreadPoolExecutor | None:
     of the process (reproduced with torch alone: ``torch.set_num_threads(2)``, then
     ``torch.linalg.lu_factor`` of a (4, 160, 160) float64 batch).  Settings that are not found
     (other builds) are left as they are: the work is then merely not serial.  Grad mode is
-    per thread: what runs there sets its own.
-
-    None in one of these threads (their work submitted again): a wait there on the pool could
-    wait for itself, and the thread already runs serially."""
-    global _SERIAL, _SERIAL_KEY
-    if threading.current_thread().name.startswith(_SERIAL_PREFIX):
-        return None
-    threads = max(1, torch.get_num_threads())
-    # A forked child inherits the pool object but none of its threads: it makes its own.
-    if _SERIAL_KEY != (os.getpid(), threads):
-        _SERIAL = ThreadPoolExecutor(
-            threads, thread_name_prefix=_SERIAL_PREFIX, initializer=_one_thread
-        )
-        _SERIAL_KEY = (os.getpid(), threads)
-    return _SERIAL
+    per thread: what runs there sets its own.  None in one of these threads (``_pool``)."""
+    return _pool("probe-serial", _one_thread)
 
 
 def _one_thread() -> None:
