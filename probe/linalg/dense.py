@@ -44,7 +44,12 @@ def top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
     shift = torch.where(lam1 > 0, lam1 * (1 + 1e-12), 1.0)  # an all-zero G: any vector
     shifted = G.clone()
     shifted.diagonal(dim1=-2, dim2=-1).sub_(shift[:, None])
-    LU, pivots = torch.linalg.lu_factor(shifted)
+    if G.device.type == "cpu":  # one matrix at a time: see _valid
+        factors = [torch.linalg.lu_factor(matrix) for matrix in shifted]
+        LU = torch.stack([lu for lu, _ in factors])
+        pivots = torch.stack([p for _, p in factors])
+    else:
+        LU, pivots = torch.linalg.lu_factor(shifted)
     if G.device.type == "cpu" and not _valid(pivots):
         return _top_by_eigh(G)
     # A fixed start with a component along every direction (all ones would miss a u_1 that
@@ -60,10 +65,13 @@ def top_vector(G: Tensor, lam1: Tensor, steps: int = 3) -> Tensor:
 def _valid(pivots: Tensor) -> bool:
     """Are these LAPACK pivots possible (row i swapped with a row i..k)?
 
-    MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2) returns pivots of 0 after
-    any call of torch.set_num_threads ("Parameter 6 was incorrect on entry to DLASWP"),
-    reproduced outside probe; its symmetric eigensolvers, Cholesky and matmuls were
-    unaffected.  probe no longer calls it (probe.linalg.lapack.serial_threads); a user may."""
+    MKL's batched LU in torch's CPU build (torch 2.13, oneMKL 2024.2) breaks after any call of
+    torch.set_num_threads ("Parameter 6 was incorrect on entry to DLASWP"), reproduced
+    outside probe: on an AMD EPYC it returned pivots of 0, on an Intel Xeon with AVX-512 it
+    never returned.  The single-matrix LU, the symmetric eigensolvers, Cholesky and matmuls
+    are unaffected.  probe no longer calls set_num_threads (probe.linalg.lapack.serial_threads)
+    and factors each matrix on its own on a CPU; a user may call it, so the pivots are still
+    checked."""
     k = pivots.shape[-1]
     first = torch.arange(1, k + 1, dtype=pivots.dtype, device=pivots.device)
     return bool(((pivots >= first) & (pivots <= k)).all())
