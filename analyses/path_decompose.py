@@ -42,7 +42,8 @@ and for the model's output (X_L, or the final norm of X_L, then OPT-350m's bias-
 mean-pooled output (the sentence embedding of encoder checkpoints such as MiniLM)
 to the full one, and where the base model holds a tied LM head (GPT-2's ``wte``,
 Gemma's and Falcon's embeddings, any family whose config ties them) the next-token
-loss through it, with Gemma2's ``final_logit_softcapping`` applied as its LM does.
+loss through it, with what the family's LM does to its logits (its entry's ``logits``:
+Cohere's ``logit_scale``, Granite's ``logits_scaling``, Gemma2's final soft cap).
 
 Accuracy.  The programme equals the brute-force sum over all paths to float64
 rounding (~1e-15 relative).  ``reconstruction_error`` is float64 rounding too
@@ -57,6 +58,7 @@ decomposition of the frozen network itself stays exact.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Callable
@@ -157,10 +159,11 @@ def decompose(
             y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
             output["cosine"][i, :, rows] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
             if has_lm:
-                cap = logit_softcap(probed.config)
-                output["loss"][i, :, rows] = lm_loss(y_partial, head, ids, cap).cpu().numpy()
+                to_logits = logit_map(probed.adapter, probed.config)
+                output["loss"][i, :, rows] = lm_loss(y_partial, head, ids, to_logits).cpu().numpy()
                 real = run["xs"][-1] if run["output"] is None else run["output"]
-                output["loss_full"][i, rows] = lm_loss(real[None], head, ids, cap)[0].cpu().numpy()
+                loss = lm_loss(real[None], head, ids, to_logits)[0]
+                output["loss_full"][i, rows] = loss.cpu().numpy()
             done += 1
             if progress is not None:
                 progress(done, total, f"{probed.init} decomposition")
@@ -311,21 +314,23 @@ def pooled_cosine(partial: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
     return torch.nn.functional.cosine_similarity(a, b.expand_as(a), dim=-1)
 
 
-def logit_softcap(config) -> float | None:
-    """The cap c of an LM whose logits are c tanh(logits / c) (Gemma2's final_logit_softcapping)."""
-    cap = getattr(config, "final_logit_softcapping", None)
-    return float(cap) if cap else None
+def logit_map(adapter, config) -> Callable[[torch.Tensor], torch.Tensor] | None:
+    """What the family's LM does to ``hidden @ head^T`` (its entry's ``logits``), or None."""
+    spec = getattr(adapter, "spec", None)
+    if spec is None or not spec.logits.fields():
+        return None
+    return functools.partial(spec.logits.apply, config)
 
 
 def lm_loss(
     outputs: torch.Tensor,
     head: torch.Tensor,
     input_ids: torch.Tensor,
-    softcap: float | None = None,
+    to_logits: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Next-token cross-entropy (nats/token) of logits = output head^T, per (k, sequence).
 
-    ``softcap`` c maps the logits to c tanh(logits / c) first, as Gemma2's LM does.
+    ``to_logits`` maps them as the family's LM does first (:func:`logit_map`).
     The vocabulary projection runs in float32, one (token, vocab) block at a
     time: it is a task measure, and float64 blocks of 50k logits cost 2x for nothing.
     """
@@ -335,8 +340,8 @@ def lm_loss(
     for k in range(outputs.shape[0]):
         for b in range(outputs.shape[1]):
             logits = outputs[k, b, :-1].to(torch.float32) @ head32.T  # (token-1, vocab)
-            if softcap is not None:
-                logits = torch.tanh(logits / softcap) * softcap
+            if to_logits is not None:
+                logits = to_logits(logits)
             loss[k, b] = torch.nn.functional.cross_entropy(logits, targets[b]).double()
     return loss
 

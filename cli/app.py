@@ -258,7 +258,8 @@ def check(
     *,
     shared: Shared,
 ) -> None:
-    """Check that probe's ablations are exact on MODEL: the self-test identities, layer by layer."""
+    """Check that probe's entry fits MODEL: its modules, the self-test identities, the
+    capabilities it enables (branch scaling, the LayerNorm variants, the path decomposition)."""
     import torch
     from rich.table import Table
 
@@ -279,6 +280,10 @@ def check(
         generator = torch.Generator().manual_seed(0)
         data = torch.randint(0, probed.config.vocab_size, (1, shared.tokens), generator=generator)
         found = identities(probed, data)
+        if all(identity.holds(64 * torch.finfo(probed.dtype).eps) for identity in found):
+            from probe.analyses.path_checks import decomposition_identities
+
+            found += decomposition_identities(probed, data, torch.ones_like(data))
     else:
         found = identities(probed)
     table = Table(title=f"{model} · {probed.family} · {shared.init} · {shared.dtype}")
@@ -286,10 +291,10 @@ def check(
         table.add_column(column)
     eps = torch.finfo(probed.dtype).eps
     for identity in found:
-        holds = identity.holds(0.0) or identity.holds(64 * eps)
+        exact = not identity.error and identity.max_diff == 0.0
         table.add_row(
             identity.name,
-            "exactly" if identity.holds(0.0) else ("to rounding" if holds else "NO"),
+            "exactly" if exact else ("to rounding" if identity.holds(64 * eps) else "NO"),
             f"{identity.max_diff:.3g}",
             f"{identity.scale:.3g}",
             identity.error or identity.detail.strip(),

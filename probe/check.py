@@ -43,6 +43,8 @@ CODE = (
     "models/weights.py",
     "models/builders.py",
     "models/families.py",
+    "models/by_config.py",
+    "models/conformance.py",
     "models/attention.py",
 )
 #: verify()'s allowance, in units of the dtype's machine epsilon times the values' scale.
@@ -58,19 +60,32 @@ class Identity:
     scale: float
     detail: str = ""
     error: str = ""
+    #: The entry's field a failure points at (what to fix in ``families.py``).
+    field: str = "steps"
+    #: An absolute allowance of its own, where the two sides are different arithmetic (the
+    #: path decomposition's float64 programme against a run with float32 norms).
+    bound: float = 0.0
 
     def holds(self, tolerance: float = 0.0) -> bool:
-        return not self.error and self.max_diff <= tolerance * max(self.scale, 1e-30)
+        allowed = max(tolerance * max(self.scale, 1e-30), self.bound)
+        return not self.error and self.max_diff <= allowed
 
 
 def identities(probed, data: torch.Tensor | None = None, mask: torch.Tensor | None = None):
     """The identities above on one batch (default: one seeded sequence of 8 tokens)."""
     adapter = probed.adapter
-    data, mask = _inputs(probed, data, mask)
-    found = [_clean(probed, data, mask)]
     if isinstance(adapter, SpecAdapter):
+        entry = _entry(probed)
+        if entry.error:  # nothing else means anything on modules the entry does not describe
+            return [entry]
+    data, mask = _inputs(probed, data, mask)
+    clean = _clean(probed, data, mask)
+    found = [clean]
+    if isinstance(adapter, SpecAdapter):
+        found = [entry, clean]
         found += [_ablated(probed, data, mask, ablation) for ablation in (SAN, SAN_SKIP)]
-    found.append(_unchanged(probed, data, mask, found[0]))
+        found += capabilities(probed, data, mask)
+    found.append(_unchanged(probed, data, mask, clean))
     return found
 
 
@@ -86,14 +101,17 @@ def verify(probed) -> None:
         return
     eps = torch.finfo(probed.dtype).eps if probed.dtype.is_floating_point else 0.0
     for identity in identities(probed):
+        if identity.name == ENTRY and identity.error:
+            raise ProbeError(identity.error)
         if not identity.holds(ULPS * eps):
             what = identity.error or (
                 f"off by {identity.max_diff:.3g} (values of size {identity.scale:.3g})"
             )
             raise ProbeError(
                 f"the {probed.family} spec does not fit this model: {identity.name} fails "
-                f"{identity.detail}({what}); its operation names may have changed with "
-                f"transformers; `probe check {probed.name}` shows every identity"
+                f"{identity.detail}({what}); the entry's {identity.field} does not describe "
+                "this layer's forward, or transformers renamed an operation it names; "
+                f"`probe check {probed.name}` shows every identity"
             )
     _remember(marker)
 
@@ -175,12 +193,12 @@ def _inputs(probed, data, mask):
     return ids.to(probed.device), torch.ones_like(ids).to(probed.device)
 
 
-def _walk(probed, data, mask, ablation, wanted=frozenset()) -> list[dict]:
+def _walk(probed, data, mask, ablation, wanted=frozenset(), mlp_scale=None) -> list[dict]:
     root = probed.envoy
     out: list[dict] = []  # outside the trace: nnsight keeps what the body appends
     with torch.no_grad(), root.trace(**probed.adapter.model_inputs(data, mask)) as tracer:
         if isinstance(probed.adapter, SpecAdapter):
-            for values in probed.adapter.walk(root, ablation, frozenset(wanted)):
+            for values in probed.adapter.walk(root, ablation, frozenset(wanted), mlp_scale):
                 out.append(values)
         else:
             for x in probed.adapter.stream(root, tracer, ablation):
@@ -195,6 +213,31 @@ def _diff(a: torch.Tensor, b: torch.Tensor) -> tuple[float, float]:
     return float((a - b).abs().max()), float(b.abs().max())
 
 
+#: The first row: the entry checked against the model's modules (:mod:`probe.models.conformance`).
+ENTRY = "entry = the model's modules"
+
+
+def _entry(probed) -> Identity:
+    from .models.conformance import check_entry
+
+    try:
+        check_entry(probed.adapter.spec, probed.model)
+    except ProbeError as err:
+        return Identity(ENTRY, float("inf"), 0.0, error=str(err), field="")
+    return Identity(ENTRY, 0.0, 0.0, field="")
+
+
+def capabilities(probed, data, mask) -> list[Identity]:
+    """The identities of what an entry enables beyond the four ablations, each measured
+    without the entry's own sites: the MLP branch that residual branch scaling multiplies, and
+    the LayerNorm variants against the norms replaced by plain torch hooks."""
+    found = []
+    if probed.adapter.style(probed.config) != "post":
+        found.append(_mlp_branch(probed, data, mask))
+    found += [_norm_variant(probed, data, mask, norm) for norm in ("affine", "removed")]
+    return found
+
+
 def _clean(probed, data, mask) -> Identity:
     name = "clean run = HF hidden_states"
     try:
@@ -203,12 +246,12 @@ def _clean(probed, data, mask) -> Identity:
     except Exception as err:  # not the spec: the model itself does not run like this
         raise ProbeError(
             f"{probed.name} does not run in {str(probed.dtype).removeprefix('torch.')} on "
-            f"{probed.device.type} under transformers ({_one_line(err)}); try another `dtype`"
+            f"{probed.device.type} under transformers ({one_line(err)}); try another `dtype`"
         ) from None
     try:
         walked = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
     except Exception as err:  # a renamed site fails inside nnsight
-        return Identity(name, float("inf"), 0.0, error=_one_line(err))
+        return Identity(name, float("inf"), 0.0, error=one_line(err))
     hf = list(out.hidden_states)
     worst, scale, where = 0.0, 0.0, ""
     batch_first = getattr(probed.adapter, "batch_first", lambda x: x)
@@ -254,13 +297,15 @@ def _ablated(probed, data, mask, ablation) -> Identity:
     try:
         walked = _walk(probed, data, mask, ablation, {"branch"})
     except Exception as err:
-        return Identity(name, float("inf"), 0.0, error=_one_line(err))
-    norm = adapter.spec.norm
+        return Identity(name, float("inf"), 0.0, error=one_line(err))
+    norm = adapter.spec.norm_of(probed.config)
     layers = resolve_module(probed.model, adapter.spec.layers)
+    m = adapter.spec.branch_multiplier(probed.config)  # Granite's residual_multiplier
     worst, scale, where = 0.0, 0.0, ""
     for layer in range(1, len(walked)):
         x, values = walked[layer - 1]["x"], walked[layer]
-        expected = values["branch"] if ablation is SAN else x + values["branch"]
+        branch = values["branch"] if m == 1 else values["branch"] * m
+        expected = branch if ablation is SAN else x + branch
         if style == "post":
             with torch.no_grad():
                 expected = resolve_module(layers[layer - 1], norm)(expected)
@@ -269,6 +314,83 @@ def _ablated(probed, data, mask, ablation) -> Identity:
         if d > worst:
             worst, where = d, f"at layer {layer} "
     return Identity(name, worst, scale, where)
+
+
+def _mlp_branch(probed, data, mask) -> Identity:
+    """At the first layer (whose input X_0 no edit changes), the MLP branch scaled by alpha at
+    the entry's ``mlp_branch`` gives y(0) = the SAN+skip output (the site carries the whole
+    branch) and y(2) - y(0) = 2 (y(1) - y(0)) (it enters the residual sum linearly): a site
+    before the activation, or on the MLP's input, breaks one of them."""
+    site = probed.adapter.spec.mlp_branch_of(probed.config)
+    name = f"MLP branch x alpha at {site} = alpha (y - y without MLP)"
+    try:
+        y1 = _walk(probed, data, mask, TRANSFORMER)[1]["x"]
+        h = _walk(probed, data, mask, SAN_SKIP)[1]["x"]
+        y0 = _walk(probed, data, mask, TRANSFORMER, mlp_scale=0.0)[1]["x"]
+        y2 = _walk(probed, data, mask, TRANSFORMER, mlp_scale=2.0)[1]["x"]
+    except Exception as err:
+        return Identity(name, float("inf"), 0.0, error=one_line(err), field="mlp_branch")
+    d0, s0 = _diff(y0, h)
+    d2, s2 = _diff(y2.double() - y0.double(), 2 * (y1.double() - y0.double()))
+    return Identity(
+        name, max(d0, d2), max(s0, s2, _diff(y2, y2)[1]), "at layer 1 ", "", "mlp_branch"
+    )
+
+
+def _norm_variant(probed, data, mask, norm: str) -> Identity:
+    """LN-affine (``affine``) or no-LN (``removed``) by the walker = the same norms replaced
+    by plain torch forward hooks on the model (removed again after)."""
+    import dataclasses
+
+    from .models.weights import affine_norm, layer_norm_sites
+
+    adapter: SpecAdapter = probed.adapter
+    ablation = dataclasses.replace(TRANSFORMER, norm=norm)
+    name = f"{ablation.name} = its norms replaced by torch hooks"
+    try:
+        walked = [v["x"] for v in _walk(probed, data, mask, ablation)]
+    except Exception as err:
+        return Identity(name, float("inf"), 0.0, error=one_line(err), field="norm_kind")
+    kind = adapter.spec.norm_kind
+    layers = resolve_module(probed.model, adapter.spec.layers)
+
+    def replace(module, args, kwargs, output):
+        x = args[0] if args else next(iter(kwargs.values()))
+        return x if norm == "removed" else affine_norm(module, kind, x)
+
+    handles, states = [], []
+    try:
+        sites = layer_norm_sites(layers, adapter.spec.qk_norms)
+        for layer in layers:
+            for site in sites:
+                module = resolve_module(layer, site)
+                handles.append(module.register_forward_hook(replace, with_kwargs=True))
+        handles.append(
+            layers[0].register_forward_pre_hook(
+                lambda m, a, k: states.append(a[0] if a else k["hidden_states"]),
+                with_kwargs=True,
+            )
+        )
+        handles += [
+            layer.register_forward_hook(lambda m, a, out: states.append(first(out)))
+            for layer in layers
+        ]
+        with torch.no_grad():
+            probed.model(**adapter.model_inputs(data, mask))
+    except Exception as err:
+        return Identity(name, float("inf"), 0.0, error=one_line(err), field="norm_kind")
+    finally:
+        for handle in handles:
+            handle.remove()
+    worst, scale = 0.0, 0.0
+    for a, b in zip(walked, states, strict=False):
+        d, s = _diff(a, b)
+        worst, scale = max(worst, d), max(scale, s)
+    if len(walked) != len(states):
+        return Identity(
+            name, float("inf"), scale, error="the runs differ in length", field="norm_kind"
+        )
+    return Identity(name, worst, scale, field="norm_kind")
 
 
 def _unchanged(probed, data, mask, clean: Identity) -> Identity:
@@ -280,7 +402,7 @@ def _unchanged(probed, data, mask, clean: Identity) -> Identity:
         _walk(probed, data, mask, SAN)
         again = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
     except Exception as err:
-        return Identity(name, float("inf"), 0.0, error=_one_line(err))
+        return Identity(name, float("inf"), 0.0, error=one_line(err))
     worst, scale = 0.0, 0.0
     for a, b in zip(again, before, strict=True):
         d, s = _diff(first(a), first(b))
@@ -288,6 +410,6 @@ def _unchanged(probed, data, mask, clean: Identity) -> Identity:
     return Identity(name, worst, scale)
 
 
-def _one_line(err: BaseException) -> str:
+def one_line(err: BaseException) -> str:
     text = " ".join(f"{type(err).__name__}: {err}".split())
     return text[:300]

@@ -147,16 +147,6 @@ def activation_lipschitz(name: str) -> float:
     return float(x.grad.abs().max())
 
 
-def _activation(config, mlp) -> str:
-    if mlp.activation:  # the family's entry names it where the config does not (BLOOM)
-        return mlp.activation
-    for key in ("hidden_act", "activation_function", "dense_act_fn", "activation"):
-        value = getattr(config, key, None)
-        if isinstance(value, str):
-            return value
-    return "gelu"
-
-
 def layer_constants(probed) -> dict[str, Any]:
     """Per layer the constants of Theorem 2.2 and Corollary 3.2 from the model's weights.
 
@@ -183,7 +173,7 @@ def layer_constants(probed) -> dict[str, Any]:
     qk, vo, beta, lam = [], [], [], []
     mlp = spec.mlp_of(config)  # the family's entry says where its MLP is, or that it is gated
     mlp = None if mlp.gated else mlp
-    lip = activation_lipschitz(_activation(config, mlp)) if mlp else float("nan")
+    lip = activation_lipschitz(mlp.activation_of(config)) if mlp else float("nan")
     pool = _serial_pool(probed.device)
     scratch: dict[int, torch.Tensor] = {}  # per thread: the row blocks of its products
     d = None
@@ -220,18 +210,29 @@ def layer_constants(probed) -> dict[str, Any]:
     if getattr(config, "relative_attention", False):
         notes.append("relative position terms add to the attention scores: W_QK leaves them out")
     notes += [note for note in spec.score_notes if note not in notes]
-    if spec.qk_norms:
+    qk_norms = [p for p in spec.qk_norms if resolve_module(layers[0], p, missing_ok=True)]
+    if qk_norms:
         notes.append(
-            f"query/key norms ({', '.join(spec.qk_norms)}) rescale each token's queries and keys "
+            f"query/key norms ({', '.join(qk_norms)}) rescale each token's queries and keys "
             "inside the scores: W_QK leaves them out"
         )
+    m = abs(spec.branch_multiplier(config))
+    if m != 1:  # Granite adds m times each branch: W_h = m W_V W_O
+        vo, beta = [v * m for v in vo], [b * m for b in beta]
+        notes.append(f"each branch is added times residual_multiplier {m:g}: W_V W_O includes it")
+    score = 1.0 / math.sqrt(d)
+    if spec.attention_multiplier:  # Granite: the scores' scale replaces 1/sqrt(d_qk)
+        score = float(getattr(config, spec.attention_multiplier))
+        notes.append(f"the scores are scaled by {spec.attention_multiplier} {score:g}: c uses it")
     out.update(
         qk=qk,
         vo=vo,
         beta=beta,
         heads=H,
         d_qk=int(d),
-        c=[4.0 * b * H / math.sqrt(d) for b in beta],
+        c=[4.0 * b * H * score for b in beta]
+        if spec.attention_multiplier
+        else [4.0 * b * H / math.sqrt(d) for b in beta],
         **{"lambda": lam},
         lipschitz_activation=lip,
         notes=notes,

@@ -79,10 +79,29 @@ def test_the_self_test_identities_hold_exactly(name, tmp_path):
     _model(name).save_pretrained(folder)
     probed = probe.load(folder, dtype="float64")
     found = identities(probed)
-    assert len(found) == 4
+    names = [identity.name.split(" = ")[0] for identity in found]
+    mlp = [] if probed.adapter.style(probed.config) == "post" else ["MLP branch x alpha at"]
+    mlp = [f"{mlp[0]} {probed.adapter.spec.mlp_branch_of(probed.config)}"] if mlp else []
+    assert names == [
+        "entry",
+        "clean run",
+        "SAN",
+        "SAN+skip",
+        *mlp,
+        "LN-affine",
+        "no-LN",
+        "clean run after ablated runs",
+    ]
+    eps = torch.finfo(torch.float64).eps
     for identity in found:
-        # float64 on the CPU: both sides run the very same operations, so exactly 0.
-        assert identity.error == "" and identity.max_diff == 0.0, identity
+        assert identity.error == "", identity
+        if identity.name.startswith("MLP branch"):
+            # y(2) - y(0) against 2 (y(1) - y(0)): each of y(1), y(2) is one rounded sum, so
+            # at most 4 units of float64 rounding of the values' size apart.
+            assert identity.max_diff <= 4 * eps * identity.scale, identity
+        else:
+            # float64 on the CPU: both sides run the very same operations, so exactly 0.
+            assert identity.max_diff == 0.0, identity
 
 
 @pytest.mark.parametrize("variant", VARIANTS)

@@ -25,11 +25,12 @@ from probe import theory
 from probe.analyses.path_decompose import decompose, reconstruction_tolerance
 from probe.errors import ProbeError
 from probe.models import ADAPTERS, SpecAdapter
+from probe.models.conformance import check_entry
 from probe.models.family import GATED_MLP, LAYOUTS, Family, Heads, Mlp, Step, read, zero
-from probe.models.weights import is_norm
+from probe.models.weights import resolve_module
 from tests.reference.path_families import NoReference, reference_for
 from tests.reference.tiny import FAMILIES as ORIGINAL
-from tests.reference.tiny import tiny_model, tiny_spec_config, tiny_spec_model
+from tests.reference.tiny import TINY_VARIANTS, tiny_model, tiny_spec_config, tiny_spec_model
 
 SPEC_FAMILIES = sorted(name for name, a in ADAPTERS.items() if isinstance(a, SpecAdapter))
 QK_NAMES = ("q_norm", "k_norm", "q_layernorm", "k_layernorm", "query_norm", "key_norm")
@@ -103,17 +104,45 @@ def test_a_step_that_uses_a_value_before_it_is_read_is_refused():
         Step("mlp", "drop")
 
 
-@pytest.mark.parametrize("name", SPEC_FAMILIES)
-def test_the_entry_names_the_query_key_norms_its_tiny_model_has(name):
-    model = tiny_model(name) if name in ORIGINAL else tiny_spec_model(name)
-    spec = ADAPTERS[name].spec
+def _tiny(name: str):
+    return tiny_model(name) if name in ORIGINAL else tiny_spec_model(name)
+
+
+def _family_of(name: str) -> str:
+    return TINY_VARIANTS.get(name, (name,))[0]
+
+
+#: Every tiny model of a walker family: one per entry and the config branches.
+TINY_WALKED = SPEC_FAMILIES + sorted(n for n in TINY_VARIANTS if _family_of(n) in SPEC_FAMILIES)
+
+
+@pytest.mark.parametrize("name", TINY_WALKED)
+def test_the_entry_describes_its_tiny_models_modules(name):
+    """Each entry, on its tiny config (and each config branch), passes the check against the
+    modules (probe.models.conformance), and names every query/key norm the model has."""
+    model = _tiny(name)
+    spec = ADAPTERS[_family_of(name)].spec
+    check_entry(spec, model)
     layer = model.get_submodule(spec.layers)[0]
     found = {
         path
         for path, module in layer.named_modules()
-        if path and is_norm(module) and path.rsplit(".", 1)[-1] in QK_NAMES
+        if path and path.rsplit(".", 1)[-1] in QK_NAMES and module is not None
     }
-    assert found == set(spec.qk_norms)
+    assert found <= set(spec.qk_norms)
+
+
+@pytest.mark.parametrize("name", [n for n in SPEC_FAMILIES if ADAPTERS[n].spec.qk_norms])
+def test_the_query_key_norms_an_entry_names_exist_in_one_of_its_tiny_models(name):
+    spec = ADAPTERS[name].spec
+    models = [_tiny(n) for n in TINY_WALKED if _family_of(n) == name]
+    assert any(
+        all(
+            resolve_module(model.get_submodule(spec.layers)[0], path, missing_ok=True) is not None
+            for path in spec.qk_norms
+        )
+        for model in models
+    )
 
 
 def test_the_theory_panel_says_the_query_key_norms_and_alibi_from_the_entry():

@@ -4,7 +4,10 @@
 own list of norms per family) on a copy of the model; the walker's steps must give
 the same residual stream to the bit in float64, on BERT (post-LN LayerNorm), GPT-2
 (pre-LN LayerNorm), Llama (RMSNorm), Gemma and Gemma2 (RMSNorm with 1 + w; Gemma2's
-four norms), post-LN OPT, OLMo2 (norms on the sublayers' outputs only) and BLOOM.
+four norms), post-LN OPT, OLMo2 (norms on the sublayers' outputs only), BLOOM, ModernBERT
+(an Identity in its first layer where the others have a norm), Falcon (a norm registered
+before the one its forward calls first), StableLM (per-head q/k norms, which stay), Cohere
+and Granite.
 """
 
 from __future__ import annotations
@@ -23,7 +26,23 @@ from tests.reference.norms import norm_variant_hidden_states
 from tests.reference.tiny import tiny_model
 from tests.test_families import _family, _inputs, _model
 
-CASES = ["bert", "gpt2", "llama", "gemma", "gemma2", "opt-post-ln", "olmo2", "bloom"]
+CASES = [
+    "bert",
+    "gpt2",
+    "llama",
+    "gemma",
+    "gemma2",
+    "opt-post-ln",
+    "olmo2",
+    "bloom",
+    "modernbert",
+    "falcon-sequential",
+    "falcon-new-architecture",
+    "stablelm",
+    "stablelm-parallel",
+    "cohere-qk-norm",
+    "granite",
+]
 
 
 @pytest.mark.parametrize("mode", ["affine", "removed"])

@@ -37,7 +37,7 @@ from typer.testing import CliRunner
 import probe
 from probe import frozen
 from probe.analyses import paths
-from probe.analyses.path_decompose import frozen_run, lm_loss, logit_softcap, output_terms
+from probe.analyses.path_decompose import frozen_run, lm_loss, logit_map, output_terms
 from probe.cli.app import app
 from probe.errors import ProbeError
 from probe.models import ADAPTERS, SpecAdapter
@@ -81,7 +81,12 @@ WALKED = [n for n in DECOMPOSABLE if isinstance(ADAPTERS[_family(n)], SpecAdapte
 
 def _float32_norms(model) -> bool:
     """The family's attention norm (or, with none before the heads, the norm on their output:
-    OLMo2) is an RMS norm, which transformers computes in float32."""
+    OLMo2) computes in float32: an RMS norm, or Cohere's LayerNorm."""
+    return _rms_norms(model) or layer_params(model, 0).norm.float32
+
+
+def _rms_norms(model) -> bool:
+    """The family's attention norm (or the norm on the heads' output) is an RMS norm."""
     layer = layer_params(model, 0)
     return layer.norm.kind == "rms" or (layer.norm.kind == "none" and _rms_branch(layer))
 
@@ -237,12 +242,23 @@ class _Float64RMSNorm:
         return y * (1.0 + self.weight) if "Gemma" in type(self).__name__ else y * self.weight
 
 
+class _Float64CohereLayerNorm:
+    """Cohere's bias-free LayerNorm computed entirely in float64."""
+
+    def forward(self, x):
+        centred = x - x.mean(-1, keepdim=True)
+        variance = centred.pow(2).mean(-1, keepdim=True)
+        return centred * torch.rsqrt(variance + self.variance_epsilon) * self.weight
+
+
 def _float64_norms(model) -> torch.nn.Module:
-    """The model with every RMS norm's class swapped for a float64 subclass (same weights)."""
+    """The model with every float32 norm's class swapped for a float64 subclass (same weights)."""
     for module in model.modules():
         cls = type(module)
         if cls.__name__.endswith("RMSNorm") or cls.__name__ == "T5LayerNorm":
             module.__class__ = type(cls.__name__, (_Float64RMSNorm, cls), {})
+        elif cls.__name__ == "CohereLayerNorm":
+            module.__class__ = type(cls.__name__, (_Float64CohereLayerNorm, cls), {})
     return model
 
 
@@ -361,7 +377,7 @@ def test_dataset_is_consistent(name):
     else:
         assert "loss" not in ds and ds.attrs["task"] == "cosine"
     assert "SAN+skip" in ds.attrs["frozen"]
-    assert ("1/rms" in ds.attrs["frozen"]) == _float32_norms(model)
+    assert ("1/rms" in ds.attrs["frozen"]) == _rms_norms(model)
 
 
 # The report is the same code for every family (drawing costs seconds): one with the loss,
@@ -388,7 +404,8 @@ TIED = [n for n in DECOMPOSABLE if ADAPTERS[_family(n)].lm_head(path_model(n)) i
 @pytest.mark.parametrize("name", TIED)
 def test_lm_loss_is_the_causal_lm_loss(name):
     """The task measure's loss equals the family's own *ForCausalLM loss on the same weights:
-    the head is the tied embedding, and Gemma2's final logits are soft-capped as its LM does."""
+    the head is the tied embedding, and the logits are what the family's LM makes of them
+    (Cohere's logit_scale, Granite's logits_scaling, Gemma2's soft cap: the entry's logits)."""
     import transformers
 
     model = path_model(name)
@@ -405,12 +422,13 @@ def test_lm_loss_is_the_causal_lm_loss(name):
     with torch.no_grad():
         want = float(lm(**inputs, labels=ids, **forward).loss)
         hidden = model(**inputs, **forward).last_hidden_state
-    head = ADAPTERS[_family(name)].lm_head(model)
-    cap = logit_softcap(model.config)
-    got = lm_loss(hidden[None], head, ids, cap)[0]
+    adapter = ADAPTERS[_family(name)]
+    head = adapter.lm_head(model)
+    to_logits = logit_map(adapter, model.config)
+    got = lm_loss(hidden[None], head, ids, to_logits)[0]
     # Both compute the cross-entropy of float32 logits (HF upcasts): a few float32 ulps.
     assert float(got.mean()) == pytest.approx(want, abs=1e-6)
-    if cap is not None:  # without the cap the loss is measurably different
+    if to_logits is not None:  # without the family's logits the loss is measurably different
         assert abs(float(lm_loss(hidden[None], head, ids)[0].mean()) - want) > 1e-4
 
 

@@ -6,6 +6,9 @@ steps with :func:`pre_ln`, BERT's post-LN layer with :func:`bert_like`.
 
 from __future__ import annotations
 
+import dataclasses
+
+from ..errors import ProbeError
 from .family import GATED_MLP, Family, Heads, Step, put, read, skip, zero
 
 
@@ -57,34 +60,30 @@ DECODER_KWARGS = {"use_cache": False}
 
 
 def decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
-    """A Llama-shaped pre-LN decoder (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3)."""
-    steps = extra.pop(
-        "steps", pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp"))
-    )
-    return Family(
-        name=name,
-        model_types=model_types,
-        layers="layers",
-        style=extra.pop("style", "pre"),
-        steps=steps,
-        norm=extra.pop("norm", "input_layernorm"),
-        norm_kind=extra.pop("norm_kind", "rms"),
-        heads=extra.pop("heads", Heads("self_attn.v_proj", "self_attn.o_proj")),
-        skip_means=extra.pop(
-            "skip_means",
-            "h = attn(norm(x)): the block's `residual` before the attention sum is zero",
-        ),
-        mlp_means=extra.pop(
-            "mlp_means",
-            "y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
-        ),
-        final_norm="norm",
-        lm_head="embed_tokens",
-        forward_kwargs=DECODER_KWARGS,
-        float32_softmax=True,
-        causal=True,
-        source_note=extra.pop("source_note", f"{name}'s decoder layer, as {LLAMA_NOTE}"),
-        mlp=extra.pop("mlp", GATED_MLP),  # SwiGLU / GeGLU
-        mlp_branch=extra.pop("mlp_branch", "mlp"),  # `hidden_states = residual + mlp(...)`
-        **extra,
-    )
+    """A Llama-shaped pre-LN decoder (Llama, Mistral, Qwen2, Qwen3, Gemma, Phi3); any field of
+    :class:`Family` given in ``extra`` replaces the Llama default."""
+    unknown = sorted(set(extra) - {f.name for f in dataclasses.fields(Family)})
+    if unknown:
+        raise ProbeError(
+            f"family entry {name!r}: decoder() has no field {', '.join(map(repr, unknown))}; "
+            "the fields are those of probe.models.family.Family"
+        )
+    fields = {
+        "layers": "layers",
+        "style": "pre",
+        "steps": pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp")),
+        "norm": "input_layernorm",
+        "norm_kind": "rms",
+        "heads": Heads("self_attn.v_proj", "self_attn.o_proj"),
+        "skip_means": "h = attn(norm(x)): the block's `residual` before the attention sum is zero",
+        "mlp_means": "y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
+        "final_norm": "norm",
+        "lm_head": "embed_tokens",
+        "forward_kwargs": DECODER_KWARGS,
+        "float32_softmax": True,
+        "causal": True,
+        "source_note": f"{name}'s decoder layer, as {LLAMA_NOTE}",
+        "mlp": GATED_MLP,  # SwiGLU / GeGLU
+        "mlp_branch": "mlp",  # `hidden_states = residual + mlp(...)`
+    }
+    return Family(name=name, model_types=model_types, **{**fields, **extra})

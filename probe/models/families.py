@@ -15,108 +15,23 @@ config in ``tests/reference/tiny.py`` and its reference entry in ``tests/referen
 from __future__ import annotations
 
 from .builders import DECODER_KWARGS, bert_like, decoder, pre_ln
-from .family import GATED_MLP, Family, Heads, Mlp, Step, put, read, skip, zero
+from .by_config import (
+    bloom_refuse,
+    deberta_refuse,
+    falcon_norm,
+    falcon_steps,
+    neox_mlp_branch,
+    neox_steps,
+    neox_style,
+    opt_steps,
+    opt_style,
+    stablelm_steps,
+    stablelm_style,
+    t5_mlp,
+)
+from .family import GATED_MLP, Family, Heads, Logits, Mlp, put, read, skip, zero
 
 # --- the families -----------------------------------------------------------------
-
-
-def _opt_style(config) -> str:
-    return "pre" if config.do_layer_norm_before else "post"
-
-
-def _opt_steps(config) -> tuple[Step, ...]:
-    # OPTDecoderLayer.forward: `residual = hidden_states` (residual_0), then the attention,
-    # `hidden_states = residual + hidden_states`; 350m normalises after the sums instead.
-    # Reads follow forward order: pre-LN runs self_attn_layer_norm before the attention,
-    # post-LN after the residual sum.
-    attn = (read("probs", "self_attn", index=1), read("branch", "self_attn", index=0))
-    norm = (read("norm", "self_attn_layer_norm", "input"),)
-    mlp = (skip("fc1", "zeros"), skip("fc2", "input"))  # `residual + fc2(...)`: adds zeros
-    if config.do_layer_norm_before:
-        return (zero(":residual_0"), *norm, *attn, skip("final_layer_norm", "input"), *mlp)
-    return (zero(":residual_0"), *attn, *norm, *mlp, skip("final_layer_norm", "input"))
-
-
-def _neox_style(config) -> str:
-    return "parallel" if config.use_parallel_residual else "pre"
-
-
-def _neox_steps(config) -> tuple[Step, ...]:
-    head = (
-        read("norm", "input_layernorm", "input"),
-        read("probs", "attention", index=1),
-        read("branch", ":attn_output_0"),  # attn_output = self.post_attention_dropout(...)
-    )
-    mlp = (skip("post_attention_layernorm", "input"), skip("mlp", "zeros"))
-    if config.use_parallel_residual:
-        # `hidden_states = mlp_output + attn_output + hidden_states` (hidden_states_0): the
-        # layer's input is a function argument, so the sum itself is replaced.
-        return (
-            head
-            + mlp
-            + (
-                read("mlp_out", ":mlp_output_1", when="no_skip"),
-                put(":hidden_states_0", "mlp_out+branch"),
-            )
-        )
-    # `attn_output = attn_output + hidden_states` (attn_output_1)
-    return head + (put(":attn_output_1", "branch"),) + mlp
-
-
-def _neox_mlp_branch(config) -> str:
-    # `mlp_output = self.post_mlp_dropout(mlp_output)`: the parallel branch's line, or the
-    # sequential one's (nnsight numbers the assignments in the order of the source).
-    return ":mlp_output_1" if config.use_parallel_residual else ":mlp_output_3"
-
-
-def _falcon_steps(config) -> tuple[Step, ...]:
-    two_norms = config.new_decoder_architecture and config.num_ln_in_parallel_attn == 2
-    norm = "ln_attn" if two_norms else "input_layernorm"
-    mlp_norms = ("ln_mlp",) if two_norms else ()
-    if not config.parallel_attn and not config.new_decoder_architecture:
-        mlp_norms = ("post_attention_layernorm",)
-    norms = tuple(skip(site, "input") for site in mlp_norms)
-    return (
-        zero(":residual_0"),  # `residual = hidden_states`
-        read("norm", norm, "input"),
-        *(norms if two_norms else ()),  # ln_mlp runs before the attention there
-        read("probs", "self_attention", index=1),
-        read("branch", "self_attention", index=0),
-        *(() if two_norms else norms),
-        skip("mlp", "zeros"),  # `mlp_output += attention_output`: adds to zeros, exactly
-    )
-
-
-def _deberta_refuse(config) -> str:
-    if getattr(config, "conv_kernel_size", 0):
-        return (
-            "DeBERTa-v2 with conv_kernel_size > 0 mixes tokens with a convolution after "
-            "the first layer, outside attention; probe's ablations would not be exact, so "
-            "it is refused (DeBERTa-v3 checkpoints have no conv and are supported)"
-        )
-    return ""
-
-
-def _bloom_refuse(config) -> str:
-    if getattr(config, "apply_residual_connection_post_layernorm", False):
-        return (
-            "BLOOM with apply_residual_connection_post_layernorm=True adds the normalised "
-            "input as the residual, not the input: the residual stream is not x + branch, and "
-            "probe's ablations would not be exact, so this config option is refused"
-        )
-    if getattr(config, "pretraining_tp", 1) > 1 and getattr(config, "slow_but_exact", False):
-        return (
-            "BLOOM with slow_but_exact=True and pretraining_tp > 1 computes the attention's "
-            "output projection in slices outside `dense`, which probe reads as the branch; "
-            "this config option is refused (set slow_but_exact=False)"
-        )
-    return ""
-
-
-def _t5_mlp(config) -> Mlp:
-    if getattr(config, "is_gated_act", False):  # T5 v1.1, Flan-T5: gated-gelu
-        return GATED_MLP
-    return Mlp("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo")
 
 
 def _electra_like(name: str, model_types: tuple[str, ...], note: str) -> Family:
@@ -154,7 +69,7 @@ FAMILIES: tuple[Family, ...] = (
         skip_means="a = LN(dense(attn(x))): DebertaV2SelfOutput's input_tensor is zero",
         mlp_means="y = a: intermediate and output skipped",
         forward_kwargs={"output_attentions": True},  # att_matrix is returned only then
-        refuse=_deberta_refuse,
+        refuse=deberta_refuse,
         source_note="DebertaV2SelfOutput.forward(hidden_states, input_tensor)",
         mlp=Mlp("intermediate.dense", "output.dense"),
         mlp_branch="output.dropout",  # BertOutput: `LayerNorm(dropout(dense(h)) + input_tensor)`
@@ -243,6 +158,7 @@ FAMILIES: tuple[Family, ...] = (
         "gemma2",
         ("gemma2",),
         norm_kind="rms+1",
+        logits=Logits(softcap="final_logit_softcapping"),
         style="sandwich",
         branch_norm="post_attention_layernorm",
         skip_means="h = post_attention_layernorm(attn(norm(x))): the `residual` is zero",
@@ -272,12 +188,52 @@ FAMILIES: tuple[Family, ...] = (
         ),
         mlp_branch="resid_mlp_dropout",  # `residual + self.resid_mlp_dropout(...)`
     ),
+    # StableLM: LayerNorm with a bias; sequential or parallel residual by config; optional
+    # per-head q/k LayerNorms (one nn.LayerNorm per head inside q_layernorm / k_layernorm).
+    decoder(
+        "stablelm",
+        ("stablelm",),
+        style=stablelm_style,
+        steps=stablelm_steps,
+        norm_kind="layernorm",
+        qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm"),
+        skip_means="h = attn(ln(x)): the layer's `residual` is zero (sequential and parallel)",
+        mlp_means="y = the attention sublayer: (post_attention_layernorm and) mlp skipped, adding zeros",
+        source_note="StableLmDecoderLayer.forward: `residual = hidden_states` (residual_0)",
+    ),
+    # Cohere: one bias-free LayerNorm (computed in float32) feeds both parallel branches;
+    # the LM multiplies its logits by logit_scale.
+    decoder(
+        "cohere",
+        ("cohere",),
+        style="parallel",
+        steps=pre_ln("self_attn", "input_layernorm", ("mlp",)),
+        norm_kind="layernorm",
+        qk_norms=("self_attn.q_norm", "self_attn.k_norm"),
+        logits=Logits(multiply="logit_scale"),
+        skip_means="y = attn(ln(x)) + mlp(ln(x)): the layer's `residual` is zero",
+        mlp_means="y = x + attn(ln(x)): mlp skipped, adding zeros",
+        source_note="CohereDecoderLayer.forward: `residual = hidden_states` (residual_0)",
+    ),
+    # Granite: Llama's layer with multipliers on the embeddings, the scores, each branch and
+    # the logits, all read from the config.
+    decoder(
+        "granite",
+        ("granite",),
+        embedding_multiplier="embedding_multiplier",
+        attention_multiplier="attention_multiplier",
+        residual_multiplier="residual_multiplier",
+        logits=Logits(divide="logits_scaling"),
+        skip_means="h = m attn(norm(x)): the block's `residual` before the attention sum is zero",
+        mlp_means="y = h: post_attention_layernorm and mlp skipped, the MLP branch adds zeros",
+        source_note="GraniteDecoderLayer.forward: `residual + hidden_states * self.residual_multiplier`",
+    ),
     Family(
         name="opt",
         model_types=("opt",),
         layers="decoder.layers",
-        style=_opt_style,
-        steps=_opt_steps,
+        style=opt_style,
+        steps=opt_steps,
         norm="self_attn_layer_norm",
         norm_kind="layernorm",
         heads=Heads("self_attn.v_proj", "self_attn.out_proj"),
@@ -323,8 +279,8 @@ FAMILIES: tuple[Family, ...] = (
         model_types=("falcon",),
         layers="h",
         style=lambda c: "parallel" if c.parallel_attn or c.new_decoder_architecture else "pre",
-        steps=_falcon_steps,
-        norm="input_layernorm",
+        steps=falcon_steps,
+        norm=falcon_norm,
         norm_kind="layernorm",
         heads=Heads("self_attention.query_key_value", "self_attention.dense", layout="falcon"),
         skip_means="the layer's `residual` is zero: y = attn(ln(x)) + mlp(ln(x))",
@@ -341,8 +297,8 @@ FAMILIES: tuple[Family, ...] = (
         name="gpt-neox",
         model_types=("gpt_neox",),
         layers="layers",
-        style=_neox_style,
-        steps=_neox_steps,
+        style=neox_style,
+        steps=neox_steps,
         norm="input_layernorm",
         norm_kind="layernorm",
         heads=Heads("attention.query_key_value", "attention.dense", layout="neox"),
@@ -354,7 +310,7 @@ FAMILIES: tuple[Family, ...] = (
         causal=True,
         source_note="GPTNeoXLayer.forward: `hidden_states = mlp_output + attn_output + hidden_states`",
         mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h"),
-        mlp_branch=_neox_mlp_branch,
+        mlp_branch=neox_mlp_branch,
     ),
     Family(
         name="bloom",
@@ -383,7 +339,7 @@ FAMILIES: tuple[Family, ...] = (
         # attention functions: probe's eager attention cannot keep float64 there.
         float32_softmax=False,
         causal=True,
-        refuse=_bloom_refuse,
+        refuse=bloom_refuse,
         source_note="BloomAttention.forward: `dropout_add(output_tensor, residual, ...)`",
         mlp=Mlp("mlp.dense_h_to_4h", "mlp.dense_4h_to_h", activation="gelu_pytorch_tanh"),
         # BloomMLP: `dropout_add(dense_4h_to_h(...), residual)` adds the residual itself.
@@ -435,7 +391,7 @@ FAMILIES: tuple[Family, ...] = (
         final_norm="encoder.final_layer_norm",
         model_class="T5EncoderModel",
         source_note="T5LayerSelfAttention.forward: `attention_output = hidden_states + ...`",
-        mlp=_t5_mlp,
+        mlp=t5_mlp,
         mlp_branch="layer.1.dropout",  # T5LayerFF: `hidden_states + self.dropout(...)`
         score_notes=(
             "the attention's scale is not 1/sqrt(d_qk) in this family",

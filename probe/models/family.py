@@ -35,6 +35,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import torch
+
 from ..ablate import Ablation
 from ..errors import ProbeError
 
@@ -183,9 +185,57 @@ class Mlp:
     activation: str = ""
     gated: bool = False
 
+    def activation_of(self, config) -> str:
+        """The name of s in transformers' ``ACT2FN``: the entry's, else the config's."""
+        if self.activation:  # the family's entry names it where the config does not (BLOOM)
+            return self.activation
+        for key in ("hidden_act", "activation_function", "dense_act_fn", "activation"):
+            value = getattr(config, key, None)
+            if isinstance(value, str):
+                return value
+        return "gelu"
+
 
 #: A gated MLP, (s(x A) * (x B)) C: it grows quadratically, so no Lipschitz constant.
 GATED_MLP = Mlp(gated=True)
+
+
+@dataclass(frozen=True)
+class Logits:
+    """What the family's language model does to ``hidden @ head^T`` to make its logits.
+
+    Each field names the config attribute that holds the number, read from the model's own
+    config at run time: ``multiply`` (Cohere's ``logit_scale``: logits * s), ``divide``
+    (Granite's ``logits_scaling``: logits / s), ``softcap`` (Gemma2's
+    ``final_logit_softcapping``: c tanh(logits / c)); applied in that order.  An analysis
+    that reads logits or a loss (the path decomposition's loss) applies them as the family's
+    LM does.
+    """
+
+    multiply: str = ""
+    divide: str = ""
+    softcap: str = ""
+
+    def fields(self) -> tuple[str, ...]:
+        return tuple(name for name in (self.multiply, self.divide, self.softcap) if name)
+
+    def apply(self, config, logits):
+        """``logits`` as the family's LM returns them (a config value of None: no step)."""
+        multiply, divide, cap = (
+            _number(config, name) for name in (self.multiply, self.divide, self.softcap)
+        )
+        if multiply is not None:
+            logits = logits * multiply
+        if divide is not None:
+            logits = logits / divide
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+
+def _number(config, name: str) -> float | None:
+    value = getattr(config, name, None) if name else None
+    return None if value is None else float(value)
 
 
 @dataclass(frozen=True)
@@ -206,7 +256,9 @@ class Family:
     steps: tuple[Step, ...] | Callable[[Any], tuple[Step, ...]]
     #: "" where the layer has no norm before its attention (OLMo2 normalises only the
     #: sublayers' outputs): the path decomposition then freezes no norm on the heads' input.
-    norm: str
+    #: A function of the config where the steps are (Falcon's ``ln_attn`` or
+    #: ``input_layernorm``): it must name the module whose input the steps read as "norm".
+    norm: str | Callable[[Any], str]
     norm_kind: str
     heads: Heads | None
     skip_means: str
@@ -241,6 +293,16 @@ class Family:
     #: What else enters the attention scores that W_QK leaves out (a relative position
     #: bias, ALiBi, another scale), one sentence each, for the theory panel.
     score_notes: tuple[str, ...] = ()
+    #: What the family's LM does to its logits beyond the head (:class:`Logits`).
+    logits: Logits = Logits()
+    #: Config attributes of the multipliers the family applies around its layers (Granite):
+    #: X_0 = embeddings * ``embedding_multiplier`` (the walk reads X_0 after it); scores
+    #: q k^T * ``attention_multiplier`` in place of 1/sqrt(d); each branch times
+    #: ``residual_multiplier`` before its addition, y = x + m f(x) (the identities, the path
+    #: decomposition and the theory panel take m from here).
+    embedding_multiplier: str = ""
+    attention_multiplier: str = ""
+    residual_multiplier: str = ""
 
     def __post_init__(self) -> None:
         validate(self)
@@ -259,6 +321,14 @@ class Family:
 
     def mlp_of(self, config) -> Mlp:
         return self.mlp(config) if callable(self.mlp) else self.mlp
+
+    def norm_of(self, config) -> str:
+        return self.norm(config) if callable(self.norm) else self.norm
+
+    def branch_multiplier(self, config) -> float:
+        """m of y = x + m f(x) (1 where the family adds its branches as they are)."""
+        value = _number(config, self.residual_multiplier)
+        return 1.0 if value is None else value
 
 
 def validate(family: Family) -> None:
@@ -292,12 +362,26 @@ def validate(family: Family) -> None:
     if family.inputs not in ("ids", "pixels"):
         fail(f"inputs {family.inputs!r} is not ids or pixels")
     _validate_mlp(family, fail)
-    if not callable(family.style) and family.style == "post" and not family.norm:
-        fail("a post-LN family needs its norm: the sublayer's norm after the residual sum")
+    if not callable(family.style) and family.style == "post" and not callable(family.norm):
+        if not family.norm:
+            fail("a post-LN family needs its norm: the sublayer's norm after the residual sum")
     if family.branch_norm and not callable(family.style) and family.style != "sandwich":
         fail("branch_norm (a norm on the attention's output) belongs to the sandwich style")
-    if not callable(family.steps):
-        _validate_steps(family, family.steps, fail)
+    if not isinstance(family.logits, Logits):
+        fail(f"logits must be a Logits, not {type(family.logits).__name__}")
+    if not callable(family.steps) and not callable(family.norm):
+        _validate_steps(family, family.steps, family.norm, fail)
+
+
+def validate_config(family: Family, config) -> None:
+    """What :func:`validate` leaves to the config: the steps and the norm of this config."""
+
+    def fail(what: str) -> None:
+        raise ProbeError(f"family entry {family.name!r}: {what}")
+
+    if callable(family.style) and family.style_of(config) not in STYLES:
+        fail(f"style {family.style_of(config)!r} is not one of {', '.join(STYLES)}")
+    _validate_steps(family, family.steps_of(config), family.norm_of(config), fail)
 
 
 def _validate_mlp(family: Family, fail) -> None:
@@ -314,7 +398,7 @@ def _validate_mlp(family: Family, fail) -> None:
         fail(f"Mlp layout {mlp.layout!r} is not one of {', '.join(MLP_LAYOUTS)}")
 
 
-def _validate_steps(family: Family, steps: tuple[Step, ...], fail) -> None:
+def _validate_steps(family: Family, steps: tuple[Step, ...], norm: str, fail) -> None:
     """The reads every analysis needs, each norm read where the entry says it is, and every
     edit's value an earlier read."""
     reads: dict[str, str] = {}
@@ -329,11 +413,11 @@ def _validate_steps(family: Family, steps: tuple[Step, ...], fail) -> None:
     for name in ("probs", "branch"):
         if name not in reads:
             fail(f"no step reads {name!r} (the attention probabilities and the attention branch)")
-    if family.norm and reads.get("norm", family.norm) != family.norm:
-        fail(f"norm is {family.norm!r} but the step reading 'norm' reads {reads['norm']!r}")
-    if family.norm and "norm" not in reads:
-        fail(f"norm is {family.norm!r} but no step reads its input as 'norm'")
-    if not family.norm and "norm" in reads:
+    if norm and reads.get("norm", norm) != norm:
+        fail(f"norm is {norm!r} but the step reading 'norm' reads {reads['norm']!r}")
+    if norm and "norm" not in reads:
+        fail(f"norm is {norm!r} but no step reads its input as 'norm'")
+    if not norm and "norm" in reads:
         fail(f"norm is '' (no norm before the attention) but a step reads {reads['norm']!r}")
     if family.branch_norm and reads.get("branch_norm") != family.branch_norm:
         fail(f"branch_norm is {family.branch_norm!r} but no step reads its input as 'branch_norm'")

@@ -14,6 +14,7 @@ panel need are read outside any trace by :mod:`probe.models.weights`.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Iterator
 from typing import Any
@@ -24,7 +25,7 @@ from ..ablate import Ablation
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, first
 from .family import Family, Step, skip
-from .weights import affine_norm, norm_params, norm_sites, resolve_module, value_output
+from .weights import affine_norm, layer_norm_sites, norm_params, resolve_module, value_output
 
 
 class SpecAdapter(Adapter):
@@ -84,15 +85,16 @@ class SpecAdapter(Adapter):
         """The LN-affine and no-LN variants (``probe.ablate``) as steps on every norm module
         of a layer, in forward order.
 
-        The norms are the layer's submodules of a norm class (LayerNorm, RMSNorm, T5's
-        LayerNorm), except the query/key norms inside an attention (Qwen3, OLMo2), which
-        are part of the attention's scores.  Their order is the order the layer registers
-        them, which is their forward order in every family here (input norm before
-        post-attention norm); a family where it is not would fail in nnsight's trace (an
-        out-of-order access), never silently, and is tested against module surgery.
+        The norms are the layers' submodules of a norm class (LayerNorm, RMSNorm, T5's
+        LayerNorm), except the query/key norms inside an attention (the entry's
+        ``qk_norms``, Qwen3, OLMo2, StableLM's per-head norms), which are part of the
+        attention's scores.  A site that is a norm in any layer is edited in every layer
+        (skipping an Identity returns its input, as it does).  Their order is the order the
+        layer's ``forward`` calls them (Falcon registers its second norm before the first);
+        ``probe check`` holds both variants against the same norms replaced by torch hooks.
         """
-        layer = resolve_module(model, self.spec.layers)[0]
-        sites = norm_sites(layer)
+        layers = resolve_module(model, self.spec.layers)
+        sites = layer_norm_sites(layers, self.spec.qk_norms)
         affine = f"affine:{self.spec.norm_kind}"
         return tuple(skip(site, "input", when="norm_removed") for site in sites) + tuple(
             skip(site, affine, when="norm_affine") for site in sites
@@ -115,15 +117,25 @@ class SpecAdapter(Adapter):
                 _ = (_resolve(layer, path) if path else layer).source
 
     def walk(
-        self, root, ablation: Ablation, wanted: frozenset[str] = frozenset()
+        self,
+        root,
+        ablation: Ablation,
+        wanted: frozenset[str] = frozenset(),
+        mlp_scale: float | None = None,
     ) -> Iterator[dict[str, Any]]:
         """``{"x": X_0}``, then per layer the reads in ``wanted`` and ``"x"``: X_l.
 
         All reads and edits happen in forward order (nnsight's requirement), as the
-        family's steps list them.
+        family's steps list them.  ``mlp_scale``: only the MLP branch, at the entry's
+        ``mlp_branch``, is multiplied by it (the self-test's check of that site; 0 allowed).
         """
         config = root._module.config
         steps = [s for s in self.spec.steps_of(config) if s.applies(ablation)]
+        if mlp_scale is not None:
+            site = self.spec.mlp_branch_of(config)
+            at = next((i for i, s in enumerate(steps) if s.site == site), len(steps))
+            steps = [*steps[:at], Step(site, "scale", when="scaled"), *steps[at:]]
+            ablation = dataclasses.replace(ablation, branch_scale=1.0)
         if ablation.norm != "kept":
             # The norm variants keep skip and MLP, so the spec's own edits do not apply; its
             # reads would interleave with the norms' order, so a norm run takes none.
@@ -140,8 +152,9 @@ class SpecAdapter(Adapter):
         layers = self.layers(root)
         yield {"x": first(layers[0].input)}
         sinks, massive = _by_layer(ablation.sinks), _by_layer(ablation.massive)
+        alpha = ablation.branch_scale if mlp_scale is None else mlp_scale
         for index, layer in enumerate(layers, start=1):
-            values = _run_steps(layer, steps, needed, sinks.get(index, ()), ablation.branch_scale)
+            values = _run_steps(layer, steps, needed, sinks.get(index, ()), alpha)
             x = first(layer.output)
             if massive.get(index):  # no-massive: the clean run's corpus means, in place
                 _replace_massive(x, massive[index])
@@ -219,7 +232,10 @@ class SpecAdapter(Adapter):
         heads = self.n_heads(config)
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
         w_v, b_v, w_o, b_o = value_output(layer, spec.heads, config, heads, kv_heads)
-        site = self.read_site(config, "norm") or spec.norm
+        m = spec.branch_multiplier(config)
+        if m != 1:  # Granite adds m times the attention's output: every head and its bias
+            w_o, b_o = w_o * m, b_o * m
+        site = self.read_site(config, "norm") or spec.norm_of(config)
         norm = resolve_module(layer, site) if site else torch.nn.Identity()  # no norm: kind none
         gamma, beta, eps, kind = norm_params(norm, spec.norm_kind)
         extra = {}

@@ -42,13 +42,49 @@ def is_norm(module: torch.nn.Module) -> bool:
     ).__name__.endswith(("LayerNorm", "RMSNorm", "LayerNorm2d"))
 
 
-def norm_sites(layer: torch.nn.Module) -> list[str]:
-    """Paths of the norm modules inside one layer, in registration order (see ``norm_steps``)."""
+def norm_sites(layer: torch.nn.Module, qk_norms: tuple[str, ...] = ()) -> list[str]:
+    """Paths of the norm modules inside one layer, in registration order (see ``norm_steps``),
+    without the query/key norms: those named so, and ``qk_norms`` (the entry's) with every
+    module inside them (StableLM's one LayerNorm per head, ``q_layernorm.norms.0``)."""
     return [
         name
         for name, module in layer.named_modules()
-        if name and is_norm(module) and name.rsplit(".", 1)[-1] not in _QK_NORMS
+        if name
+        and is_norm(module)
+        and name.rsplit(".", 1)[-1] not in _QK_NORMS
+        and not within(name, qk_norms)
     ]
+
+
+def layer_norm_sites(layers, qk_norms: tuple[str, ...] = ()) -> list[str]:
+    """The norm sites of every layer (:func:`norm_sites`; a site that is a norm in any layer:
+    ModernBERT's first layer has an Identity where the others have ``attn_norm``), in the
+    order the layer's ``forward`` calls them (:func:`forward_order`)."""
+    sites: list[str] = []
+    for layer in layers:
+        sites += [site for site in norm_sites(layer, qk_norms) if site not in sites]
+    return forward_order(layers[0], sites)
+
+
+def forward_order(layer: torch.nn.Module, sites: list[str]) -> list[str]:
+    """``sites`` in the order ``layer.forward`` first calls their top-level submodules
+    (``self.input_layernorm(``), read from its source; registration order where the source
+    does not call each of them itself (BERT's MLP runs in a helper method)."""
+    import inspect
+
+    try:
+        source = inspect.getsource(type(layer).forward)
+    except (OSError, TypeError):
+        return sites
+    position = {site: source.find(f"self.{site.split('.', 1)[0]}(") for site in sites}
+    if any(at < 0 for at in position.values()):
+        return sites
+    return sorted(sites, key=lambda site: position[site])  # stable: nested sites keep order
+
+
+def within(path: str, roots) -> bool:
+    """Is the module at ``path`` one of ``roots`` or inside one of them?"""
+    return any(path == root or path.startswith(f"{root}.") for root in roots if root)
 
 
 def affine_norm(module: torch.nn.Module, kind: str, x: torch.Tensor) -> torch.Tensor:

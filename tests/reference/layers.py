@@ -14,15 +14,23 @@ every sum with the grouping transformers' code uses, so the unablated reference
 equals the model's own output exactly (asserted in the tests), which checks these
 re-implementations too.
 
+Which function a model's layers get, and where its layer list is, is its family's entry
+in ``ENTRIES`` of ``tests/reference/families.py`` (``layer_implementation``): a new
+family is a function here and that one entry; a Llama-shaped layer of any model_type
+gets ``_llama`` without one.
+
 ==========  ==============================================  =========================
 layout      layer (x the input, a the attention branch)     families
 ==========  ==============================================  =========================
 pre-LN      h = x + a(N(x)); y = h + mlp(N'(h))             Llama, Mistral, Qwen2/3,
                                                             Gemma, Phi3, ViT,
                                                             ModernBERT, OPT-125m, T5,
-                                                            BLOOM
+                                                            BLOOM, StableLM
+scaled      h = x + a(N(x)) m; y = h + mlp(N'(h)) m         Granite (m its
+                                                            residual_multiplier)
 sandwich    h = x + P(a(N(x))); y = h + Q(mlp(N'(h)))       Gemma2 (OLMo2: no N, N')
 parallel    y = (a(N(x)) + mlp(N(x))) + x                   GPT-J, Falcon, GPT-NeoX
+            y = (x + a(N(x))) + mlp(N(x))                   StableLM (parallel), Cohere
 post-LN     h = N(drop(dense(a(x))) + x); y = ...           RoBERTa, ELECTRA,
                                                             DeBERTa-v2, DistilBERT,
                                                             OPT-350m
@@ -39,7 +47,6 @@ import torch
 from torch import nn
 
 __all__ = [
-    "LAYER_PATHS",
     "layer_implementation",
     "layer_list",
     "record_stream",
@@ -145,6 +152,50 @@ def _neox(layer, hidden_states, *, skip, mlp, **kwargs):
     return layer.post_mlp_dropout(layer.mlp(layer.post_attention_layernorm(h))) + h
 
 
+#: The arguments StableLmDecoderLayer passes its attention (the rest of its **kwargs it drops).
+_STABLELM_ATTENTION_ARGS = (
+    "attention_mask",
+    "position_ids",
+    "cache",
+    "past_key_values",  # the name before transformers renamed it to ``cache``
+    "use_cache",
+    "position_embeddings",
+)
+
+
+def _stablelm(layer, hidden_states, *, skip, mlp, **kwargs):
+    # StableLmDecoderLayer: hidden_dropout follows the MLP only, in both layouts.
+    x = layer.input_layernorm(hidden_states)
+    kwargs = {k: v for k, v in kwargs.items() if k in _STABLELM_ATTENTION_ARGS}
+    a = layer.self_attn(hidden_states=x, **kwargs)[0]
+    if layer.use_parallel_residual:  # residual + attn + dropout(mlp(ln(x))), left to right
+        y = hidden_states + a if skip else a
+        return y + layer.dropout(layer.mlp(x)) if mlp else y
+    h = hidden_states + a if skip else a
+    if not mlp:
+        return h
+    return h + layer.dropout(layer.mlp(layer.post_attention_layernorm(h)))
+
+
+def _cohere(layer, hidden_states, *, skip, mlp, **kwargs):
+    # CohereDecoderLayer: one norm feeds both branches; residual + attn + mlp, left to right.
+    x = layer.input_layernorm(hidden_states)
+    a = layer.self_attn(hidden_states=x, **kwargs)[0]
+    y = hidden_states + a if skip else a
+    return y + layer.mlp(x) if mlp else y
+
+
+def _granite(layer, hidden_states, *, skip, mlp, **kwargs):
+    # GraniteDecoderLayer scales each branch by residual_multiplier before adding it; without
+    # the skip the attention branch keeps its multiplier.
+    m = layer.residual_multiplier
+    a = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)[0]
+    h = hidden_states + a * m if skip else a * m
+    if not mlp:
+        return h
+    return h + layer.mlp(layer.post_attention_layernorm(h)) * m
+
+
 def _modernbert(layer, hidden_states, *, skip, mlp, **kwargs):
     a = layer.attn(layer.attn_norm(hidden_states), **kwargs)[0]
     h = hidden_states + a if skip else a
@@ -201,45 +252,21 @@ def _distilbert(layer, hidden_states, attention_mask=None, *, skip, mlp, **kwarg
     return layer.output_layer_norm(layer.ffn(a) + a) if mlp else a
 
 
-#: model_type -> (path of the layer list, the layer re-implementation).
-LAYER_PATHS = {
-    "llama": ("layers", _llama),
-    "mistral": ("layers", _llama),
-    "qwen2": ("layers", _llama),
-    "qwen3": ("layers", _llama),
-    "gemma": ("layers", _llama),
-    "phi3": ("layers", _llama),
-    "gemma2": ("layers", _gemma2),
-    "olmo2": ("layers", _olmo2),
-    "bloom": ("h", _bloom),
-    "opt": ("decoder.layers", _opt),
-    "gptj": ("h", _gptj),
-    "falcon": ("h", _falcon),
-    "gpt_neox": ("layers", _neox),
-    "modernbert": ("layers", _modernbert),
-    "t5": ("encoder.block", _t5),
-    "vit": ("layers", _vit),
-    "roberta": ("encoder.layer", _bert_like),
-    "electra": ("encoder.layer", _bert_like),
-    "deberta-v2": ("encoder.layer", _deberta),
-    "distilbert": ("transformer.layer", _distilbert),
-}
-
-
-#: A layer with these submodules is Llama-shaped whatever its model_type (Starcoder2, ...).
-_LLAMA_SHAPE = ("self_attn", "input_layernorm", "post_attention_layernorm", "mlp")
-
-
 def layer_implementation(model: nn.Module):
-    """(path of the layer list, re-implementation) for ``model``; Llama-shaped layers of any
-    model_type get the Llama one."""
-    kind = model.config.model_type
-    if kind in LAYER_PATHS:
-        return LAYER_PATHS[kind]
-    layers = getattr(model, "layers", None)
-    if layers is not None and all(hasattr(layers[0], name) for name in _LLAMA_SHAPE):
-        return "layers", _llama
-    raise ValueError(f"no reference layer for model_type {kind!r}")
+    """(path of the layer list, re-implementation) from ``model``'s entry in
+    ``tests/reference/families.py`` (Llama's for a Llama-shaped layer of any model_type);
+    :class:`NoReference` for a family without one, or whose layers ``reference/surgery.py``
+    re-implements instead (BERT, GPT-2, ALBERT, XLNet)."""
+    # Imported here: families.py imports this module for the functions it lists.
+    from tests.reference.families import NoReference, entry_for
+
+    entry = entry_for(model)
+    if entry.layer is None:
+        raise NoReference(
+            f"the reference entry of model_type {model.config.model_type!r} has no layer "
+            "re-implementation: its layers are in tests/reference/surgery.py"
+        )
+    return entry.layers, entry.layer
 
 
 def _module(model: nn.Module, path: str) -> nn.Module:
@@ -248,15 +275,11 @@ def _module(model: nn.Module, path: str) -> nn.Module:
     return model
 
 
-#: model_type -> path of the layer list, for the families ``reference/surgery.py``
-#: re-implements instead (their layers are not in LAYER_PATHS).
-SURGERY_LAYER_LISTS = {"bert": "encoder.layer", "gpt2": "h"}
-
-
 def layer_list(model: nn.Module) -> nn.ModuleList:
-    """``model``'s list of transformer layers: of a family here, or of BERT or GPT-2."""
-    path = SURGERY_LAYER_LISTS.get(model.config.model_type)
-    return _module(model, path or layer_implementation(model)[0])
+    """``model``'s list of transformer layers, at the path its reference entry names."""
+    from tests.reference.families import entry_for
+
+    return _module(model, entry_for(model).layers)
 
 
 def record_stream(model: nn.Module, layers: nn.ModuleList, inputs: dict) -> list[torch.Tensor]:

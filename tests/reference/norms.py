@@ -39,6 +39,14 @@ NORMS = {
     "opt": ("decoder.layers", ("self_attn_layer_norm", "final_layer_norm"), "w"),
     "olmo2": ("layers", ("post_attention_layernorm", "post_feedforward_layernorm"), "w"),
     "bloom": ("h", ("input_layernorm", "post_attention_layernorm"), "w"),
+    # ModernBERT's first layer has an Identity where the others have attn_norm.
+    "modernbert": ("layers", ("attn_norm", "mlp_norm"), "w"),
+    # Falcon's norms by config: one or two before the branches, or a second after attention.
+    "falcon": ("h", ("input_layernorm", "ln_attn", "ln_mlp", "post_attention_layernorm"), "w"),
+    # StableLM's per-head q/k LayerNorms are inside the attention: they stay.
+    "stablelm": ("layers", ("input_layernorm", "post_attention_layernorm"), "w"),
+    "cohere": ("layers", ("input_layernorm",), "w"),
+    "granite": ("layers", ("input_layernorm", "post_attention_layernorm"), "w"),
 }
 
 
@@ -75,6 +83,11 @@ def norm_variant_hidden_states(
     layers = _get(work, layers_path)
     for layer in layers:
         for name in names:
-            norm = _get(layer, name)
+            try:
+                norm = _get(layer, name)
+            except AttributeError:  # a norm this config's layer does not have
+                continue
+            if norm is None or isinstance(norm, nn.Identity):
+                continue
             _set(layer, name, _Affine(norm, scale) if mode == "affine" else nn.Identity())
     return record_stream(work, layers, inputs)

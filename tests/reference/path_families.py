@@ -1,4 +1,4 @@
-"""Where the brute-force path oracle reads each family, one reference entry per family.
+"""Where the brute-force path oracle reads each family: the record and its readers.
 
 No ``probe`` imports: every entry is written from the transformers source of its
 family, never from probe's spec, so it checks that spec independently.  An entry
@@ -8,10 +8,12 @@ freeze) and how to read its parameters per *query* head (``params``: a grouped-q
 head reads the key/value head of its group, h // (H / KV)) and the norm after the
 last layer that belongs to the output (``final``).
 
-A new family is one entry in :data:`REFERENCES`; a family without one fails its own
-tests (:func:`reference_for` raises inside them), never the collection of the others'.
-Llama-shaped decoders (a layer with ``self_attn``, ``input_layernorm``,
-``post_attention_layernorm`` and ``mlp``) of any model_type share Llama's entry.
+The readers (``params``, ``final``) are the functions below; each family's
+:class:`Reference` is part of its entry in ``ENTRIES`` of ``tests/reference/families.py``,
+where a new family's goes (none for a Llama-shaped layer: a layer with ``self_attn``,
+``input_layernorm``, ``post_attention_layernorm`` and ``mlp`` of any model_type shares
+Llama's).  A family without one fails its own tests (:func:`reference_for` raises
+:class:`NoReference` inside them), never the collection of the others'.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
-from transformers import AlbertModel, XLNetModel
+from transformers import AlbertModel
 
 F64 = torch.float64
 
@@ -31,10 +33,16 @@ def f64(t: torch.Tensor) -> torch.Tensor:
 
 @dataclass
 class Norm:
+    """A norm to freeze.  ``float32``: a LayerNorm that HF computes in float32 even in a
+    float64 model (CohereLayerNorm), so the real run carries float32 rounding that the frozen
+    (float64, linear) network cannot reproduce; HF's RMS norms all do, which kind "rms"
+    says already."""
+
     kind: str  # "layer", "rms" or "none"
     gamma: torch.Tensor | None = None
     beta: torch.Tensor | None = None
     eps: float = 0.0
+    float32: bool = False
 
 
 @dataclass
@@ -88,6 +96,13 @@ def rms(module, plus_one: bool = False) -> Norm:
     eps = module.eps if eps is None else eps
     gamma = f64(module.weight)
     return Norm("rms", 1.0 + gamma if plus_one else gamma, None, float(eps))
+
+
+def cohere_norm(module) -> Norm:
+    """CohereLayerNorm: centred and scaled like a LayerNorm, no bias, eps ``variance_epsilon``,
+    computed in float32 (its input and weight cast to float32, the result cast back)."""
+    beta = torch.zeros(module.weight.shape, dtype=F64)
+    return Norm("layer", f64(module.weight), beta, float(module.variance_epsilon), float32=True)
 
 
 def no_bias(n: int) -> torch.Tensor:
@@ -225,6 +240,34 @@ def _olmo2(model, index: int) -> Layer:
     return Layer(heads, b_o, Norm("none"), "pre", rms(block.post_attention_layernorm))
 
 
+def _stablelm(model, index: int) -> Layer:
+    # StableLmAttention: separate v_proj (biased with use_qkv_bias), o_proj without bias.  The
+    # per-head q/k LayerNorms touch queries and keys only, which the probabilities hold.
+    block = model.layers[index]
+    n, d, kv = decoder_dims(model.config)
+    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.o_proj, n, d, kv)
+    return Layer(heads, b_o, layer_norm(block.input_layernorm), "pre")
+
+
+def _cohere(model, index: int) -> Layer:
+    # CohereDecoderLayer: a parallel layer (its MLP removed here) with one CohereLayerNorm.
+    block = model.layers[index]
+    n, d, kv = decoder_dims(model.config)
+    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.o_proj, n, d, kv)
+    return Layer(heads, b_o, cohere_norm(block.input_layernorm), "pre")
+
+
+def _granite(model, index: int) -> Layer:
+    # GraniteDecoderLayer adds the attention's output times residual_multiplier m: m is folded
+    # into every head's W_o and into b_o, so the layer is x + sum_h heads_h(N(x)) as Llama's.
+    block = model.layers[index]
+    n, d, kv = decoder_dims(model.config)
+    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.o_proj, n, d, kv)
+    m = block.residual_multiplier
+    heads = [(w_v, b_v, w_o * m) for w_v, b_v, w_o in heads]
+    return Layer(heads, b_o * m, rms(block.input_layernorm), "pre")
+
+
 def _bloom(model, index: int) -> Layer:
     # BloomAttention._reshape: fused rows per head h [q_h | k_h | v_h].
     block = model.h[index]
@@ -316,111 +359,10 @@ def _vit(model, index: int) -> Layer:
     return Layer(heads, b_o, layer_norm(block.layernorm_before), "pre")
 
 
-def _bert_like(layers: str = "encoder.layer") -> Reference:
-    return Reference(layers, "attention.self", 1, "attention.output.LayerNorm", _bert)
-
-
-_LLAMA = Reference("layers", "self_attn", 1, "input_layernorm", _llama, _llama_final, decoder=True)
-
-#: model_type -> its reference entry.
-REFERENCES: dict[str, Reference] = {
-    "bert": _bert_like(),
-    "roberta": _bert_like(),
-    "electra": _bert_like(),
-    "albert": Reference("encoder.albert_layer_groups.0.albert_layers", "attention", 1, "", _bert),
-    "xlnet": Reference("layer", "rel_attn", 1, "", _xlnet),
-    "deberta-v2": Reference(
-        "encoder.layer",
-        "attention.self",
-        1,
-        "attention.output.LayerNorm",
-        _deberta,
-        kwargs={"output_attentions": True},  # the probabilities are returned only when asked
-    ),
-    "distilbert": Reference("transformer.layer", "attention", 1, "sa_layer_norm", _distilbert),
-    "gpt2": Reference("h", "attn", 1, "ln_1", _gpt2, lambda m: layer_norm(m.ln_f), decoder=True),
-    "llama": _LLAMA,
-    "gemma2": Reference(
-        "layers",
-        "self_attn",
-        1,
-        "input_layernorm",
-        _llama,
-        _llama_final,
-        branch="post_attention_layernorm",
-        decoder=True,
-    ),
-    "olmo2": Reference(
-        "layers",
-        "self_attn",
-        1,
-        "",
-        _olmo2,
-        lambda m: rms(m.norm),
-        branch="post_attention_layernorm",
-        decoder=True,
-    ),
-    "bloom": Reference(
-        "h",
-        "self_attention",
-        1,
-        "input_layernorm",
-        _bloom,
-        lambda m: layer_norm(m.ln_f),
-        decoder=True,
-    ),
-    "opt": Reference(
-        "decoder.layers", "self_attn", 1, "self_attn_layer_norm", _opt, _opt_final, decoder=True
-    ),
-    "gptj": Reference("h", "attn", 1, "ln_1", _gptj, lambda m: layer_norm(m.ln_f), decoder=True),
-    "falcon": Reference(
-        "h", "self_attention", 1, _falcon_norm, _falcon, lambda m: layer_norm(m.ln_f), decoder=True
-    ),
-    "gpt_neox": Reference(
-        "layers",
-        "attention",
-        1,
-        "input_layernorm",
-        _neox,
-        lambda m: layer_norm(m.final_layer_norm),
-        decoder=True,
-    ),
-    "modernbert": Reference(
-        "layers", "attn", 1, "attn_norm", _modernbert, lambda m: layer_norm(m.final_norm)
-    ),
-    "t5": Reference(
-        "encoder.block",
-        "layer.0.SelfAttention",
-        2,
-        "layer.0.layer_norm",
-        _t5,
-        lambda m: rms(m.encoder.final_layer_norm),
-    ),
-    "vit": Reference(
-        "layers", "attention", 1, "layernorm_before", _vit, lambda m: layer_norm(m.layernorm)
-    ),
-}
-
-_LLAMA_SHAPE = ("self_attn", "input_layernorm", "post_attention_layernorm", "mlp")
-
-
-def llama_shaped(model) -> bool:
-    layers = getattr(model, "layers", None)
-    return layers is not None and all(hasattr(layers[0], name) for name in _LLAMA_SHAPE)
-
-
 def reference_for(model) -> Reference:
-    """The reference entry of ``model``'s family; :class:`NoReference` where it has none."""
-    if isinstance(model, AlbertModel):
-        return REFERENCES["albert"]
-    if isinstance(model, XLNetModel):
-        return REFERENCES["xlnet"]
-    kind = model.config.model_type
-    if kind in REFERENCES:
-        return REFERENCES[kind]
-    if llama_shaped(model):  # Mistral, Qwen2/3, Gemma, Phi3, Mixtral, Starcoder2, ...
-        return _LLAMA
-    raise NoReference(
-        f"no reference entry for model_type {kind!r} ({type(model).__name__}): add one to "
-        "REFERENCES in tests/reference/path_families.py"
-    )
+    """The path reference of ``model``'s family, from its entry in
+    ``tests/reference/families.py``; :class:`NoReference` where it has none."""
+    # Imported here: families.py imports this module for the readers it lists.
+    from tests.reference.families import entry_for
+
+    return entry_for(model).reference

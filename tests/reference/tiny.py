@@ -183,6 +183,37 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "starcoder2": ("Starcoder2Config", {**_DECODER, "use_bias": True}),
     "mixtral": ("MixtralConfig", {**_DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}),
     "olmo2": ("Olmo2Config", _DECODER),
+    # Sequential StableLM: per-head q/k LayerNorms (StableLmLayerNormPerHead,
+    # nn.LayerNorm children), q/k/v biases, rotary on the default quarter of each head.
+    "stablelm": (
+        "StableLmConfig",
+        {
+            **_DECODER,
+            "qk_layernorm": True,
+            "use_qkv_bias": True,
+            "use_parallel_residual": False,
+            "tie_word_embeddings": True,
+        },
+    ),
+    # logit_scale multiplies CohereForCausalLM's logits only; away from 1 so a head that
+    # forgets it shows.
+    "cohere": (
+        "CohereConfig",
+        {**_DECODER, "logit_scale": 0.25, "use_qk_norm": False, "tie_word_embeddings": True},
+    ),
+    # Every multiplier away from 1 and from the others, so a misplaced one shows:
+    # attention_multiplier replaces 1/sqrt(head_dim) as the scores' scale.
+    "granite": (
+        "GraniteConfig",
+        {
+            **_DECODER,
+            "embedding_multiplier": 2.0,
+            "attention_multiplier": 0.3,
+            "residual_multiplier": 0.5,
+            "logits_scaling": 4.0,
+            "tie_word_embeddings": True,
+        },
+    ),
     "bloom": (
         "BloomConfig",
         dict(
@@ -292,6 +323,11 @@ TINY_VARIANTS: dict[str, tuple[str, dict]] = {
         {"new_decoder_architecture": True, "num_kv_heads": 2, "multi_query": False},
     ),
     "falcon-alibi": ("falcon", {"alibi": True, "multi_query": False}),
+    # GPT-NeoX's parallel layout: one norm feeds both branches, and the layer has no
+    # post-attention norm (post_attention_layernorm is None).
+    "stablelm-parallel": ("stablelm", {"use_parallel_residual": True, "qk_layernorm": False}),
+    # q/k CohereLayerNorms with a weight per head, normalising over each head's dimension.
+    "cohere-qk-norm": ("cohere", {"use_qk_norm": True}),
 }
 #: Families whose base model is not AutoModel's choice for their config.
 _SPEC_CLASSES = {"t5": "T5EncoderModel"}
