@@ -5,7 +5,9 @@ research since Dong et al. (2021) found trained transformers doing with the pull
 rank one (:mod:`probe.attention_stats` defines every quantity and cites its source):
 
 * attention sinks: ``sink_score`` (init, layer, head), the attention the first token
-  receives, and Gu et al.'s ``sink_rate`` Sink_eps (init); ``top_key`` / ``top_key_score``,
+  receives, ``sink_frequency`` (init, layer, head), the share of sequences in which it
+  exceeds eps, and Gu et al.'s ``sink_rate`` Sink_eps (init), their mean; ``sink_head_share``
+  (init), the share of heads whose mean score exceeds eps; ``top_key`` / ``top_key_score``,
   the key position that receives the most attention (Clark et al.'s [CLS]/[SEP]);
 * ``attention_entropy`` (nats), ``attention_gap`` sigma_1 - sigma_2 and
   ``attention_stable_rank`` of every head's T x T attention matrix;
@@ -38,7 +40,14 @@ import xarray as xr
 
 from probe import memory
 from probe.ablate import TRANSFORMER, Ablation
-from probe.attention_stats import EPSILON, Totals, check_epsilon, head_sums, sink_rate
+from probe.attention_stats import (
+    EPSILON,
+    Totals,
+    check_epsilon,
+    head_sums,
+    sink_head_share,
+    sink_rate,
+)
 from probe.errors import ProbeError
 from probe.inputs import Encoded, model_inputs
 from probe.loading import ProbedModel
@@ -52,6 +61,7 @@ Progress = Callable[[int, int, str], None]
 #: The attention statistics, (init, layer, head) each.
 HEAD_VARIABLES = (
     "sink_score",
+    "sink_frequency",
     "top_key",
     "top_key_score",
     "attention_entropy",
@@ -68,8 +78,12 @@ LAYER_VARIABLES = (
 )
 LONG_NAMES = {
     "sink_score": "attention the first token receives, mean over query rows and sequences",
-    "sink_rate": "Sink_eps (Gu et al. 2025): share of (layer, head) pairs with sink_score > eps",
-    "top_key": "key position receiving the most attention (mean over rows and sequences)",
+    "sink_frequency": "share of sequences whose first-token score exceeds eps",
+    "sink_rate": "Sink_eps (Gu et al. 2025): share of (sequence, layer, head) whose "
+    "first-token score exceeds eps",
+    "sink_head_share": "share of (layer, head) pairs whose mean sink_score exceeds eps",
+    "top_key": "key position receiving the most attention (mean over the rows that see it "
+    "and sequences)",
     "top_key_score": "mean attention the top key receives",
     "attention_entropy": "mean row entropy -sum_k A_ik log A_ik of the attention, nats",
     "attention_gap": "sigma_1 - sigma_2 of the T x T attention matrix, mean over sequences",
@@ -141,7 +155,7 @@ def run(
     for probed in models:
         sums = Totals(probed.n_layers)
         for start, ids, mask in batches:
-            measure_batch(probed, ids, mask, sums, start, ablation=clean)
+            measure_batch(probed, ids, mask, sums, start, ablation=clean, epsilon=epsilon)
             done += 1
             if progress is not None:
                 progress(done, len(models) * len(batches), f"{probed.init} attention")
@@ -175,6 +189,7 @@ def measure_batch(
     start: int,
     spectrum: bool = True,
     ablation: Ablation = TRANSFORMER,
+    epsilon: float = EPSILON,
 ) -> None:
     """One unablated forward of one batch (``ablation``: the transformer, or with its branches
     scaled); each layer reduced inside the trace into ``sums`` (``spectrum=False`` leaves
@@ -194,7 +209,9 @@ def measure_batch(
             reads = ({"x": x} for x in adapter.stream(root, tr, ablation))
         for layer, values in enumerate(reads):
             if "attn" in values:
-                sums.add_heads(layer, head_sums(values["attn"], real, spectrum))
+                sums.add_heads(
+                    layer, head_sums(values["attn"], real, spectrum, causal(probed), epsilon)
+                )
             sums.add_hidden(layer, values["x"], real, start)
     if len(sums.massive) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(sums.massive)} layers, expected {probed.n_layers + 1}")
@@ -231,14 +248,15 @@ def _dataset(
     data = {name: np.full(shape, np.nan) for name in HEAD_VARIABLES}
     data["top_key"] = np.full(shape, -1, dtype=np.int64)
     layer_data = {name: np.full(shape[:2], np.nan) for name in LAYER_VARIABLES}
-    rate = np.full(len(models), np.nan)
+    rate, share = np.full(len(models), np.nan), np.full(len(models), np.nan)
     for i, sums in enumerate(totals):
         for name, value in sums.attention().items():
             data[name][i, 1:] = value.numpy()
         for name, value in sums.hidden().items():
             layer_data[name][i] = value.numpy()
         if sums.heads:
-            rate[i] = float(sink_rate(torch.from_numpy(data["sink_score"][i, 1:]), epsilon))
+            rate[i] = float(sink_rate(torch.from_numpy(data["sink_frequency"][i, 1:])))
+            share[i] = float(sink_head_share(torch.from_numpy(data["sink_score"][i, 1:]), epsilon))
     head_dims, layer_dims = ("init", "layer", "head"), ("init", "layer")
     ids, text = token_text(first, encoded)
     ds = xr.Dataset(
@@ -246,6 +264,7 @@ def _dataset(
             **{name: (head_dims, value) for name, value in data.items()},
             **{name: (layer_dims, value) for name, value in layer_data.items()},
             "sink_rate": (("init",), rate),
+            "sink_head_share": (("init",), share),
             "input_ids": (("sequence", "token"), ids),
             "token_text": (("sequence", "token"), text.astype(str)),
         },
@@ -271,11 +290,7 @@ def _dataset(
         "created": utc_now(),
         "epsilon": epsilon,
         "attention": first.attn_implementation,
-        "causal": int(
-            first.adapter.spec.causal
-            if hasattr(first.adapter, "spec")
-            else first.family == "fastformer"
-        ),
+        "causal": int(causal(first) or first.family == "fastformer"),
         "attention_note": attention_note(first),
         "settings": json.dumps(
             {"epsilon": epsilon} | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text}),
@@ -287,6 +302,12 @@ def _dataset(
     if not scaled[0].is_one:
         ds.attrs |= {"branch_scale": scaled[0].text, "branch_scale_value": float(scaled[1])}
     return ds
+
+
+def causal(probed: ProbedModel) -> bool:
+    """Does each token attend only to itself and the tokens before it (the family's entry)?"""
+    spec = getattr(probed.adapter, "spec", None)
+    return bool(spec is not None and spec.causal)
 
 
 def attention_note(probed: ProbedModel) -> str:

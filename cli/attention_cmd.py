@@ -32,8 +32,8 @@ def attention(
         option(
             "--epsilon",
             domain=Real(0, 1, low_open=True, high_open=True),
-            help="Sink threshold: sink_rate is the share of (layer, head) pairs whose mean "
-            "attention to the first token exceeds it (Gu et al.: 0.3).",
+            help="Sink threshold: sink_rate (Gu et al.'s Sink_eps) is the share of (sequence, "
+            "layer, head) whose attention to the first token exceeds it (Gu et al.: 0.3).",
         ),
     ] = 0.3,
     branch_scale: BranchScaleOption = "1",
@@ -114,5 +114,9 @@ def print_attention(ds: xr.Dataset) -> None:
     for init in inits:
         rate = float(ds["sink_rate"].sel(init=init))
         shown = f"{rate:.3g}" if np.isfinite(rate) else "not measured"
+        if "sink_head_share" in ds and np.isfinite(
+            share := float(ds["sink_head_share"].sel(init=init))
+        ):
+            shown += f" (heads whose mean sink score passes {eps:g}: {share:.3g})"
         out.print(f"{init}: sink rate Sink_{eps:g} = {shown}")
     out.print(str(ds.attrs["attention_note"]))

@@ -10,10 +10,19 @@ rows and columns restricted to the sequence's real tokens (a padding row is drop
 padding key receives nothing), each averaged over the real query rows of a sequence, then
 over sequences:
 
-* received attention r_hk = mean_s mean_i A_sh[i, k]; a row that cannot see key k (a causal
-  mask) holds 0 there and counts as 0.  ``sink_score`` is r_h0, the attention the first
-  token receives (Gu et al. 2025; Xiao et al. 2023); ``top_key`` the argmax over k of r_hk and
-  ``top_key_score`` its value (Clark et al. 2019: BERT's [CLS] and [SEP]).
+* received attention r_hk = mean_s mean_i A_sh[i, k], the mean over the real rows that can
+  see key k: every real row in a bidirectional model, the rows i >= k in a causal one (Gu et
+  al. 2025's importance score, sum_i A[i, k] / (T - k)).  ``sink_score`` is r_h0, the
+  attention the first token receives (Gu et al. 2025; Xiao et al. 2023), seen by every row;
+  ``top_key`` the argmax over k of r_hk and ``top_key_score`` its value (Clark et al. 2019:
+  BERT's [CLS] and [SEP]).
+* ``sink_frequency``: per (layer, head), the share of sequences whose own first-key score
+  mean_i A_sh[i, 0] exceeds eps; its mean over layers and heads is Gu et al.'s sink rate
+  Sink_eps (sail-sg/Attention-Sink, ``compute_attention_sink``: each sample thresholded,
+  then the indicator averaged over samples, layers and heads).  ``sink_head_share``
+  thresholds the mean over sequences instead: the share of (layer, head) pairs whose
+  ``sink_score`` exceeds eps, a different number (the pretrained MiniLM: 0.417 against
+  Sink_eps's 0.391).
 * ``attention_entropy``: mean_s mean_i -sum_k A_ik log A_ik, in nats (0 log 0 = 0, so the
   keys a row cannot see add nothing).  Each A log A is formed at the input's precision
   (float64 for a float64 run; float32 for float32, bfloat16 and float16) and summed in
@@ -61,7 +70,6 @@ over sequences:
   What no residual test can see is a singular value whose vector is exactly orthogonal to
   the start block's Krylov space; a fixed random start makes that a measure-zero event.
   Cost: docs/attention.md, Cost.
-* Gu et al.'s sink rate, Sink_eps: the share of (layer, head) pairs with r_h0 > eps.
 
 Hidden-state statistics of one layer's output X (sequence, token, hidden):
 
@@ -108,24 +116,39 @@ def _real_only(probs: Tensor, real: Tensor) -> Tensor:
     return torch.where(keep, probs, torch.zeros((), dtype=probs.dtype, device=probs.device))
 
 
-def head_sums(probs: Tensor, real: Tensor, spectrum: bool = True) -> dict[str, Tensor]:
+def head_sums(
+    probs: Tensor,
+    real: Tensor,
+    spectrum: bool = True,
+    causal: bool = False,
+    epsilon: float = EPSILON,
+) -> dict[str, Tensor]:
     """One layer's attention statistics of one batch, summed over its sequences.
 
-    ``probs``: (batch, head, query, key); ``real``: (batch, token) bool.  Returns
-    ``received`` (head, key), ``entropy``, ``gap``, ``stable_rank`` (head,) and ``count``
-    (sequences); each a sum over sequences of a per-sequence mean (see the module docstring).
+    ``probs``: (batch, head, query, key); ``real``: (batch, token) bool; ``causal``: key k is
+    seen by the real rows i >= k only, and its received attention is their mean (Gu et al.).
+    Returns ``received`` (head, key), ``sinks`` (head,: the sequences whose first-key score
+    exceeds ``epsilon``), ``entropy``, ``gap``, ``stable_rank`` (head,) and ``count``
+    (sequences); each a sum over sequences of a per-sequence value (see the module docstring).
     """
     real = real.bool()
     A = _real_only(probs, real)  # (B, H, T, T), the input's dtype
     rows = real.sum(1).to(torch.float64)  # (B,) real query rows
-    per_row = rows[:, None, None]
-    # Mean over rows, summed over sequences; float64 accumulation of the exact entries.
-    received = (A.sum(2, dtype=torch.float64) / per_row).sum(0)  # (H, T)
+    if causal:  # the real rows i >= k: the real positions from k on (every real row sees key 0)
+        seen = real.flip(1).cumsum(1).flip(1).to(torch.float64)  # (B, T)
+        per_key = torch.where(real, seen, 1.0)[:, None, :]  # a padding key receives 0 anyway
+    else:
+        per_key = rows[:, None, None]
+    # Mean over the rows that see each key, per sequence; float64 sums of the exact entries.
+    per_sequence = A.sum(2, dtype=torch.float64) / per_key  # (B, H, T)
+    received = per_sequence.sum(0)  # (H, T)
+    sinks = (per_sequence[:, :, 0] > epsilon).sum(0, dtype=torch.float64)  # (H,)
     # The logs at the input's precision, at least float32 (module docstring: accuracy).
     work = A if A.dtype == torch.float64 else A.to(torch.float32)
     terms = torch.special.xlogy(work, work).sum(-1, dtype=torch.float64)  # (B, H, T)
     entropy = (-terms.sum(-1) / rows[:, None]).sum(0)  # (H,)
-    out = {"received": received, "entropy": entropy, "count": torch.tensor(float(A.shape[0]))}
+    count = torch.tensor(float(A.shape[0]))
+    out = {"received": received, "sinks": sinks, "entropy": entropy, "count": count}
     if spectrum:
         sigma_1, sigma_2, frobenius = top_two(A)  # each (B, H)
         out |= {"gap": (sigma_1 - sigma_2).sum(0), "stable_rank": (frobenius / sigma_1**2).sum(0)}
@@ -344,8 +367,8 @@ class Totals:
         _add(self.aniso, layer, {k: v.cpu() for k, v in anisotropy_sums(x, real).items()})
 
     def attention(self) -> dict[str, Tensor]:
-        """(layer, head) statistics: sink_score, top_key, top_key_score, attention_entropy,
-        attention_gap, attention_stable_rank (layers 1..L, in order)."""
+        """(layer, head) statistics: sink_score, sink_frequency, top_key, top_key_score,
+        attention_entropy, attention_gap, attention_stable_rank (layers 1..L, in order)."""
         out: dict[str, list[Tensor]] = {}
         for layer in sorted(self.heads):
             sums = self.heads[layer]
@@ -353,6 +376,7 @@ class Totals:
             score, key = received.max(-1)
             values = {
                 "sink_score": received[:, 0],
+                "sink_frequency": sums["sinks"] / sums["count"],
                 "top_key": key,
                 "top_key_score": score,
                 "attention_entropy": sums["entropy"] / sums["count"],
@@ -385,8 +409,16 @@ class Totals:
         }
 
 
-def sink_rate(sink_score: Tensor, epsilon: float = EPSILON) -> Tensor:
-    """Gu et al.'s Sink_eps: the share of (layer, head) pairs with sink_score > eps."""
+def sink_rate(sink_frequency: Tensor) -> Tensor:
+    """Gu et al.'s Sink_eps from the (layer, head) ``sink_frequency``: the share of (sequence,
+    layer, head) triples whose first-key score exceeds eps (every head sees every sequence)."""
+    return sink_frequency.to(torch.float64).mean()
+
+
+def sink_head_share(sink_score: Tensor, epsilon: float = EPSILON) -> Tensor:
+    """The share of (layer, head) pairs whose mean ``sink_score`` exceeds eps: a threshold of
+    the mean over sequences, not Gu et al.'s Sink_eps (:func:`sink_rate`), which thresholds
+    each sequence first."""
     return (sink_score > check_epsilon(epsilon)).to(torch.float64).mean()
 
 

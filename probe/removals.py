@@ -1,15 +1,16 @@
 """The removal variants' clean measuring pass: which sinks and massive entries a run removes.
 
-``no-sink`` and ``no-massive`` (:mod:`probe.ablate`, issue 29) are two-pass: a clean
+``no-sink`` and ``no-massive`` (:mod:`probe.ablate`) are two-pass: a clean
 (transformer) run of the same model over the whole corpus first finds what to remove, then
 the ablated run removes it, with what was found as the parameters of the walker's edits
 (:mod:`probe.models.spec`).  Everything here is deterministic: the same model, inputs and
 seed find the same positions and values.
 
 * **Sinks** (Gu et al. 2025, generalised from the first token to every key position): for
-  layer l and head h, the attention key position k receives, averaged over query rows and
-  sequences (:func:`probe.attention_stats.head_sums`'s ``received``: a row that cannot see
-  k counts 0, padding never counts).  (l, h, k) is a sink where it exceeds ``epsilon``
+  layer l and head h, the attention key position k receives, averaged over the query rows
+  that can see it (every real row in a bidirectional model, the rows i >= k in a causal one,
+  as Gu et al.'s importance score divides by T - k), then over sequences
+  (:func:`probe.attention_stats.head_sums`'s ``received``; padding never counts).  (l, h, k) is a sink where it exceeds ``epsilon``
   (default 0.3, Gu et al.'s eps).  ``no-sink`` removes exactly those (layer, head, key)
   triples.
 * **Massive entries** (Sun et al. 2024): for layer l's output X_l (l = 1..L; the embeddings'
@@ -95,7 +96,9 @@ def find(
                             "no-sink needs the attention probabilities; load the model with "
                             "eager attention"
                         )
-                    got = head_sums(values["attn"], real, spectrum=False)["received"].cpu()
+                    causal = bool(getattr(getattr(adapter, "spec", None), "causal", False))
+                    sums = head_sums(values["attn"], real, spectrum=False, causal=causal)
+                    got = sums["received"].cpu()
                     received[layer] = received.get(layer, 0) + got
                 if massive:
                     _add(totals, layer, _hidden_sums(values["x"], real))

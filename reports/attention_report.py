@@ -55,6 +55,9 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
             f"{int(one['massive_sequence'][peak])}, dim {int(one['massive_dim'][peak])}"
         )
         rate_text = "not measured" if not np.isfinite(rate) else f"{rate:.3g}"
+        share = float(one["sink_head_share"]) if "sink_head_share" in one else float("nan")
+        if np.isfinite(share):
+            rate_text += f" (heads whose mean sink score passes it: {fmt(share, 3)})"
         lines.append(
             f"<li><b>{esc(init)}</b>: sink rate Sink<sub>{fmt(eps, 3)}</sub> {rate_text}; "
             f"largest massive ratio {fmt(float(one['massive_ratio'][peak]), 4)} at {esc(where)}; "

@@ -1,6 +1,7 @@
-"""probe.attention on every family: sink_score, attention_entropy and top_key against HF's own
-``output_attentions`` in float64 (tests/reference/attention_stats.py), with padding; the
-Dataset, its provenance and its refusals.
+"""probe.attention on every family: sink_score, attention_entropy, top_key and Gu et al.'s
+sink rate against HF's own ``output_attentions`` in float64 (tests/reference/attention_stats.py),
+with padding; the pretrained MiniLM's sink rate as Gu et al. define it; the Dataset, its
+provenance and its refusals.
 
 The families come from ``probe.models.ADAPTERS`` and the tiny configs' branches, so a new
 family is covered as soon as it has its entry and its tiny config.
@@ -33,10 +34,14 @@ def test_statistics_equal_those_of_hf_output_attentions(name):
     inputs, data, mask = padded_inputs(model)
     attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
     hf = _hf_attentions(model, inputs, attn).numpy()  # (layer, sequence, head, query, key)
-    want = statistics(hf, mask.numpy())
+    causal = bool(getattr(getattr(probed.adapter, "spec", None), "causal", False))
+    want = statistics(hf, mask.numpy(), causal=causal, epsilon=0.3)
     sums = Totals(probed.n_layers)
-    measure_batch(probed, data, mask, sums, 0)
+    measure_batch(probed, data, mask, sums, 0, epsilon=0.3)
     got = {k: v.numpy() for k, v in sums.attention().items()}
+    # Gu et al.'s Sink_eps: thresholds of per-sequence scores (none within 1e-12 of eps here);
+    # the same count divided in another order: a few ulps.
+    assert float(got["sink_frequency"].mean()) == pytest.approx(want["sink_rate"], abs=1e-15)
     # The same float64 probabilities summed in another order (numpy loops against torch's
     # reductions) over <= 7 rows of <= 7 terms each: a few ulps of values <= 2 (entropy <= ln 7).
     np.testing.assert_allclose(got["sink_score"], want["sink_score"], rtol=0, atol=1e-15)
@@ -63,8 +68,9 @@ def test_dataset_of_a_run():
     assert np.isnan(ds["sink_score"][0, 0]).all() and np.isfinite(ds["sink_score"][0, 1:]).all()
     assert ds["massive_ratio"].dims == ("init", "layer") and np.isfinite(ds["massive_ratio"]).all()
     np.testing.assert_array_equal(ds["input_ids"].values, ids.numpy())
-    rate = float((ds["sink_score"][0, 1:] > 0.25).mean())
-    assert float(ds["sink_rate"][0]) == rate
+    share = float((ds["sink_score"][0, 1:] > 0.25).mean())
+    assert float(ds["sink_head_share"][0]) == share
+    assert float(ds["sink_rate"][0]) == float(ds["sink_frequency"][0, 1:].mean())
     # Two batches (2 + 1 sequences) add up to the one-batch run, to rounding.
     one = probe.attention(model, probe.Inputs(ids=ids, batch_size=3), epsilon=0.25)
     for name in ("sink_score", "attention_entropy", "attention_gap", "anisotropy"):
@@ -141,3 +147,26 @@ def test_an_image_model_names_its_tokens_by_patch_index():
     assert ds.sizes["token"] == tokens
     np.testing.assert_array_equal(ds["input_ids"].values, np.tile(np.arange(tokens), (3, 1)))
     assert np.isfinite(ds["sink_score"][0, 1:]).all()
+
+
+def test_the_pretrained_minilms_sink_rate_is_gu_et_als():
+    """Sink_eps on the real MiniLM checkpoint, against Gu et al.'s definition written from
+    their code's description (tests/reference/attention_stats.py) on HF's own attentions:
+    each sequence's first-token score thresholded, then averaged.  The share of heads whose
+    mean score passes eps is another number on the same run."""
+    from transformers import AutoModel
+
+    from probe.loading import minilm_path
+
+    ds = probe.attention("minilm", probe.Inputs(sequences=4, tokens=32), init="pretrained")
+    ids = torch.from_numpy(ds["input_ids"].values)  # the shipped text, 4 x 32 real tokens
+    model = AutoModel.from_pretrained(minilm_path(), attn_implementation="eager").double()
+    with torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
+    hf = torch.stack(list(out.attentions)).numpy()
+    want = statistics(hf, np.ones(ids.shape, dtype=bool), causal=False, epsilon=0.3)
+    # A count of thresholded scores over 4 x 6 x 12 triples, divided in two orders: a few ulps.
+    got = float(ds["sink_rate"].sel(init="pretrained"))
+    assert got == pytest.approx(want["sink_rate"], abs=1e-15)
+    share = float((want["sink_score"] > 0.3).mean())
+    assert float(ds["sink_head_share"].sel(init="pretrained")) == pytest.approx(share, abs=1e-15)

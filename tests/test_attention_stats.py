@@ -16,6 +16,7 @@ from probe.attention_stats import (
     check_epsilon,
     head_sums,
     massive_sums,
+    sink_head_share,
     sink_rate,
     top_two,
 )
@@ -190,11 +191,49 @@ def test_anisotropy_is_the_mean_cosine_across_sequences():
     assert math.isnan(float(one.hidden()["anisotropy"][0]))
 
 
-def test_sink_rate_counts_strictly_above_epsilon():
+def test_sink_head_share_counts_strictly_above_epsilon():
     scores = torch.tensor([[0.5, 0.2], [0.31, 0.3]], dtype=F64)
-    assert float(sink_rate(scores)) == 0.5  # 0.3 itself is not above 0.3
-    assert float(sink_rate(scores, 0.1)) == 1.0
-    assert float(sink_rate(scores, 0.9)) == 0.0
+    assert float(sink_head_share(scores)) == 0.5  # 0.3 itself is not above 0.3
+    assert float(sink_head_share(scores, 0.1)) == 1.0
+    assert float(sink_head_share(scores, 0.9)) == 0.0
+
+
+def test_sink_rate_thresholds_each_sequence_before_averaging():
+    """Gu et al.'s Sink_eps: head 0 gives the first token 0.2 in both sequences, head 1 gives
+    it 0.2 and 0.35: one of the four (sequence, head) scores passes 0.3.  Head 1's mean score,
+    0.275, does not: thresholding the mean says no sink anywhere."""
+    a = torch.tensor([[0.2, 0.8], [0.2, 0.8]], dtype=F64)
+    b = torch.tensor([[0.35, 0.65], [0.35, 0.65]], dtype=F64)
+    probs = torch.stack([torch.stack([a, a]), torch.stack([a, b])])  # (2, 2, 2, 2)
+    real = torch.ones(2, 2, dtype=torch.bool)
+    totals = Totals(1)
+    totals.add_heads(1, head_sums(probs, real))
+    got = totals.attention()
+    assert got["sink_frequency"][0].tolist() == [0.0, 0.5]
+    assert float(sink_rate(got["sink_frequency"])) == 0.25  # 1 of 4 (sequence, head) pairs
+    assert float(got["sink_score"][0, 1]) == pytest.approx(0.275, rel=1e-15)
+    assert float(sink_head_share(got["sink_score"])) == 0.0
+
+
+def test_a_causal_key_is_averaged_over_the_rows_that_can_see_it():
+    """Gu et al.'s importance score: key k of a causal T-token sequence is seen by the T - k
+    rows i >= k.  Sequence 0 (3 tokens): key 1 gets (0.5 + 0.3) / 2, key 2 gets 0.5 / 1;
+    sequence 1 (2 real tokens): key 1 gets 0.75 / 1.  The first key is seen by every row.
+    A last row that looks at itself makes the last key the top one, where the mean over all
+    rows (0.9 / 3) would leave it below the first (1.55 / 3)."""
+    probs, real = _batch()
+    sums = head_sums(probs, real, causal=True)
+    r0 = [(1 + 0.5 + 0.2) / 3, (0.5 + 0.3) / 2, 0.5 / 1]
+    r1 = [(1 + 0.25) / 2, 0.75 / 1, 0.0]
+    want = torch.tensor([a + b for a, b in zip(r0, r1, strict=True)], dtype=F64)
+    torch.testing.assert_close(sums["received"][0], want, rtol=1e-15, atol=0)
+    assert torch.equal(sums["received"][0, 0], head_sums(probs, real)["received"][0, 0])
+    last = torch.tensor([[[[1.0, 0, 0], [0.5, 0.5, 0], [0.05, 0.05, 0.9]]]], dtype=F64)
+    everyone = torch.ones(1, 3, dtype=torch.bool)
+    for causal, top in ((True, 2), (False, 0)):
+        totals = Totals(1)
+        totals.add_heads(1, head_sums(last, everyone, causal=causal))
+        assert int(totals.attention()["top_key"][0, 0]) == top
 
 
 @pytest.mark.parametrize("bad", [0, 1, -0.1, 1.5, float("nan"), True, "0.3", None])

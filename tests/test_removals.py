@@ -129,7 +129,8 @@ def test_the_clean_pass_finds_what_loops_over_hf_attentions_find(name):
         reference.config._attn_implementation = attn
     states = clean_hidden_states(reference, _call(model, inputs))
     eps, ratio = 0.25, 3.0  # low enough that these random tiny models have both
-    want_sinks, want_massive = found(hf, states, mask.numpy(), eps, ratio)
+    causal = probed.adapter.spec.causal
+    want_sinks, want_massive = found(hf, states, mask.numpy(), eps, ratio, causal)
     batches = [(0, data[:2], mask[:2]), (2, data[2:], mask[2:])]  # two batches add up
     got = removals.find(probed, batches, True, True, epsilon=eps, ratio=ratio)
     assert list(got.sinks) == want_sinks
@@ -157,7 +158,9 @@ def test_collapse_runs_the_removals_in_two_passes():
 
     removed = json.loads(ds.attrs["removed"])
     sinks = [tuple(e) for e in removed["no-sink"]["pretrained"]]
-    assert sinks and all(k == 0 for _, _, k in sinks)  # GPT-2's first token, here
+    # GPT-2's first token, and later keys whose few rows (those that can see them, Gu et
+    # al.'s normalisation) put more than eps on them.
+    assert sinks and any(k == 0 for _, _, k in sinks)
     assert not np.array_equal(r.sel(variant="no-sink"), r.sel(variant="transformer"))
     # Nothing is 100x the median in this tiny model: no-massive is the transformer, and says so.
     assert removed["no-massive"]["pretrained"] == []

@@ -16,8 +16,9 @@ is left as it was.
 * ``no_massive_hidden_states``: a forward hook on layer l returns its output with
   X_l[:, t, d] set to the given value, for each (l, t, d, value).
 * ``found``: what a clean run holds, from the model's own attentions and the clean hidden
-  states, with plain loops: the (layer, head, key) whose mean received attention over real
-  query rows and sequences exceeds eps, and the (layer, token, dim) whose mean |x| over the
+  states, with plain loops: the (layer, head, key) whose mean received attention over the
+  real query rows that can see it (all of them, or the rows i >= k of a causal model) and
+  then over sequences exceeds eps, and the (layer, token, dim) whose mean |x| over the
   sequences where the token is real exceeds ``ratio`` times the mean per-sequence median
   |entry|, with the mean x there.
 """
@@ -116,9 +117,18 @@ def clean_hidden_states(model: nn.Module, inputs: dict) -> list[torch.Tensor]:
     return _record(copy.deepcopy(model).eval(), inputs)
 
 
-def found(attentions: np.ndarray, states: list, mask: np.ndarray, eps: float, ratio: float):
+def found(
+    attentions: np.ndarray,
+    states: list,
+    mask: np.ndarray,
+    eps: float,
+    ratio: float,
+    causal: bool = False,
+):
     """(sinks, massive) of a clean run, by loops (module docstring).  ``attentions``: (layer,
-    sequence, head, query, key); ``states``: X_0 .. X_L; ``mask``: (sequence, token)."""
+    sequence, head, query, key); ``states``: X_0 .. X_L; ``mask``: (sequence, token);
+    ``causal``: a key's attention is averaged over the real rows i >= k that can see it
+    (Gu et al.'s importance score), not over every real row."""
     L, B, H, T, _ = attentions.shape
     sinks = []
     for layer in range(L):
@@ -128,7 +138,8 @@ def found(attentions: np.ndarray, states: list, mask: np.ndarray, eps: float, ra
                 for s in range(B):
                     real = [t for t in range(T) if mask[s, t]]
                     if k in real:
-                        total += sum(attentions[layer, s, h, i, k] for i in real) / len(real)
+                        rows = [i for i in real if i >= k] if causal else real
+                        total += sum(attentions[layer, s, h, i, k] for i in rows) / len(rows)
                 if total / B > eps:
                     sinks.append((layer + 1, h, k))
     massive = []
