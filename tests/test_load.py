@@ -237,3 +237,33 @@ def test_the_finiteness_check_screens_by_sums_and_settles_overflow_entry_by_entr
     both = torch.zeros(10)
     both[2], both[7] = math.inf, -math.inf
     assert first_non_finite(module(both=both))[0] == "both"
+
+
+def test_a_float64_checkpoint_runs_on_its_float64_weights(tmp_path):
+    """Weights are read as stored: a float64 checkpoint run in float64 holds transformers' own
+    float64 weights bit for bit (reading them in float32 first moved X_0 by 3e-8), and a run
+    in another dtype than the stored one says so in its checkpoint attributes."""
+    import transformers
+
+    from tests.reference.tiny import TINY_CONFIGS
+
+    name, kwargs = TINY_CONFIGS["llama"]
+    config = getattr(transformers, name)(**kwargs)
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config).to(torch.float64)
+    with torch.no_grad():  # values float32 cannot hold
+        for parameter in model.parameters():
+            parameter.add_(1e-9 * torch.randn_like(parameter))
+    model.save_pretrained(tmp_path / "tiny-llama-f64")
+    folder = tmp_path / "tiny-llama-f64"
+    probed = probe.load(folder, init="pretrained", dtype="float64")
+    want = transformers.AutoModel.from_pretrained(folder, dtype=torch.float64)
+    got = dict(probed.model.named_parameters())
+    for key, value in want.named_parameters():
+        assert got[key].dtype == torch.float64 and torch.equal(got[key], value), key
+    assert "weights_stored_dtype" not in probed.checkpoint
+    as32 = probe.load(folder, init="pretrained", dtype="float32")
+    assert as32.checkpoint["weights_stored_dtype"] == "float64"
+    assert "stored in float64" in as32.weights
+    for key, value in want.named_parameters():  # one rounding to float32, as before
+        assert torch.equal(dict(as32.model.named_parameters())[key], value.float()), key

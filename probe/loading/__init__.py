@@ -62,7 +62,7 @@ from .resolve import (
     read_config,
 )
 from .tokenizers import TOKENIZER_FILES, image_processor_at, tokenizer_at
-from .weights import choose_attention, model_class, pretrained_model, random_model
+from .weights import choose_attention, model_class, pretrained_model, random_model, stored_dtype
 
 __all__ = [
     "CODE_MAPS",
@@ -190,6 +190,10 @@ def load(
             name, location, config, adapter, allow_missing_weights, revision
         )
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
+        stored = stored_dtype(model)
+        if stored != str(torch_dtype).removeprefix("torch."):  # said where it is not the run's
+            identity["weights_stored_dtype"] = stored
+            weights += f"; stored in {stored}"
         check_finite(model, what)
     if device_map is None:
         model = model.to(device=torch_device, dtype=torch_dtype).eval()

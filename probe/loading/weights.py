@@ -130,11 +130,19 @@ def _torch_init_skipped():
             setattr(init, name, function)
 
 
+def stored_dtype(model: torch.nn.Module) -> str:
+    """The precision the model's floating weights hold (the widest, where they mix)."""
+    widths = {p.dtype: p.element_size() for p in model.parameters() if p.is_floating_point()}
+    if not widths:
+        return "none"
+    return str(max(widths, key=widths.get)).removeprefix("torch.")
+
+
 def pretrained_model(
     name: str, location, config, adapter: Adapter, allow_missing: bool, revision=None
 ) -> tuple[torch.nn.Module, str]:
-    """The base model with its checkpoint's weights (at hub ``revision``), and a note on what
-    did not load."""
+    """The base model with its checkpoint's weights as stored (at hub ``revision``), and a
+    note on what did not load."""
     where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
     if revision is not None:
         where += f" at revision {revision}"
@@ -145,7 +153,9 @@ def pretrained_model(
                 config=config,
                 trust_remote_code=False,
                 attn_implementation="eager",
-                dtype=torch.float32,
+                # As stored: a float64 checkpoint keeps its float64 weights, and casting any
+                # other to the run's dtype afterwards gives what reading it in float32 did.
+                dtype="auto",
                 output_loading_info=True,
                 # Mismatched shapes are reported below, in probe's words, not raised.
                 ignore_mismatched_sizes=True,
