@@ -240,24 +240,42 @@ def execute(
     first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
     count = sum(ids.shape[0] for _, ids, _ in mine)
     blocks = measure.blocks(plan, mine, progress, part)
+    ran = {start: input_ids(ids, mask) for start, ids, mask in mine}  # None: pixel inputs
     measured = None  # the theory panel's residuals, from the run's first batch
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        skeleton = _dataset(measure.empty(plan, 0), plan, world_size, theory_panel=False)
+        empty = measure.empty(plan, 0) | _ids_block(plan, 0)
+        skeleton = _dataset(empty, plan, world_size, theory_panel=False)
         with SequenceWriter(stream_to, skeleton, first=first) as writer:
             for start, block, panel in blocks:
-                writer.append(block)
+                writer.append(block | ({} if ran[start] is None else {"input_ids": ran[start]}))
                 measured = panel if start == 0 else measured
             writer.fill(_theory(plan, measured))
         return xr.open_dataset(stream_to, engine=ENGINE)
-    data = measure.empty(plan, count)
+    data = measure.empty(plan, count) | _ids_block(plan, count)
     for start, block, panel in blocks:
         measured = panel if start == 0 else measured
         for name, values in block.items():
             data[name][:, :, :, start - first : start - first + values.shape[3]] = values
+        if ran[start] is not None:
+            data["input_ids"][start - first : start - first + len(ran[start])] = ran[start]
     ds = _dataset(data, plan, world_size, measured)
     return ds.assign_coords(sequence=first + np.arange(count))
+
+
+def input_ids(ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray | None:
+    """A batch's token ids as they ran, (sequence, token), -1 at padding; None for pixels."""
+    if ids.dim() != 2:
+        return None
+    return np.where(mask.bool().cpu().numpy(), ids.cpu().numpy(), -1).astype(np.int64)
+
+
+def _ids_block(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
+    """The ``input_ids`` array of ``sequences`` sequences, or nothing for pixel inputs."""
+    if plan.models[0].adapter.inputs != "ids":
+        return {}
+    return {"input_ids": np.full((sequences, plan.inputs.tokens), -1, dtype=np.int64)}
 
 
 def _find_removals(plan: Plan, batches) -> None:
@@ -384,6 +402,10 @@ def _dataset(
     )
     for name in plan.metrics:
         ds[name].attrs["long_name"] = long_names[name]
+    if "input_ids" in data:  # what ran, so a result can be checked without rebuilding it
+        ds["input_ids"] = (("sequence", "token"), data["input_ids"])
+        ds["input_ids"].attrs["long_name"] = "token ids that ran (-1: padding)"
+        ds = ds.assign_coords(token=np.arange(data["input_ids"].shape[1]))
     ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output)"
     adapter, config = first.adapter, first.config
     ds.attrs = {

@@ -103,6 +103,8 @@ def gather(sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
     done = np.vectorize(lambda v: isinstance(v, str), otypes=[bool])(stacked["point_id"].values)
     stacked["done"] = (stacked["point_id"].dims, done)
     stacked = stacked.transpose(*names, ...)
+    if "input_ids" in stacked:  # points of other lengths or unfinished ones: -1, not NaN
+        stacked["input_ids"] = stacked["input_ids"].fillna(-1).astype(np.int64)
     for axis in axes:
         stacked[axis.name].attrs["sweep_kind"] = axis.kind
         if axis.kind == "step":

@@ -261,3 +261,27 @@ def test_the_cuda_loops_logic_gives_the_cpu_loops_numbers(tiny_folders, monkeypa
         else:
             xr.testing.assert_identical(piped[name], plain[name])
     assert piped.attrs == plain.attrs | {"created": piped.attrs["created"]}
+
+
+def test_a_result_holds_the_token_ids_that_ran(tmp_path):
+    """input_ids (sequence, token), as given, in memory and streamed to a file alike; the
+    shipped text's chunks of a model with a tokenizer are the ids the tokenizer made."""
+    from tests.reference.tiny import tiny_model
+
+    ids = torch.randint(3, 80, (3, 5), generator=torch.Generator().manual_seed(4))
+    inputs = probe.Inputs(ids=ids, batch_size=2)
+    kept = collapse.run(tiny_model("gpt2"), inputs, variants="SAN")
+    np.testing.assert_array_equal(kept["input_ids"].values, ids.numpy())
+    assert kept["input_ids"].dims == ("sequence", "token")
+    streamed = collapse.run(
+        tiny_model("gpt2"), inputs, variants="SAN", stream_to=tmp_path / "run.nc"
+    )
+    np.testing.assert_array_equal(streamed["input_ids"].values, ids.numpy())
+    text = collapse.run("minilm", probe.Inputs(sequences=2, tokens=8), variants="SAN")
+    from transformers import AutoTokenizer
+
+    from probe.loading import minilm_path
+
+    tokenizer = AutoTokenizer.from_pretrained(minilm_path())
+    assert tokenizer.convert_ids_to_tokens(text["input_ids"].values[0].tolist())
+    assert (text["input_ids"].values >= 0).all()  # chunks of exactly 8 real tokens
