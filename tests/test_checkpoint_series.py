@@ -356,12 +356,13 @@ def test_the_package_data_holds_every_checkpoint_file():
     probe would lack it)."""
     tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    globs = data["tool"]["setuptools"]["package-data"]["probe"]
-    files = [p.relative_to(ROOT / "probe") for p in (ROOT / "probe" / "checkpoints").rglob("*")]
+    globs = data["tool"]["setuptools"]["package-data"]["probe.checkpoints"]
+    folder = ROOT / "probe" / "checkpoints"
+    files = [p.relative_to(folder) for p in folder.rglob("*")]
     missing = [
         str(f)
         for f in files
-        if (ROOT / "probe" / f).is_file()
+        if (folder / f).is_file()
         and not any(fnmatch.fnmatch(str(f), g) and str(f).count("/") == g.count("/") for g in globs)
     ]
     assert files and not missing, missing
