@@ -439,16 +439,17 @@ def _dataset(per_layer, output, models, inputs, command) -> xr.Dataset:
     if "loss" in output:
         variables["loss"] = (("init", "path_length", "sequence"), output["loss"])
         variables["loss_full"] = (("init", "sequence"), output["loss_full"])
-    ds = xr.Dataset(
-        variables,
-        coords={
-            "init": [m.init for m in models],
-            "layer": k,
-            "path_length": k,
-            "sequence": np.arange(inputs.sequences),
-            "norm": list(NORMS),
-        },
-    )
+    coords = {
+        "init": [m.init for m in models],
+        "layer": k,
+        "path_length": k,
+        "sequence": np.arange(inputs.sequences),
+        "norm": list(NORMS),
+    }
+    if (ids := inputs.token_ids()) is not None:  # what ran, kept with the result
+        variables["input_ids"] = (("sequence", "token"), ids)
+        coords["token"] = np.arange(ids.shape[1])
+    ds = xr.Dataset(variables, coords=coords)
     long_names = {
         "share": "norm share ||V_l[k]|| / sum_j ||V_l[j]|| of the paths of length k",
         "truncation_error": "||X_l - (paths of length <= k + constant)|| / ||X_l||",
@@ -459,13 +460,15 @@ def _dataset(per_layer, output, models, inputs, command) -> xr.Dataset:
         "uniform_mean_length": "mean path length by count, l H / (H+1)",
         "output_share": "norm share of length k in the output",
         "output_error": "relative error of the output keeping paths of length <= k",
+        "input_ids": "token ids that ran (-1: padding)",
         "cosine": "cosine of the mean-pooled output keeping paths <= k to the full one",
     }
     if "loss" in output:
         long_names["loss"] = "next-token loss (nats/token) of the tied LM head, paths <= k"
         long_names["loss_full"] = "next-token loss of the real SAN+skip output"
     for name, text in long_names.items():
-        ds[name].attrs["long_name"] = text
+        if name in ds:  # no input_ids for an image family's pixels
+            ds[name].attrs["long_name"] = text
     ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output); the residual stream X_l"
     adapter = first.adapter
     ds.attrs = {

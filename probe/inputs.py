@@ -76,6 +76,16 @@ class Encoded:
     def tokens(self) -> int:
         return self.attention_mask.shape[1]
 
+    def token_ids(self):
+        """The token ids as they run, a (sequence, token) int64 array with -1 at padding, for
+        a result to keep; None for an image family's pixels."""
+        import numpy as np
+
+        if self.input_ids.dim() != 2:
+            return None
+        real = self.attention_mask.bool().numpy()
+        return np.where(real, self.input_ids.numpy(), -1).astype(np.int64)
+
     def batches(self, size: int) -> list[tuple[int, torch.Tensor, torch.Tensor]]:
         """(first sequence, ids, mask) for consecutive batches of at most ``size`` sequences."""
         return [

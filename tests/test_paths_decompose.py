@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 
+import numpy as np
 import pytest
 import torch
 from typer.testing import CliRunner
@@ -487,3 +488,13 @@ def test_cli_decompose_a_saved_tiny_qwen3_with_the_defaults(tmp_path, monkeypatc
     assert float(ds["reconstruction_error"].max()) < F32_PER_NORM * 4
     meta = read_meta(html.read_text())
     assert meta["analysis"] == "paths-decompose"
+
+
+def test_a_decomposition_holds_the_token_ids_that_ran():
+    model = path_model("gpt2")
+    ids = torch.randint(3, 80, (3, 6), generator=torch.Generator().manual_seed(1))
+    ds = paths.decompose(model, probe.Inputs(ids=ids, batch_size=2), init="pretrained")
+    np.testing.assert_array_equal(ds["input_ids"].values, ids.numpy())
+    assert ds["input_ids"].dims == ("sequence", "token")
+    vit = paths.decompose(path_model("vit"), init="pretrained", sequences=2)
+    assert "input_ids" not in vit  # pixels: the inputs' description is in the attributes
