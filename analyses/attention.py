@@ -210,7 +210,7 @@ def measure_batch(
         for layer, values in enumerate(reads):
             if "attn" in values:
                 sums.add_heads(
-                    layer, head_sums(values["attn"], real, spectrum, causal(probed), epsilon)
+                    layer, head_sums(values["attn"], real, spectrum, adapter.causal, epsilon)
                 )
             sums.add_hidden(layer, values["x"], real, start)
     if len(sums.massive) != probed.n_layers + 1:
@@ -290,7 +290,7 @@ def _dataset(
         "created": utc_now(),
         "epsilon": epsilon,
         "attention": first.attn_implementation,
-        "causal": int(causal(first) or first.family == "fastformer"),
+        "causal": int(first.adapter.causal),
         "attention_note": attention_note(first),
         "settings": json.dumps(
             {"epsilon": epsilon} | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text}),
@@ -302,12 +302,6 @@ def _dataset(
     if not scaled[0].is_one:
         ds.attrs |= {"branch_scale": scaled[0].text, "branch_scale_value": float(scaled[1])}
     return ds
-
-
-def causal(probed: ProbedModel) -> bool:
-    """Does each token attend only to itself and the tokens before it (the family's entry)?"""
-    spec = getattr(probed.adapter, "spec", None)
-    return bool(spec is not None and spec.causal)
 
 
 def attention_note(probed: ProbedModel) -> str:

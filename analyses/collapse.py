@@ -197,7 +197,7 @@ def prepare(
         "metrics": list(chosen),
         **{k: v for k, v in identity.items() if k != "checkpoint_path"},
     }
-    if not scale.is_one:  # absent for the unscaled model: its settings stay as they were
+    if not scale.is_one:  # the unscaled model's settings have no branch_scale
         settings["branch_scale"] = scale.text
     if "effective_rank" in chosen:  # what "auto" means at this size and device
         settings["effective_rank"] = effective_rank_method(
@@ -430,9 +430,7 @@ def _dataset(
         "residual_stream": adapter.stream_note,
         "attention": first.attn_implementation,
         # 1 where a token attends only to earlier ones (decoders): their SAN collapses slower.
-        "causal": int(
-            adapter.spec.causal if hasattr(adapter, "spec") else first.family == "fastformer"
-        ),
+        "causal": int(adapter.causal),
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         # alpha of y = x + alpha f(x) as given (an expression of L) and at this depth.
         "branch_scale": plan.settings.get("branch_scale", "1"),

@@ -79,12 +79,13 @@ def identities(probed, data: torch.Tensor | None = None, mask: torch.Tensor | No
         if entry.error:  # nothing else means anything on modules the entry does not describe
             return [entry]
     data, mask = _inputs(probed, data, mask)
-    clean = _clean(probed, data, mask)
+    clean, clean_walk = _clean(probed, data, mask)
     found = [clean]
     if isinstance(adapter, SpecAdapter):
-        found = [entry, clean]
-        found += [_ablated(probed, data, mask, ablation) for ablation in (SAN, SAN_SKIP)]
-        found += capabilities(probed, data, mask)
+        san, _ = _ablated(probed, data, mask, SAN)
+        san_skip, skip_walk = _ablated(probed, data, mask, SAN_SKIP)
+        found = [entry, clean, san, san_skip]
+        found += capabilities(probed, data, mask, clean_walk, skip_walk)
     found.append(_unchanged(probed, data, mask, clean))
     return found
 
@@ -227,18 +228,21 @@ def _entry(probed) -> Identity:
     return Identity(ENTRY, 0.0, 0.0, field="")
 
 
-def capabilities(probed, data, mask) -> list[Identity]:
+def capabilities(probed, data, mask, clean_walk, skip_walk) -> list[Identity]:
     """The identities of what an entry enables beyond the four ablations, each measured
     without the entry's own sites: the MLP branch that residual branch scaling multiplies, and
-    the LayerNorm variants against the norms replaced by plain torch hooks."""
+    the LayerNorm variants against the norms replaced by plain torch hooks.  ``clean_walk``,
+    ``skip_walk``: X_0 .. X_L of the clean and SAN+skip runs the identities made (None where
+    one failed)."""
     found = []
     if probed.adapter.style(probed.config) != "post":
-        found.append(_mlp_branch(probed, data, mask))
+        found.append(_mlp_branch(probed, data, mask, clean_walk, skip_walk))
     found += [_norm_variant(probed, data, mask, norm) for norm in ("affine", "removed")]
     return found
 
 
-def _clean(probed, data, mask) -> Identity:
+def _clean(probed, data, mask) -> tuple[Identity, list | None]:
+    """The clean run's identity, and its X_0 .. X_L (None where the walk failed)."""
     name = "clean run = HF hidden_states"
     try:
         with torch.no_grad():
@@ -251,7 +255,7 @@ def _clean(probed, data, mask) -> Identity:
     try:
         walked = [v["x"] for v in _walk(probed, data, mask, TRANSFORMER)]
     except Exception as err:  # a renamed site fails inside nnsight
-        return Identity(name, float("inf"), 0.0, error=one_line(err))
+        return Identity(name, float("inf"), 0.0, error=one_line(err)), None
     hf = list(out.hidden_states)
     worst, scale, where = 0.0, 0.0, ""
     batch_first = getattr(probed.adapter, "batch_first", lambda x: x)
@@ -267,7 +271,7 @@ def _clean(probed, data, mask) -> Identity:
         scale = max(scale, s)
         if d > worst:
             worst, where = d, f"at layer {layer} "
-    return Identity(name, worst, scale, where)
+    return Identity(name, worst, scale, where), walked
 
 
 def _final(probed, x):
@@ -286,7 +290,9 @@ def _final(probed, x):
     return x
 
 
-def _ablated(probed, data, mask, ablation) -> Identity:
+def _ablated(probed, data, mask, ablation) -> tuple[Identity, list | None]:
+    """The identity of ``ablation`` (SAN or SAN+skip), and its X_0 .. X_L (None where the walk
+    failed)."""
     adapter: SpecAdapter = probed.adapter
     style = adapter.style(probed.config)
     name = f"{ablation.name} = " + (
@@ -297,7 +303,7 @@ def _ablated(probed, data, mask, ablation) -> Identity:
     try:
         walked = _walk(probed, data, mask, ablation, {"branch"})
     except Exception as err:
-        return Identity(name, float("inf"), 0.0, error=one_line(err))
+        return Identity(name, float("inf"), 0.0, error=one_line(err)), None
     norm = adapter.spec.norm_of(probed.config)
     layers = resolve_module(probed.model, adapter.spec.layers)
     m = adapter.spec.branch_multiplier(probed.config)  # Granite's residual_multiplier
@@ -313,28 +319,29 @@ def _ablated(probed, data, mask, ablation) -> Identity:
         scale = max(scale, s)
         if d > worst:
             worst, where = d, f"at layer {layer} "
-    return Identity(name, worst, scale, where)
+    return Identity(name, worst, scale, where), walked
 
 
-def _mlp_branch(probed, data, mask) -> Identity:
+def _mlp_branch(probed, data, mask, clean_walk, skip_walk) -> Identity:
     """At the first layer (whose input X_0 no edit changes), the MLP branch scaled by alpha at
-    the entry's ``mlp_branch`` gives y(0) = the SAN+skip output (the site carries the whole
+    the entry's ``mlp_branch`` gives y(0) = the SAN+skip output h (the site carries the whole
     branch) and y(2) - y(0) = 2 (y(1) - y(0)) (it enters the residual sum linearly): a site
-    before the activation, or on the MLP's input, breaks one of them."""
+    before the activation, or on the MLP's input, breaks one of them.  y(1) and h are the
+    clean and SAN+skip runs' first layers (``clean_walk``, ``skip_walk``)."""
     site = probed.adapter.spec.mlp_branch_of(probed.config)
     name = f"MLP branch x alpha at {site} = alpha (y - y without MLP)"
+    if clean_walk is None or skip_walk is None:
+        return Identity(name, float("inf"), 0.0, error="the clean or SAN+skip run failed")
+    y1, h = clean_walk[1], skip_walk[1]["x"]
     try:
-        y1 = _walk(probed, data, mask, TRANSFORMER)[1]["x"]
-        h = _walk(probed, data, mask, SAN_SKIP)[1]["x"]
         y0 = _walk(probed, data, mask, TRANSFORMER, mlp_scale=0.0)[1]["x"]
         y2 = _walk(probed, data, mask, TRANSFORMER, mlp_scale=2.0)[1]["x"]
     except Exception as err:
         return Identity(name, float("inf"), 0.0, error=one_line(err), field="mlp_branch")
     d0, s0 = _diff(y0, h)
     d2, s2 = _diff(y2.double() - y0.double(), 2 * (y1.double() - y0.double()))
-    return Identity(
-        name, max(d0, d2), max(s0, s2, _diff(y2, y2)[1]), "at layer 1 ", "", "mlp_branch"
-    )
+    scale = max(s0, s2, float(y2.abs().max()))
+    return Identity(name, max(d0, d2), scale, "at layer 1 ", "", "mlp_branch")
 
 
 def _norm_variant(probed, data, mask, norm: str) -> Identity:

@@ -96,8 +96,7 @@ def find(
                             "no-sink needs the attention probabilities; load the model with "
                             "eager attention"
                         )
-                    causal = bool(getattr(getattr(adapter, "spec", None), "causal", False))
-                    sums = head_sums(values["attn"], real, spectrum=False, causal=causal)
+                    sums = head_sums(values["attn"], real, spectrum=False, causal=adapter.causal)
                     got = sums["received"].cpu()
                     received[layer] = received.get(layer, 0) + got
                 if massive:

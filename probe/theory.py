@@ -220,19 +220,18 @@ def layer_constants(probed) -> dict[str, Any]:
     if m != 1:  # Granite adds m times each branch: W_h = m W_V W_O
         vo, beta = [v * m for v in vo], [b * m for b in beta]
         notes.append(f"each branch is added times residual_multiplier {m:g}: W_V W_O includes it")
-    score = 1.0 / math.sqrt(d)
+    c = [4.0 * b * H / math.sqrt(d) for b in beta]
     if spec.attention_multiplier:  # Granite: the scores' scale replaces 1/sqrt(d_qk)
         score = float(getattr(config, spec.attention_multiplier))
         notes.append(f"the scores are scaled by {spec.attention_multiplier} {score:g}: c uses it")
+        c = [4.0 * b * H * score for b in beta]
     out.update(
         qk=qk,
         vo=vo,
         beta=beta,
         heads=H,
         d_qk=int(d),
-        c=[4.0 * b * H * score for b in beta]
-        if spec.attention_multiplier
-        else [4.0 * b * H / math.sqrt(d) for b in beta],
+        c=c,
         **{"lambda": lam},
         lipschitz_activation=lip,
         notes=notes,

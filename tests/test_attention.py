@@ -34,8 +34,7 @@ def test_statistics_equal_those_of_hf_output_attentions(name):
     inputs, data, mask = padded_inputs(model)
     attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
     hf = _hf_attentions(model, inputs, attn).numpy()  # (layer, sequence, head, query, key)
-    causal = bool(getattr(getattr(probed.adapter, "spec", None), "causal", False))
-    want = statistics(hf, mask.numpy(), causal=causal, epsilon=0.3)
+    want = statistics(hf, mask.numpy(), causal=probed.adapter.causal, epsilon=0.3)
     sums = Totals(probed.n_layers)
     measure_batch(probed, data, mask, sums, 0, epsilon=0.3)
     got = {k: v.numpy() for k, v in sums.attention().items()}

@@ -1,4 +1,4 @@
-"""The removal variants no-sink and no-massive (issue 29) against module surgery.
+"""The removal variants no-sink and no-massive against module surgery.
 
 ``tests/reference/removals.py`` removes the sinks inside an eager attention of its own
 (probabilities zeroed and each row renormalised) and replaces the massive entries with
@@ -129,8 +129,7 @@ def test_the_clean_pass_finds_what_loops_over_hf_attentions_find(name):
         reference.config._attn_implementation = attn
     states = clean_hidden_states(reference, _call(model, inputs))
     eps, ratio = 0.25, 3.0  # low enough that these random tiny models have both
-    causal = probed.adapter.spec.causal
-    want_sinks, want_massive = found(hf, states, mask.numpy(), eps, ratio, causal)
+    want_sinks, want_massive = found(hf, states, mask.numpy(), eps, ratio, probed.adapter.causal)
     batches = [(0, data[:2], mask[:2]), (2, data[2:], mask[2:])]  # two batches add up
     got = removals.find(probed, batches, True, True, epsilon=eps, ratio=ratio)
     assert list(got.sinks) == want_sinks

@@ -44,6 +44,8 @@ class Adapter:
     forward_kwargs: ClassVar[dict[str, Any]] = {}
     #: What a model of this family reads: token ``ids`` or image ``pixels``.
     inputs: ClassVar[str] = "ids"
+    #: Whether a token attends only to itself and the tokens before it (decoders).
+    causal: ClassVar[bool] = False
 
     def model_inputs(self, data: torch.Tensor, mask: torch.Tensor) -> dict[str, Any]:
         """Keyword arguments of the model's forward for one batch (ids or pixels, and its mask)."""

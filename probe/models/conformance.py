@@ -145,16 +145,6 @@ def _unnamed_norms(spec: Family, config, layer, fail) -> None:
             )
 
 
-def _heads_counts(config) -> tuple[int, int]:
-    heads = next(
-        getattr(config, key)
-        for key in ("num_attention_heads", "n_head", "n_heads", "num_heads")
-        if getattr(config, key, None)
-    )
-    kv = getattr(config, "num_key_value_heads", None) or heads
-    return int(heads), int(kv)
-
-
 def _rows(module) -> int | None:
     weight = getattr(module, "weight", None)
     if not isinstance(weight, torch.Tensor) or weight.dim() != 2:
@@ -170,7 +160,9 @@ def _heads(spec: Family, config, layer, fail) -> None:
     rows, out_rows = _rows(value), _rows(output)
     if rows is None or out_rows is None:
         fail("heads", f"{heads.value} and {heads.output} must be linear maps with a weight")
-    h, kv = _heads_counts(config)
+    # HF's attribute_map gives every family num_attention_heads (as Adapter.n_heads reads it).
+    h = config.num_attention_heads
+    kv = getattr(config, "num_key_value_heads", None) or h
     inner = output.weight.shape[1]
     if inner % h:
         fail("heads", f"{heads.output} takes {inner} inputs, not a multiple of {h} heads")

@@ -67,6 +67,7 @@ class FastformerAdapter(Adapter):
         },
     )
 
+    causal = True
     not_decomposable = (
         "the Fastformer's additive attention multiplies pooled vectors elementwise with the "
         "tokens, so a layer is multilinear, not affine, in its input even with its poolings "

@@ -38,6 +38,7 @@ class SpecAdapter(Adapter):
         self.unused_modules = spec.unused_modules
         self.forward_kwargs = dict(spec.forward_kwargs)
         self.inputs = spec.inputs
+        self.causal = spec.causal
         self.norm_position = "post"  # per config: see norm_position_of
         self.table = (
             {"ablation": "no skip", "probe": spec.skip_means, "paper": _paper(spec)},
