@@ -16,10 +16,10 @@ and, with ``--cli``,
 and the medians, the ratios (b)/(a) and (c)/(a), the command's fixed cost (c) - (b) and the
 peak memory are printed: on a CPU the benchmark process's peak resident set so far (it only
 grows, so run one size per process to compare sizes) and the command's own peak, on CUDA the
-peak allocated by (b).  Goals (issue 17): (b) at most 1.3x (a) at every size on a CPU with the
+peak allocated by (b).  Goals: (b) at most 1.3x (a) at every size on a CPU with the
 default metrics; the command at 32 x 128 at most 1.5x, its fixed cost at most 3 s.
 
-``--cli`` also prints the command's fixed cost beyond its libraries' import floor (issue 26):
+``--cli`` also prints the command's fixed cost beyond its libraries' import floor:
 ``probe collapse bert-base-uncased --init random --sequences 2 --tokens 16`` against
 ``python -c "import torch, transformers, nnsight, xarray, matplotlib.pyplot; from transformers
 import BertModel"``, both fresh processes, interleaved ``--repeats`` times, in wall time and
@@ -160,7 +160,7 @@ def bench(
     return medians
 
 
-#: What every collapse command imports before probe does anything of its own (issue 26).
+#: What every collapse command imports before probe does anything of its own.
 IMPORT_FLOOR = (
     "import torch, transformers, nnsight, xarray, matplotlib.pyplot; "
     "from transformers import BertModel"

@@ -127,7 +127,7 @@ step "collapse.run vs its forwards, $LARGE" 100 "$PY" benchmarks/collapse_e2e.py
 step "the top of the spectrum, Krylov vs dense" 40 "$PY" benchmarks/spectrum_paths.py \
     --device "$DEVICE" "${SPECTRUM[@]}"
 
-# Issue 29's goal: probe attention's trace at most 1.3x the traced forwards it rides on.
+# The goal: probe attention's trace at most 1.3x the traced forwards it rides on.
 for sizes in "${ATTENTION[@]}"; do
     # shellcheck disable=SC2086  # the sizes are words on purpose
     step "attention vs its forwards, ${sizes}" 45 "$PY" benchmarks/attention.py \

@@ -3,7 +3,7 @@
 For each model (random init), ``probe.theory.layer_constants`` runs
 
   (a) with each layer's products (each head's W_QK and W_V W_O, the MLP's two matrices) one
-      at a time in one serial thread, as before issue 26's last cut;
+      at a time in one serial thread;
   (b) as it runs now, the products side by side in ``probe.linalg.lapack.serial_threads``
       (as many serial threads as torch's intra-op setting);
 

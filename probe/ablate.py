@@ -39,7 +39,7 @@ embedding's LayerNorm, not a final norm after the last layer, not the query/key
 norms of Qwen3-style attention, which belong to the attention), and only to the
 full transformer; ``probe/models/spec.py`` performs them as walker steps.
 
-The last two (``names.REMOVAL_VARIANTS``, issue 29) remove what trained transformers do
+The last two (``names.REMOVAL_VARIANTS``) remove what trained transformers do
 instead of collapsing, from the full transformer: ``no-sink`` removes, in every layer and
 head, the attention to that head's sink keys (``sinks``: (layer, head, key) triples) and
 renormalises each row over its other keys; ``no-massive`` replaces the massive entries of

@@ -13,7 +13,7 @@ VARIANTS: tuple[str, ...] = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
 #: norms do): the transformer with every norm inside its layers reduced to its affine map
 #: (normalisation removed, scale and shift kept), and with those norms removed entirely.
 NORM_VARIANTS: tuple[str, ...] = ("LN-affine", "no-LN")
-#: The seventh and eighth variants (issue 29): the transformer with the attention to its sink
+#: The seventh and eighth variants: the transformer with the attention to its sink
 #: keys removed, and with its massive activations replaced by their corpus mean, both found in
 #: a clean run of the same model and inputs first (``probe.removals``).
 REMOVAL_VARIANTS: tuple[str, ...] = ("no-sink", "no-massive")

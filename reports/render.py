@@ -25,7 +25,7 @@ from .theory import theory_section
 #: A result up to this size is read into memory once for its report.  The page reads every
 #: variable many times (each table, figure and summary), and each read of a lazily opened
 #: file goes back through HDF5: bert-base at 2 x 16 tokens spent 1 s of CPU time there.  A
-#: larger result is read slice by slice, as before, so the page never holds more than it did.
+#: larger result is read slice by slice, so the page never holds the whole of it.
 IN_MEMORY_BYTES = 64 * 2**20
 
 _METRIC_NOTES = {

@@ -104,7 +104,7 @@ def build_world(root: Path) -> dict[str, list[str]]:
         shutil.copytree(bert, truncated)
         data = (truncated / "model.safetensors").read_bytes()
         (truncated / "model.safetensors").write_bytes(data[: len(data) // 3])
-    corrupt = models / "corrupt-tokenizer"  # issue 27: refused, not random ids
+    corrupt = models / "corrupt-tokenizer"  # refused, not random ids
     if not corrupt.exists():
         shutil.copytree(bert, corrupt)
         (corrupt / "tokenizer.json").write_text("{not json")
@@ -240,7 +240,7 @@ def _images(root: Path) -> None:
     broken = root / "images" / "broken"
     broken.mkdir()
     (broken / "0.png").write_bytes(b"\x89PNG not an image")
-    # Issue 27: modes read by their range (16-bit gray), or refused (alpha, floats past 1).
+    # Image modes read by their range (16-bit gray), or refused (alpha, floats past 1).
     for name, image, suffix in (
         ("sixteen", Image.fromarray(np.full((16, 16), 40000, np.uint16)), "png"),
         ("transparent", Image.new("RGBA", (16, 16), (9, 9, 9, 0)), "png"),

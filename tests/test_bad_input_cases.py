@@ -1,7 +1,8 @@
-"""Every case of issue 18's list, one by one: a clean refusal or a correct result.
+"""Bad inputs and faults over every command, one case a test: a clean refusal or a correct
+result.
 
-The list came from a matrix of 426 bad inputs and faults over every command; each test
-names the case it closes.  The checkpoint-code cases are in test_no_checkpoint_code.py,
+The cases come from a matrix of 426 bad inputs and faults over every command; each test
+names its case.  The checkpoint-code cases are in test_no_checkpoint_code.py,
 the signal, kill -9 and concurrency cases also in test_faults.py, the fuzzer in
 test_fuzz_cli.py.
 """
@@ -432,7 +433,7 @@ def test_an_interrupt_after_the_commit_names_everything_written(box, monkeypatch
     result = runner.invoke(app, ["fastformer", "train", "--text", "texts/good.txt", "--out",
                                  "ff", *TINY_TRAIN, "--baseline", "gpt2"])  # fmt: skip
     # The commit is the command's last step: a signal after it exits 0 and names what was
-    # written (issue 27's policy; before it, exit 130 with the same names).
+    # written.
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines()[-1] == (
         "probe: interrupted after the command had finished; it wrote: ff, ff-gpt2"
@@ -577,7 +578,7 @@ def test_a_blank_out_folder_is_refused(command, blank, tmp_path, monkeypatch):
     refused(*command, "--out", blank, message="--out is")
 
 
-# --- found by the long fuzz (stop 21) ----------------------------------------------------
+# --- found by the long fuzz -------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -600,7 +601,7 @@ def test_a_toy_network_too_large_to_build_is_refused_before_it_is_built(box):
             "--eval", "1", "--epochs", "1", "--out", "out", message="toy sort with these sizes")  # fmt: skip
 
 
-# --- found by the long fuzz (stop 22) ----------------------------------------------------
+# --- found by the long fuzz, more ------------------------------------------------------
 
 
 def _bash_decoded(printed: str) -> str:

@@ -84,7 +84,7 @@ CASES = [
     (["collapse", "gpt2", "--init", "random", "--device", "cuda"], "no CUDA device"),
     (["collapse", "gpt2", "--init", "random", "--device", "tpu:x"], "unknown device"),
     (["collapse", "minilm", "--tokens", "600"], "at most 512 tokens"),
-    # collapse: config overrides, revisions, branch scaling (issue 30)
+    # collapse: config overrides, revisions, branch scaling
     (["collapse", "gpt2", "--set", "n_layer=2"], "runs at random init only; use --init random"),
     (["collapse", "gpt2", "--init", "random", "--set", "n_layr=2"], "did you mean n_layer?"),
     (["collapse", "gpt2", "--init", "random", "--set", "n_layer=abc"], "takes a whole number"),

@@ -1,4 +1,4 @@
-"""Issue 27, the request's side: a result names the checkpoint it measured, and inputs that are
+"""The request's side of a result's identity: a result names the checkpoint it measured, and inputs that are
 well formed but mean something else are read as what they are or refused in one line.
 
 Table-driven; every fixture is built here: tiny ``save_pretrained`` folders, images of each
@@ -142,7 +142,7 @@ def test_a_large_weight_file_is_sampled_and_a_retrain_still_seen(tmp_path):
     ],
 )
 def test_probe_s_own_checkpoints_keep_the_ids_they_had(name, init, expected):
-    # Pinned from the code before issue 27: names probe ships are identified by the name.
+    # Pinned ids: names probe ships are identified by the name alone.
     ds = collapse.run(name, init=init, **SMALL)
     assert ds.attrs["settings_id"] == expected
     assert not [key for key in ds.attrs if key.startswith("checkpoint")]

@@ -387,7 +387,9 @@ def test_attention_with_branch_scale_equals_the_scaled_module(gpt2_folder, monke
     assert got.attrs["branch_scale"] == "0.37" and got.attrs["branch_scale_value"] == 0.37
     assert json.loads(got.attrs["settings"]) == {"epsilon": 0.3, "branch_scale": "0.37"}
     assert json.loads(plain.attrs["settings"]) == {"epsilon": 0.3}
-    assert "branch_scale" not in plain.attrs  # an unscaled result's attributes, as before
+    assert (
+        "branch_scale" not in plain.attrs
+    )  # an unscaled result's attributes (and file name) lack it
     assert "--branch-scale 0.37" in got.attrs["command"]
 
 

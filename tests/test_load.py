@@ -265,5 +265,5 @@ def test_a_float64_checkpoint_runs_on_its_float64_weights(tmp_path):
     as32 = probe.load(folder, init="pretrained", dtype="float32")
     assert as32.checkpoint["weights_stored_dtype"] == "float64"
     assert "stored in float64" in as32.weights
-    for key, value in want.named_parameters():  # one rounding to float32, as before
+    for key, value in want.named_parameters():  # one rounding to float32
         assert torch.equal(dict(as32.model.named_parameters())[key], value.float()), key

@@ -1,4 +1,4 @@
-"""The shape of the house (issue 26): file sizes, imports, and who speaks the CLI's language.
+"""The shape of the house: file sizes, imports, and who speaks the CLI's language.
 
 Read from the source with ``ast``, nothing imported: every source file is at most
 ``MAX_LINES`` long; the modules' imports (at any depth, function-level included) form no
@@ -26,7 +26,7 @@ PACKAGES = {
 }
 MAX_LINES = 500
 
-#: Files still over MAX_LINES (issue 26 splits them); none may be added.
+#: Files allowed over MAX_LINES: none.
 TOO_LONG: set[str] = set()
 #: Strings of the library that are command lines by nature: the line that reproduces a
 #: result.  (module, function) pairs.

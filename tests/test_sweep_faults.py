@@ -94,8 +94,8 @@ def test_torchrun_gives_the_single_process_result(tiny_folders, tmp_path, monkey
 
 
 @pytest.mark.slow  # GPT-2's width at 2 to 16 layers, 8 points and 8 collapse runs: minutes
-def test_the_issues_done_when_sweep(tmp_path, monkeypatch):
-    """Issue 30: `probe sweep gpt2 --init random --set n_layer=2,4,8,16 --branch-scale
+def test_a_depth_and_scale_sweep_equals_collapse_point_by_point(tmp_path, monkeypatch):
+    """`probe sweep gpt2 --init random --set n_layer=2,4,8,16 --branch-scale
     1,1/sqrt(L) --sequences 4 --tokens 32` writes one result and its report, and each of its
     8 points equals `probe collapse` with that config and scale, bit for bit."""
     from typer.testing import CliRunner

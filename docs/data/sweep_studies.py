@@ -1,4 +1,4 @@
-"""The three sweeps of issue 30, measured: residual scaling over depth, context length, training.
+"""Three sweeps, measured: residual scaling over depth, context length, training.
 
     python docs/data/sweep_studies.py                         # every study, write the tables
     python docs/data/sweep_studies.py --studies checkpoints   # one study

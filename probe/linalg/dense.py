@@ -69,7 +69,7 @@ def _valid(pivots: Tensor) -> bool:
     torch.set_num_threads ("Parameter 6 was incorrect on entry to DLASWP"), reproduced
     outside probe: on an AMD EPYC it returned pivots of 0, on an Intel Xeon with AVX-512 it
     never returned.  The single-matrix LU, the symmetric eigensolvers, Cholesky and matmuls
-    are unaffected.  probe no longer calls set_num_threads (probe.linalg.lapack.serial_threads)
+    are unaffected.  probe never calls set_num_threads (probe.linalg.lapack.serial_threads)
     and factors each matrix on its own on a CPU; a user may call it, so the pivots are still
     checked."""
     k = pivots.shape[-1]

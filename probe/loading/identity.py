@@ -20,7 +20,7 @@ modules of one class with other weights never share a result file.
 A hub id is identified by its name and, for pretrained weights from the local cache, the
 revision (the commit) the files came from.  Probe's own checkpoints (``minilm``, the shipped
 ``fastformer-tiny`` and ``gpt2-tiny``) and the configs bundled with it are identified by their
-name, as before: they change only with probe's version, which every result records.
+name: they change only with probe's version, which every result records.
 The step folders of a checkpoint series (the shipped ``gpt2-tiny-steps`` included) are
 given as folders, so each is a local folder with a fingerprint of its own: every step of a
 training run is a distinct checkpoint.

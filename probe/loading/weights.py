@@ -57,7 +57,7 @@ def random_model(
 
     device = torch.device("cpu") if device is None else torch.device(device)
     # On the CPU the weights are drawn in float32 and cast afterwards, so a seed gives the
-    # same weights in every dtype (and as before).  Elsewhere the model is built directly on
+    # same weights in every dtype.  Elsewhere the model is built directly on
     # the device in the target dtype, with no host copy of a model that may not fit it; the
     # device's own generator then draws the weights, which differ from the CPU's for a seed.
     on_cpu = device.type == "cpu"
