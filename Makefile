@@ -75,7 +75,11 @@ docs-data: $(STAMP)
 	$(BIN)/python docs/data/fastformer_checkpoints.py
 	$(BIN)/python docs/data/rotary.py
 	$(BIN)/python docs/data/paths_sample.py
-	$(BIN)/python docs/data/attention_minilm.py
+	$(BIN)/python docs/data/hidden_states.py
+	$(BIN)/python docs/data/precision_floor.py
+	$(BIN)/python docs/data/branch_scale.py
+	$(BIN)/python docs/data/removals_minilm.py
+	$(BIN)/python docs/data/attention_minilm.py --out $(OUT)/attention-minilm
 	$(BIN)/python docs/data/attention_random.py --out $(OUT)/attention-random
 	$(BIN)/python docs/data/cross_family.py --out $(OUT)/cross-family
 	$(BIN)/python docs/data/sweep_studies.py --out $(OUT)/sweep-studies

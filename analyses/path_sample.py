@@ -259,7 +259,13 @@ def _dataset(ratio, drawn, models, inputs, samples, command) -> xr.Dataset:
     ds["path"].attrs["long_name"] = (
         "the sampled path, one entry per layer: 's' (not on the path) or the head index"
     )
-    ds["sequence"].attrs["long_name"] = "index of the input sequence the path was taken in"
+    ds["sequence"].attrs["long_name"] = (
+        "index of the input sequence the path was taken in (along input_sequence)"
+    )
+    ids = inputs.token_ids()
+    if ids is not None:  # pixels have no token ids: the inputs attr describes the images
+        ds["input_ids"] = (("input_sequence", "token"), ids)
+        ds["input_ids"].attrs["long_name"] = "the token ids that ran (-1 at padding)"
     ds.attrs = {
         "analysis": "paths-sample",
         **model_attrs(models, inputs),

@@ -12,7 +12,10 @@ and a summary of its collapse curve:
   to the token mean in the composite l1,inf norm (the paper's), median over sequences;
 * ``first_below`` (variant, init): the first layer whose mean relative residual (same fit
   and norm, mean over sequences, as ``probe collapse``'s reports) is below 1e-3; -1 if none;
-* ``order`` (variant, init): the fitted order of collapse, :func:`probe.stats.fit_order`;
+* ``order`` (variant, init): the fitted order of collapse, :func:`probe.stats.fit_order`,
+  NaN below the fit's quality; ``order_pairs``, ``order_stderr`` and ``order_spread`` are
+  that quality (:func:`probe.stats.slope_fit`), from which :func:`probe.stats.fit_reason`
+  says why an order is missing;
 * ``final_effective_rank`` (variant, init): the effective rank after the last layer,
   median over sequences (NaN where the metrics left it out);
 * ``sink_rate`` (init) and ``max_massive_ratio`` (init, the largest over layers 1..L), and

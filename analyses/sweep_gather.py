@@ -28,7 +28,11 @@ SUMMARIES = {
     "median over sequences",
     "first_below": f"first layer whose mean relative residual (fit mean, norm l1inf) is below "
     f"{THRESHOLD:g}; -1 if none",
-    "order": "fitted order of collapse (probe.stats.fit_order, fit mean, norm l1inf)",
+    "order": "fitted order of collapse (probe.stats.fit_order, fit mean, norm l1inf); NaN "
+    "where the fit is below quality (probe.stats.fit_reason says why)",
+    "order_pairs": "layer pairs the fitted order used (both ends in [the precision floor, 0.5])",
+    "order_stderr": "standard error of the fitted order's slope (NaN with two pairs or fewer)",
+    "order_spread": "decades of r(l) the fitted order's pairs span",
     "final_effective_rank": "effective rank after the last layer, median over sequences",
     "sink_rate": "Sink_eps of probe attention (Gu et al. 2025) at the same point",
     "max_massive_ratio": "largest massive ratio of probe attention over layers 1..L "
@@ -48,7 +52,7 @@ def summaries(ds: xr.Dataset) -> dict[str, xr.DataArray]:
         coords={"variant": mean.variant.values, "init": mean.init.values},
         dims=("variant", "init"),
     )
-    order = stats.fit_order(ds, "l1inf", "mean")
+    fitted = stats.order_fit(ds, "l1inf", "mean")
     if "effective_rank" in ds:
         rank = ds["effective_rank"].isel(layer=-1).median("sequence")
     else:
@@ -57,7 +61,10 @@ def summaries(ds: xr.Dataset) -> dict[str, xr.DataArray]:
     out = {
         "final_residual": final.drop_vars(["fit", "norm", "layer"], errors="ignore"),
         "first_below": first_below,
-        "order": order.drop_attrs(),
+        "order": fitted["order"].drop_attrs(),
+        "order_pairs": fitted["pairs"],
+        "order_stderr": fitted["stderr"],
+        "order_spread": fitted["spread"],
         "final_effective_rank": rank.drop_vars("layer", errors="ignore"),
         "max_massive_ratio": peak,
     }

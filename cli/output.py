@@ -121,8 +121,9 @@ def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> N
     table = Table(
         title="across models",
         title_justify="left",
-        caption=f"r after the last layer (mean over sequences); SAN<{threshold:g}: the first "
-        "layer where SAN's r is below it; order: SAN's fitted order of collapse",
+        caption=f"r after the last layer (mean over sequences; '<' marks a value under the "
+        f"run's precision floor); SAN<{threshold:g}: the first layer where SAN's r is below "
+        "it; order: SAN's fitted order of collapse (± its standard error, layer pairs fitted)",
         caption_justify="left",
     )
     for column in ("model", "init", "layers", *variants, f"SAN<{threshold:g}", "order"):
@@ -132,11 +133,14 @@ def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> N
             row["model"],
             row["init"],
             str(row["layers"]),
-            *(f"{row['final'][v]:.3g}" if v in row["final"] else "—" for v in variants),
+            *(row["final_text"].get(v, "—") for v in variants),
             "—" if row["san_below"] is None else str(row["san_below"]),
-            "—" if row["order"] is None else f"{row['order']:.2f}",
+            "—" if row["order"] is None else f"{row['order']:.2f} ({row['order_note']})",
         )
     out.print(table)
+    for row in rows:  # why an order is missing, once per model and init
+        if row["order"] is None and row["order_note"]:
+            out.print(f"{row['model']} {row['init']}: no SAN order ({row['order_note']})")
 
 
 def write_comparison(datasets: list[xr.Dataset], files: list[Path], out_dir: Path) -> Path:

@@ -270,6 +270,7 @@ def print_count(ds: xr.Dataset) -> None:
 def print_sample(ds: xr.Dataset) -> None:
     """Median distance to the best rank-one fit (the headline) and to 1p^T beside it."""
     from probe.plot_paths import fit_decay
+    from probe.stats import shown
 
     order = "earliest-left" if "order" in ds.coords else "latest-left"
     fits = {fit: fit_decay(ds, fit=fit, order=order) for fit in ("svd", "mean")}
@@ -286,7 +287,7 @@ def print_sample(ds: xr.Dataset) -> None:
         table.add_row(
             str(int(d)),
             *(
-                f"{float(fits[fit]['median'].sel(init=i, depth=d)):.3g}"
+                shown(float(fits[fit]["median"].sel(init=i, depth=d)), ds)
                 for i in ds.init.values
                 for fit in ("svd", "mean")
             ),
@@ -295,22 +296,17 @@ def print_sample(ds: xr.Dataset) -> None:
     for init in ds.init.values:
         svd, mean = fits["svd"], fits["mean"]
         out.print(
-            f"{init}: SVD distance {_fitted(svd, init, '')} "
-            f"(mean-row distance: {_fitted(mean, init, 'mean-row ')})"
+            f"{init}: SVD distance {_fitted(svd, init, ds)} "
+            f"(mean-row distance: {_fitted(mean, init, ds)})"
         )
 
 
-def _fitted(fit: xr.Dataset, init: str, what: str) -> str:
-    """The fitted decay and order of one init, or why none was fitted."""
-    import numpy as np
+def _fitted(fit: xr.Dataset, init: str, ds: xr.Dataset) -> str:
+    """The fitted decay and order of one init with their quality, or why none was fitted."""
+    from probe.plot_paths import fit_texts
 
-    rate, order = float(fit["rate"].sel(init=init)), float(fit["order"].sel(init=init))
-    decay = f"decays x10^{rate:.3g} per layer" if np.isfinite(rate) else "no decay fitted"
-    return decay + (
-        f", fitted order {order:.3g}"
-        if np.isfinite(order)
-        else f", no {what}order fitted (it needs 3 depths whose median lies in [10 eps, 0.5])"
-    )
+    rate, order = fit_texts(fit, init, str(ds.attrs.get("dtype", "float64")), missing="none")
+    return f"log10 decay per layer {rate}, fitted order {order}"
 
 
 def print_decompose(ds: xr.Dataset) -> None:

@@ -21,6 +21,7 @@ from probe import distributed
 from probe.analyses import sweep as analysis
 from probe.errors import ProbeError
 from probe.interrupts import Interrupted
+from probe.stats import point_order_text, shown
 
 from .console import Reporter, checked, named, out, say, warn, wrote
 from .output import check_out_dir, no_empty_folder, write_index, write_pair
@@ -99,10 +100,14 @@ def _publish(plan, store, out_dir: Path, name: str, world_size: int) -> None:
     named("index", write_index(out_dir))
 
 
-def _value(at: xr.Dataset, name: str, variant: str) -> str:
+def _value(at: xr.Dataset, name: str, variant: str, floor_of: xr.Dataset | None = None) -> str:
+    """One variant's summary; with ``floor_of`` (the sweep) a distance to rank one, shown
+    as below the run's precision floor where it is."""
     if variant not in at.variant.values:
         return "-"
     number = float(at[name].sel(variant=variant))
+    if floor_of is not None:
+        return shown(number, floor_of, missing="-")
     return f"{number:.3g}" if np.isfinite(number) else "-"
 
 
@@ -127,10 +132,10 @@ def print_summary(ds: xr.Dataset) -> None:
             table.add_row(
                 *(str(one[d].item()) for d in dims),
                 str(init),
-                _value(at, "final_residual", "transformer"),
-                _value(at, "final_residual", "SAN"),
+                _value(at, "final_residual", "transformer", ds),
+                _value(at, "final_residual", "SAN", ds),
                 "never" if below < 0 else str(below),
-                _value(at, "order", "SAN"),
+                point_order_text(at, "SAN", ds, missing="-"),
                 _value(at, "final_effective_rank", "transformer"),
                 f"{float(at['sink_rate']):.3g}" if np.isfinite(float(at["sink_rate"])) else "-",
             )

@@ -55,7 +55,8 @@ class ProbeAccessor:
                 below = numbers["first_below"]
                 rows.append(
                     f"<tr><td>{html.escape(variant)}</td><td>{html.escape(init)}</td>"
-                    f"<td>{'never' if below is None else below}</td><td>{numbers['final']:.3g}</td></tr>"
+                    f"<td>{'never' if below is None else below}</td>"
+                    f"<td>{html.escape(numbers['final_text'])}</td></tr>"
                 )
         shape = f"{ds.sizes['sequence']} x {ds.attrs.get('tokens', '?')} tokens"
         return (

@@ -31,7 +31,18 @@ from matplotlib.ticker import LogFormatterSciNotation, MaxNLocator
 
 from .names import PLAIN_METRICS as METRICS
 from .names import VARIANTS
-from .stats import FIT_FLOOR_FACTOR, FIT_UPPER, eps, fit_order, has_data, ordered, pick_init, stats
+from .stats import (
+    FIT_UPPER,
+    eps,
+    fit_quality,
+    floor,
+    has_data,
+    order_fit,
+    ordered,
+    pick_init,
+    short,
+    stats,
+)
 
 # seaborn's "colorblind" palette, written out so the report needs neither seaborn nor scipy
 # (tests/test_plot.py checks it against seaborn).
@@ -154,7 +165,7 @@ def styled() -> Iterator[None]:
         yield
 
 
-def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, floor: float) -> None:
+def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, clip: float) -> None:
     """One mean line plus a one-sd band per variant that has data in `st` (one init)."""
     x = st.layer.values
     for variant in st.variant.values:
@@ -164,8 +175,8 @@ def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, floor: float) -> None:
         s = np.nan_to_num(st["std"].sel(variant=variant).values.astype(float))
         lo, hi = m - s, m + s
         if log:
-            # Clip so exact zeros (full collapse) stay visible on the floor.
-            m, lo, hi = (np.clip(a, floor, None) for a in (m, lo, hi))
+            # Clip at machine epsilon so exact zeros (full collapse) stay visible.
+            m, lo, hi = (np.clip(a, clip, None) for a in (m, lo, hi))
         c = colour(str(variant))
         ok = np.isfinite(m)
         ax.fill_between(x, lo, hi, where=ok, color=c, alpha=0.18, linewidth=0, interpolate=False)
@@ -182,7 +193,7 @@ def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, floor: float) -> None:
         )
 
 
-def _finish_axes(ax: Axes, st: xr.Dataset, name: str, log: bool, floor: float) -> tuple | None:
+def _finish_axes(ax: Axes, st: xr.Dataset, name: str, log: bool, clip: float) -> tuple | None:
     """Labels, x range and scale of one panel; returns the y range it wants, if any."""
     layers = st.layer.values
     ax.set_xlabel("layer")
@@ -194,13 +205,15 @@ def _finish_axes(ax: Axes, st: xr.Dataset, name: str, log: bool, floor: float) -
         return None
     ys = [np.asarray(line.get_ydata(), float) for line in ax.get_lines()]
     if log:
-        # Down to the lowest mean (at most the floor), up past 1 so lines at r ~ 1 show.
+        # Down to the lowest mean (at most the clip), up past 1 so lines at r ~ 1 show.
         return min([*(np.nanmin(y) for y in ys), 0.1]) / 3, 1.5
     return 0.0, max([1.0, *(np.nanmax(y) for y in ys)])
 
 
-def _share_limits(axes: Sequence[Axes], wanted: Sequence, floors: Sequence[float]) -> None:
-    """Set the shared y range to the union of what the panels want; mark the floors."""
+def _share_limits(axes: Sequence[Axes], wanted: Sequence, datasets: Sequence[xr.Dataset]) -> None:
+    """Set the shared y range to the union of what the panels want; mark each panel's
+    dataset's floors: machine epsilon (dotted, where lines are clipped) and, shaded below
+    it, the precision floor under which a value is the dtype's rounding."""
     wanted = [w for w in wanted if w is not None]
     if not wanted:
         return
@@ -208,10 +221,21 @@ def _share_limits(axes: Sequence[Axes], wanted: Sequence, floors: Sequence[float
     axes[0].set_ylim(bottom, top)
     if axes[0].get_yscale() != "log":
         return
-    for ax, floor in zip(axes, floors, strict=True):
-        if bottom < 100 * floor:
-            # The precision floor: lines that flatten on it have fully collapsed.
-            ax.axhline(floor, color=_REFERENCE_COLOUR, linewidth=0.8, linestyle=":", label="_eps")
+    for ax, ds in zip(axes, datasets, strict=True):
+        if bottom < 100 * eps(ds):
+            # Machine epsilon: lines that flatten on it have fully collapsed.
+            ax.axhline(eps(ds), color=_REFERENCE_COLOUR, linewidth=0.8, linestyle=":", label="_eps")
+        if bottom < floor(ds):
+            ax.axhspan(bottom, floor(ds), color=_REFERENCE_COLOUR, alpha=0.12, linewidth=0)
+            ax.annotate(
+                f"below the {ds.attrs.get('dtype', 'float64')} floor ({short(floor(ds))})",
+                (0.98, floor(ds)),
+                xycoords=("axes fraction", "data"),
+                ha="right",
+                va="top",
+                fontsize="x-small",
+                color=_REFERENCE_COLOUR,
+            )
 
 
 def _figure_legend(fig: Figure, axes: Sequence[Axes]) -> None:
@@ -234,17 +258,17 @@ def _panels(
 ) -> tuple[Figure, list[Axes]]:
     st = stats(ds, name, norm, fit)
     inits = list(st.init.values)
-    floor = eps(ds)
+    clip = eps(ds)
     with styled():
         fig = Figure(figsize=(1.0 + 4.6 * len(inits), 4.0), layout="constrained")
         axes = list(fig.subplots(1, len(inits), sharey=True, squeeze=False)[0])
         wanted = []
         for ax, init in zip(axes, inits, strict=True):
             one = st.sel(init=init)
-            _draw_variants(ax, one, log, floor)
-            wanted.append(_finish_axes(ax, one, name, log, floor))
+            _draw_variants(ax, one, log, clip)
+            wanted.append(_finish_axes(ax, one, name, log, clip))
             ax.set_title(f"init: {plain(str(init))}")
-        _share_limits(axes, wanted, [floor] * len(axes))
+        _share_limits(axes, wanted, [ds] * len(axes))
         axes[0].set_ylabel(metric_label(name, norm))
         fig.suptitle(title)
         _figure_legend(fig, axes)
@@ -277,8 +301,14 @@ def metric(ds: xr.Dataset, name: str) -> Figure:
     return _panels(ds, name, "l1inf", "mean", False, title)[0]
 
 
-def _order_label(variant: str, order: float) -> str:
-    return f"{variant}: slope {order:.2f}" if np.isfinite(order) else f"{variant}: slope n/a"
+def order_label(variant: str, found: xr.Dataset) -> str:
+    """The legend entry of one variant's fitted order (one init of :func:`order_fit`):
+    "SAN: slope 2.83 (± 0.12, 4 pairs)", or "SAN: slope n/a" where it is missing."""
+    order = float(found["order"])
+    if not np.isfinite(order):
+        return f"{variant}: slope n/a"
+    quality = fit_quality({"pairs": int(found["pairs"]), "stderr": float(found["stderr"])})
+    return f"{variant}: slope {order:.2f} ({quality})"
 
 
 def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Figure:
@@ -289,9 +319,8 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
     slope 3 (r(l+1) = r(l)^3) the cubic contraction of pure attention.
     """
     st = stats(ds, "relative_residual", norm, fit)
-    orders = fit_order(ds, norm, fit)
-    floor = eps(ds)
-    fit_low = FIT_FLOOR_FACTOR * floor
+    orders = order_fit(ds, norm, fit)
+    clip, fit_low = eps(ds), floor(ds)
     inits = list(st.init.values)
     with styled():
         fig = Figure(figsize=(1.0 + 4.4 * len(inits), 4.8), layout="constrained")
@@ -306,10 +335,10 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
                     continue
                 with np.errstate(invalid="ignore"):
                     fitted = ok & (np.minimum(x, y) >= fit_low) & (np.maximum(x, y) <= FIT_UPPER)
-                x, y = np.clip(x, floor, None), np.clip(y, floor, None)
+                x, y = np.clip(x, clip, None), np.clip(y, clip, None)
                 lows += [x[ok].min(), y[ok].min()]
                 c = colour(str(variant))
-                label = _order_label(str(variant), float(orders.sel(variant=variant, init=init)))
+                label = order_label(str(variant), orders.sel(variant=variant, init=init))
                 # The whole path faintly, hollow markers: pairs outside the fit window.
                 ax.plot(
                     x[ok],
@@ -399,7 +428,7 @@ def comparison(
             _draw_variants(ax, one, log, eps(ds))
             wanted.append(_finish_axes(ax, one, metric, log, eps(ds)))
             ax.set_title(f"{_model_title(ds)}\ninit: {plain(chosen)}", fontsize="medium")
-        _share_limits(axes, wanted, [eps(ds) for ds in datasets])
+        _share_limits(axes, wanted, datasets)
         axes[0].set_xlim(0, max(int(ds.layer.max()) for ds in datasets))
         axes[0].set_ylabel(metric_label(metric, norm))
         _figure_legend(fig, axes)
@@ -433,14 +462,14 @@ def across_models(
         lowest = 0.1
         for i, ds in enumerate(datasets):
             st = stats(ds, "relative_residual", norm, fit).sel(init=pick_init(ds, init))
-            floor = eps(ds)
+            clip = eps(ds)
             for ax, variant in zip(axes, present, strict=True):
                 if variant not in st.variant.values:
                     continue
                 m = st["mean"].sel(variant=variant).values.astype(float)
                 if not has_data(m):
                     continue
-                m = np.clip(m, floor, None)
+                m = np.clip(m, clip, None)
                 lowest = min(lowest, float(np.nanmin(m)))
                 ax.plot(
                     st.layer.values,

@@ -27,7 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator
 
 from .names import INITS
 from .plot import log_axis, plain, styled
-from .stats import eps, ordered
+from .stats import eps, fit_text, floor, line, ordered, slope_fit
 
 _INIT_COLOURS = {"pretrained": to_hex(sns.color_palette("colorblind")[0]), "random": "#d55e00"}
 _REFERENCE = "#555555"
@@ -107,38 +107,66 @@ def _ratio(ds: xr.Dataset, fit: str, norm: str, order: str) -> xr.DataArray:
 def fit_decay(
     ds: xr.Dataset, fit: str = "svd", norm: str = "l1inf", order: str = "earliest-left"
 ) -> xr.Dataset:
-    """Per init: the median ratio per depth and two fits of it.
+    """Per init: the median ratio per depth and two fits of it, each with its quality.
 
-    ``rate``: slope of log10(median) against depth (exponential decay: a
-    straight line on the log axis).  ``order``: slope of log median(d+1)
-    against log median(d) over the depths where the median lies in
-    [10 eps, 0.5]; an order of 3 is the cubic contraction whose iterates fall
-    doubly exponentially (the paper's bound), 1 is exponential decay.
+    ``rate``: slope of log10(median) against depth over the depths whose median is above
+    the precision floor (exponential decay: a straight line on the log axis), with
+    ``rate_points`` and ``rate_stderr`` (NaN from two points).  ``order``: slope of log
+    median(d+1) against log median(d) over the pairs whose both ends lie in [the precision
+    floor, 0.5], with ``order_pairs``, ``order_stderr`` and ``order_spread``, NaN below the
+    quality of :func:`probe.stats.slope_fit`; an order of 3 is the cubic contraction whose
+    iterates fall doubly exponentially (the paper's bound), 1 is exponential decay.
     """
     ratio = _ratio(ds, fit, norm, order)
-    floor = 10 * eps(ds)
+    low = floor(ds)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         median = ratio.median("sample")
-    rates, orders = [], []
+    found = {key: [] for key in ("rate", "rate_points", "rate_stderr", "order", "order_pairs",
+                                 "order_stderr", "order_spread")}  # fmt: skip
     depth = ds.depth.values.astype(float)
     for init in ds.init.values:
         m = median.sel(init=init).values
-        ok = np.isfinite(m) & (m > floor)
-        rates.append(np.polyfit(depth[ok], np.log10(m[ok]), 1)[0] if ok.sum() >= 2 else np.nan)
-        a, b = m[:-1], m[1:]
-        pair = np.isfinite(a) & np.isfinite(b) & (a > floor) & (b > floor) & (a < 0.5)
-        if pair.sum() >= 2:
-            orders.append(np.polyfit(np.log(a[pair]), np.log(b[pair]), 1)[0])
-        else:
-            orders.append(np.nan)
+        ok = np.isfinite(m) & (m > low)
+        rate, stderr = line(depth[ok], np.log10(m[ok])) if ok.sum() >= 2 else (np.nan, np.nan)
+        one = slope_fit(m[:-1], m[1:], low)
+        for key, value in (("rate", rate), ("rate_points", int(ok.sum())), ("rate_stderr", stderr),
+                           ("order", one["slope"]), ("order_pairs", one["pairs"]),
+                           ("order_stderr", one["stderr"]), ("order_spread", one["spread"])):  # fmt: skip
+            found[key].append(value)
     return xr.Dataset(
         {
             "median": median,
-            "rate": ("init", np.asarray(rates, float)),
-            "order": ("init", np.asarray(orders, float)),
-        }
+            **{
+                key: (
+                    "init",
+                    np.asarray(values, np.int64 if key.endswith(("points", "pairs")) else float),
+                )
+                for key, values in found.items()
+            },
+        },
+        attrs={"floor": low},
     )
+
+
+def fit_texts(fits: xr.Dataset, init: str, dtype: str, missing: str = "–") -> tuple[str, str]:
+    """One init's decay rate and order of :func:`fit_decay` for reading, each with its quality
+    or why it is missing: ("-0.52 (± 0.013, 5 depths)", "2.91 (2 pairs)")."""
+    one = fits.sel(init=init)
+    rate, points, stderr = float(one["rate"]), int(one["rate_points"]), float(one["rate_stderr"])
+    if not np.isfinite(rate):
+        rate_text = f"{missing} ({points} depth{'s' * (points != 1)} above the floor; 2 needed)"
+    elif points > 2:
+        rate_text = f"{rate:.3g} (± {stderr:.2g}, {points} depths)"
+    else:
+        rate_text = f"{rate:.3g} ({points} depths)"
+    found = {
+        "slope": float(one["order"]),
+        "pairs": int(one["order_pairs"]),
+        "stderr": float(one["order_stderr"]),
+        "spread": float(one["order_spread"]),
+    }
+    return rate_text, fit_text(found, fits.attrs["floor"], dtype, missing=missing)
 
 
 def sample_ratios(
@@ -154,7 +182,7 @@ def sample_ratios(
     fits = fit_decay(ds, fit, norm, order)
     ratio = _ratio(ds, fit, norm, order)
     depth = ds.depth.values
-    floor = eps(ds)
+    clip, low = eps(ds), floor(ds)
     width = 0.8 / len(inits)
     with styled():
         fig = Figure(figsize=(max(6.0, 0.45 * len(depth) + 3), 4.4), layout="constrained")
@@ -162,7 +190,7 @@ def sample_ratios(
         for i, init in enumerate(inits):
             c = init_colour(init)
             values = ratio.sel(init=init).values  # (depth, sample)
-            data = [np.clip(v[np.isfinite(v)], floor, None) for v in values]
+            data = [np.clip(v[np.isfinite(v)], clip, None) for v in values]
             offset = (i - (len(inits) - 1) / 2) * width
             ax.boxplot(
                 data,
@@ -179,18 +207,19 @@ def sample_ratios(
             m = fits["median"].sel(init=init).values
             rate = float(fits["rate"].sel(init=init))
             if np.isfinite(rate) and np.isfinite(m[0]):
-                ok = np.isfinite(m) & (m > 10 * floor)
+                ok = np.isfinite(m) & (m > low)
                 d0 = depth[ok]
                 intercept = np.mean(np.log10(m[ok]) - rate * d0)
                 ax.plot(
                     depth,
-                    np.clip(10 ** (intercept + rate * depth), floor, None),
+                    np.clip(10 ** (intercept + rate * depth), clip, None),
                     color=c,
                     linewidth=1.2,
-                    label=f"{init}: fitted decay, ×10^{rate:.2f} per layer",
+                    label=f"{init}: fitted decay, ×10^{rate:.2f} per layer "
+                    f"({int(fits['rate_points'].sel(init=init))} depths)",
                 )
             if np.isfinite(m[0]) and 0 < m[0] < 1:
-                reference = np.clip(m[0] ** (3.0 ** (depth - depth[0])), floor, None)
+                reference = np.clip(m[0] ** (3.0 ** (depth - depth[0])), clip, None)
                 ax.plot(
                     depth,
                     reference,
@@ -204,8 +233,10 @@ def sample_ratios(
         ax.set_xlabel("depth d (heads along the path)")
         fitted = r"\mathrm{rank1}_{SVD}(P)" if fit == "svd" else r"\mathbf{1}p^T"
         ax.set_ylabel(rf"$\|P - {fitted}\|$ / $\|P\|$ ({norm})")
-        ax.set_ylim(floor / 3, 3)
-        ax.axhline(floor, color=_REFERENCE, linewidth=0.8, linestyle=":")
+        ax.set_ylim(clip / 3, 3)
+        ax.axhline(clip, color=_REFERENCE, linewidth=0.8, linestyle=":")
+        # Below the precision floor the ratio is the dtype's rounding, not a measurement.
+        ax.axhspan(clip / 3, low, color=_REFERENCE, alpha=0.12, linewidth=0)
         product = (
             r"$P = A_{l_1} \cdots A_{l_d}$"
             if order == "earliest-left"

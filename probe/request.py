@@ -395,8 +395,10 @@ def provenance(models: list, encoded) -> dict:
     """The attributes every result carries about the models it measured and what they read.
 
     ``models``: the loaded ProbedModels (one per init); ``encoded``: the
-    :class:`~probe.inputs.Encoded` inputs they read.  Strings and integers only.
+    :class:`~probe.inputs.Encoded` inputs they read.  Strings and numbers only.
     """
+    from .stats import precision_floor
+
     first = models[0]
     adapter, config = first.adapter, first.config
     return {
@@ -411,6 +413,8 @@ def provenance(models: list, encoded) -> dict:
         "tokens": encoded.tokens,
         "seed": first.seed,
         "dtype": dtype_name(first.dtype),
+        # Below it a distance to rank one is the dtype's rounding (probe.stats.FLOOR_FACTOR).
+        "precision_floor": precision_floor(dtype_name(first.dtype)),
         "device": str(first.device),
         "n_layers": first.n_layers,
         "n_heads": adapter.n_heads(config),

@@ -15,10 +15,11 @@ from probe.plot_paths import (
     decompose_layers,
     decompose_shares,
     fit_decay,
+    fit_texts,
     sample_ratios,
 )
 from probe.results import attrs_id
-from probe.stats import ordered
+from probe.stats import ordered, shown
 
 from .figures import Figures, numbers
 from .naming import model_stem
@@ -166,10 +167,13 @@ def _fit_rows(ds: xr.Dataset, order: str) -> list[list[str]]:
     for init in ds.init.values:
         for fit in ("svd", "mean"):
             fits = fit_decay(ds, fit=fit, order=order)
+            texts = fit_texts(fits, init, str(ds.attrs.get("dtype", "float64")))
             rows.append(
-                [esc(init), _FIT_WORDS[fit]]
-                + [fmt(float(fits[v].sel(init=init)), 3) for v in ("rate", "order")]
-                + [fmt(float(fits["median"].sel(init=init, depth=d)), 3) for d in ds.depth.values]
+                [esc(init), _FIT_WORDS[fit], *(esc(t) for t in texts)]
+                + [
+                    esc(shown(float(fits["median"].sel(init=init, depth=d)), ds))
+                    for d in ds.depth.values
+                ]
             )
     return rows
 
@@ -190,10 +194,16 @@ def _sample(ds: xr.Dataset, figure: Figures) -> tuple[str, str]:
         f"{ds.sizes['sample']} sampled paths per depth d (d distinct layers, one head each, one "
         "sequence). Boxes: quartiles; whiskers 1.5 IQR. Solid: exponential fit of the median; "
         "dotted: the doubly exponential reference r(1)<sup>3<sup>d−1</sup></sup>. Clipped at the "
-        "dtype's epsilon.",
+        "dtype's epsilon; shaded: below the run's precision floor (10 epsilons), where the "
+        "ratio is the arithmetic's rounding and the tables show it as below the floor.",
         "ratio against depth, log axis",
     )
-    head = ["init", "distance to", "log10 decay per layer", "fitted order"] + [
+    head = [
+        "init",
+        "distance to",
+        "log10 decay per layer (± stderr, depths)",
+        "fitted order (± stderr, pairs)",
+    ] + [  # fmt: skip
         f"median d={int(d)}" for d in ds.depth.values
     ]
     other = ""

@@ -12,7 +12,18 @@ import xarray as xr
 
 from probe.names import INITS, VARIANTS
 from probe.plot import METRICS, collapse, collapse_order, describe_selection, metric
-from probe.stats import FIT_FLOOR_FACTOR, FIT_UPPER, eps, fit_order, ordered, stats, summarise
+from probe.stats import (
+    FIT_UPPER,
+    MAX_STDERR,
+    MIN_SPREAD,
+    eps,
+    floor,
+    order_fit,
+    ordered,
+    short,
+    stats,
+    summarise,
+)
 
 from .figures import Figures, numbers
 from .naming import report_name, settings_summary
@@ -111,10 +122,13 @@ def _collapse(ds: xr.Dataset, figure: Figures) -> str:
     log = figure(
         collapse(ds, log=True),
         f"The same numbers on a log axis, clipped at {dtype} machine epsilon "
-        f"({eps(ds):.1e}; dotted where reached) so full collapse stays visible.",
+        f"({eps(ds):.1e}; dotted where reached) so full collapse stays visible. Shaded: "
+        f"below the {dtype} precision floor ({short(floor(ds))}, 10 machine epsilons), where "
+        "r is the arithmetic's rounding, not a measurement; tables show such values as "
+        "below the floor.",
         "relative residual against layer, log axis",
     )
-    table = numbers(stats_table(stats(ds)), f"Numbers behind figures 1–2: r, {_band(ds)}")
+    table = numbers(stats_table(stats(ds), ds), f"Numbers behind figures 1–2: r, {_band(ds)}")
     robust = ""
     if {"norm", "fit"} <= set(ds["relative_residual"].dims):
         # Does the story depend on the norm or the fit? The final layer in all of them.
@@ -126,7 +140,11 @@ def _order(ds: xr.Dataset, figure: Figures) -> str:
     fig = figure(
         collapse_order(ds),
         "Each point is one layer transition of the mean r. Filled points (both ends in "
-        f"[{FIT_FLOOR_FACTOR:g}ε, {FIT_UPPER:g}]) enter the least-squares slope in the legend. "
+        f"[{short(floor(ds))}, {FIT_UPPER:g}], from the {esc(ds.attrs.get('dtype', 'float64'))} "
+        "precision floor up) enter the least-squares slope in the legend, with its standard "
+        "error and number of pairs. A slope is shown when two pairs span at least "
+        f"{MIN_SPREAD:g} decade of r or, from three pairs, when its standard error is at most "
+        f"{MAX_STDERR:g}; otherwise it is n/a and the table says why. "
         "Dashed: slope 1, r(l+1) = r(l), exponential decay; dotted: slope 3, "
         "r(l+1) = r(l)³, the cubic contraction behind the doubly exponential bound.",
         "log r at layer l+1 against log r at layer l",
@@ -134,7 +152,7 @@ def _order(ds: xr.Dataset, figure: Figures) -> str:
     return (
         f'<section id="order"><h2>Order of collapse</h2>{fig}'
         "<h3>Fitted order (slope of log r(l+1) against log r(l))</h3>"
-        f"{orders_table(fit_order(ds))}</section>"
+        f"{orders_table(order_fit(ds), str(ds.attrs.get('dtype', 'float64')))}</section>"
     )
 
 

@@ -15,7 +15,7 @@ import xarray as xr
 
 from probe.names import INITS, VARIANTS
 from probe.plot_sweep import curves, phase, swept
-from probe.stats import ordered
+from probe.stats import ordered, point_order_text, shown
 
 from .figures import Figures, numbers
 from .page import esc, href, page
@@ -38,9 +38,9 @@ def _rows(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
             rows.append([
                 *(esc(one[d].item()) for d in dims),
                 esc(init),
-                *(fmt(float(at["final_residual"].sel(variant=v))) for v in variants),
+                *(esc(shown(float(at["final_residual"].sel(variant=v)), ds)) for v in variants),
                 "never" if below < 0 else str(below),
-                _cell(at, "order", "SAN"),
+                esc(point_order_text(at, "SAN", ds)),
                 _cell(at, "final_effective_rank", "transformer"),
                 fmt(float(at["sink_rate"])),
                 fmt(float(at["max_massive_ratio"]), 4),

@@ -14,7 +14,7 @@ import xarray as xr
 
 from probe.names import VARIANTS
 from probe.plot import colour
-from probe.stats import ordered, stats
+from probe.stats import fit_text, ordered, shown, stats
 
 from .page import esc
 
@@ -34,14 +34,13 @@ def fmt(value: float, digits: int = 3) -> str:
     return "–" if not np.isfinite(value) else f"{value:.{digits}g}"
 
 
-def order_text(value: float) -> str:
-    """Orders with two decimals, as in the figure's legend."""
-    return "–" if not np.isfinite(value) else f"{value:.2f}"
-
-
-def stat_cell(mean: float, std: float) -> str:
-    text = fmt(mean) if not np.isfinite(std) else f"{fmt(mean)} ± {fmt(std, 2)}"
-    return f'<td class="num" data-mean="{mean!r}" data-std="{std!r}">{text}</td>'
+def stat_cell(mean: float, std: float, floor_of: xr.Dataset | None = None) -> str:
+    """Mean ± std; with ``floor_of`` (the result a distance to rank one comes from), a mean
+    under its precision floor shows as below the floor, without its std."""
+    text = fmt(mean) if floor_of is None else shown(mean, floor_of)
+    if np.isfinite(std) and text == fmt(mean):
+        text = f"{text} ± {fmt(std, 2)}"
+    return f'<td class="num" data-mean="{mean!r}" data-std="{std!r}">{esc(text)}</td>'
 
 
 def variant_label(variant: str) -> str:
@@ -56,8 +55,9 @@ def _wrap(table: str) -> str:
     return f'<div class="table-scroll">{table}</div>'
 
 
-def stats_table(st: xr.Dataset) -> str:
-    """Mean ± std over sequences: one row per layer, columns grouped by init then variant."""
+def stats_table(st: xr.Dataset, floor_of: xr.Dataset | None = None) -> str:
+    """Mean ± std over sequences: one row per layer, columns grouped by init then variant
+    (``floor_of``: as :func:`stat_cell`'s)."""
     inits, variants = list(st.init.values), list(st.variant.values)
     head_init = "".join(f'<th colspan="{len(variants)}">init: {esc(init)}</th>' for init in inits)
     head_variant = "".join(
@@ -68,7 +68,7 @@ def stats_table(st: xr.Dataset) -> str:
     rows = []
     for row, layer in enumerate(st.layer.values):
         cells = "".join(
-            stat_cell(float(mean[row, i, v]), float(std[row, i, v]))
+            stat_cell(float(mean[row, i, v]), float(std[row, i, v]), floor_of)
             for i in range(len(inits))
             for v in range(len(variants))
         )
@@ -80,15 +80,23 @@ def stats_table(st: xr.Dataset) -> str:
     )
 
 
-def orders_table(orders: xr.DataArray) -> str:
-    """Fitted order of collapse (slope of log r(l+1) vs log r(l)) per variant and init."""
+def order_cell(found: xr.Dataset, low: float, dtype: str) -> str:
+    """One fitted order (one variant and init of :func:`probe.stats.order_fit`) with its
+    quality, or a dash and why it is missing."""
+    order = float(found["order"])
+    one = {key: found[key].item() for key in ("pairs", "stderr", "spread")} | {"slope": order}
+    return f'<td class="num" data-order="{order!r}">{esc(fit_text(one, low, dtype))}</td>'
+
+
+def orders_table(orders: xr.Dataset, dtype: str) -> str:
+    """Fitted order of collapse (slope of log r(l+1) vs log r(l)) per variant and init,
+    from :func:`probe.stats.order_fit` of a result run in ``dtype``."""
     inits = list(orders.init.values)
     head = "".join(f'<th class="num">init: {esc(i)}</th>' for i in inits)
     rows = []
     for variant in orders.variant.values:
         cells = "".join(
-            f'<td class="num" data-order="{float(orders.sel(variant=variant, init=i))!r}">'
-            f"{order_text(float(orders.sel(variant=variant, init=i)))}</td>"
+            order_cell(orders.sel(variant=variant, init=i), orders.attrs["floor"], dtype)
             for i in inits
         )
         rows.append(f"<tr><td>{variant_label(str(variant))}</td>{cells}</tr>")
@@ -117,6 +125,7 @@ def norms_table(ds: xr.Dataset) -> str:
                 stat_cell(
                     float(per[f, n]["mean"].sel(variant=variant, init=init, layer=last)),
                     float("nan"),
+                    ds,
                 )
                 for f in fits
                 for n in norms
@@ -146,7 +155,7 @@ def final_table(datasets: Sequence[xr.Dataset], norm: str = "l1inf", fit: str = 
                     cells.append(stat_cell(float("nan"), float("nan")))
                     continue
                 one = st.sel(variant=v, init=init, layer=last)
-                cells.append(stat_cell(float(one["mean"]), float(one["std"])))
+                cells.append(stat_cell(float(one["mean"]), float(one["std"]), ds))
             rows.append(
                 f"<tr><td>{esc(ds.attrs.get('model', ''))}</td><td>{esc(init)}</td>"
                 f'<td class="num">{last}</td>{"".join(cells)}</tr>'
@@ -168,10 +177,11 @@ def family_table(datasets: Sequence[xr.Dataset], threshold: float = 1e-3) -> str
     body = []
     for row in rows:
         cells = "".join(
-            f'<td class="num">{_num(row["final"].get(v, float("nan")))}</td>' for v in variants
+            f'<td class="num">{esc(row["final_text"].get(v, "—"))}</td>' for v in variants
         )
         below = "—" if row["san_below"] is None else str(row["san_below"])
         order = "—" if row["order"] is None else f"{row['order']:.2f}"
+        order = esc(f"{order} ({row['order_note']})")
         body.append(
             f"<tr><td>{esc(row['model'])}</td><td>{esc(row['family'])}</td>"
             f'<td>{esc(row["init"])}</td><td class="num">{row["layers"]}</td>{cells}'
@@ -182,7 +192,3 @@ def family_table(datasets: Sequence[xr.Dataset], threshold: float = 1e-3) -> str
         f'<th class="num">layers</th>{head}<th class="num">SAN &lt; {threshold:g} at layer</th>'
         f'<th class="num">SAN order</th></tr></thead><tbody>{"".join(body)}</tbody></table>'
     )
-
-
-def _num(value: float) -> str:
-    return "—" if not np.isfinite(value) else f"{value:.3g}"

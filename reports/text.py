@@ -26,9 +26,9 @@ def _clause(variant: str, numbers: Mapping[str, object], threshold: str) -> str:
     if numbers["first_below"] is not None:
         text = f"{_name(variant)} falls under {threshold} at layer {numbers['first_below']}"
     else:
-        text = f"{_name(variant)} stays above {threshold} and ends at {numbers['final']:.3g}"
+        text = f"{_name(variant)} stays above {threshold} and ends at {numbers['final_text']}"
     if numbers["order"] is not None:
-        text += f" (fitted order {numbers['order']:.2f})"
+        text += f" (fitted order {numbers['order']:.2f}, {numbers['order_note']})"
     return text
 
 

@@ -10,6 +10,7 @@ between pages or an API reference to a name that no longer exists.
 
 from __future__ import annotations
 
+import importlib
 import re
 import sys
 from pathlib import Path
@@ -70,7 +71,16 @@ def test_site_pages_are_in_the_nav() -> None:
 
 
 def test_measured_tables_say_where_they_come_from() -> None:
-    for name in ("cross_family.md", "paths_sample.md", "rotary.md", "attention_random.md"):
+    for name in (
+        "cross_family.md",
+        "paths_sample.md",
+        "rotary.md",
+        "attention_random.md",
+        "attention_minilm.md",
+        "precision_floor.md",
+        "branch_scale.md",
+        "removals_minilm.md",
+    ):
         text = (ROOT / "docs" / "data" / name).read_text()
         assert f"python docs/data/{name.removesuffix('.md')}.py" in text, name
         if "|" in text or "**" in text:  # numbers: the versions they were measured with
@@ -95,9 +105,9 @@ def test_cross_family_row_holds(model) -> None:
     """A fresh `probe collapse MODEL --init random --sequences 8 --tokens 128` gives the row
     of docs/data/cross_family.md, so a pin change that moves the table fails here.
 
-    The cells are printed to two significant digits; those above float32's rounding must
-    print the same, and those at rounding (the encoders' SAN and SAN+MLP, about 1e-7,
-    which depend on the CPU's kernels) must be at rounding in both.
+    Every cell must print the same: the values under float32's precision floor (the
+    encoders' SAN and SAN+MLP, about 1e-7, whose digits are the CPU kernels') print as
+    below the floor, whatever their digits.
     """
     sys.path.insert(0, str(ROOT / "docs" / "data"))
     try:
@@ -109,13 +119,52 @@ def test_cross_family_row_holds(model) -> None:
     fresh = _table_rows(cross_family.markdown_table([cross_family.run_model(model)]))[model]
     written = table[model]
     assert len(fresh) == len(written)
-    for was, now in zip(written, fresh, strict=True):
-        try:
-            was_value, now_value = float(was), float(now)
-        except ValueError:  # model, family and the "—" cells: the same text
-            assert now == was
+    assert fresh == written
+    assert "< 1.2e-6 (float32)" in written  # the SAN's r_L, under the floor
+
+
+def _script(name: str):
+    """A docs/data script as a module."""
+    sys.path.insert(0, str(ROOT / "docs" / "data"))
+    try:
+        return importlib.import_module(name)
+    finally:
+        sys.path.remove(str(ROOT / "docs" / "data"))
+
+
+def test_minilm_attention_table_is_the_scripts() -> None:
+    """The attention page's MiniLM table is what its script writes from a fresh run of
+    `probe attention minilm` (32 x 128, both inits), cell for cell, and the page includes
+    that file instead of a table of its own."""
+    script = _script("attention_minilm")
+    written = (ROOT / "docs" / "data" / "attention_minilm.md").read_text()
+    fresh = script.markdown_table(script.run())
+    assert written.endswith(fresh + "\n")
+    # the cells that a hand copy once rounded twice (8.1947, 2.4449, 3.7449)
+    assert "| 1 | 0.024 | 0.066 | 3.91 | 0.55 | 8.19 |" in fresh
+    page = (ROOT / "docs" / "attention.md").read_text()
+    assert '--8<-- "attention_minilm.md"' in page
+    assert "| 1 | 0.024" not in page
+
+
+def test_no_page_types_a_measured_table() -> None:
+    """Tables of measured numbers come from docs/data scripts (included as snippets); a page
+    holds only tables of words, and the benchmark and training tables that name the script
+    and machine they were measured by."""
+    typed = {"performance.md", "toy.md", "beyond-one-machine.md"}  # benchmark/training runs
+    number = re.compile(r"\|\s*-?\d+\.\d+\s*(\||±|\()")
+    for page in sorted((ROOT / "docs").glob("*.md")):
+        if page.name in typed:
             continue
-        if was_value < 1e-5:  # float32 rounding: the digits are the kernels', not the model's
-            assert now_value < 1e-5, (was, now)
-        else:
-            assert now == was, (written, fresh)
+        rows = [line for line in page.read_text().splitlines() if line.startswith("|")]
+        assert not [row for row in rows if number.search(row)], page.name
+
+
+def test_the_hidden_state_table_is_the_registrys() -> None:
+    """The families page's table of what each layer reads is its script's output from the
+    registry as it stands: a family added or restyled without rerunning it fails here."""
+    script = _script("hidden_states")
+    written = (ROOT / "docs" / "data" / "hidden_states.md").read_text()
+    assert written.endswith(script.markdown_table() + "\n")
+    assert "| gpt2 | gpt2 | the residual stream after the MLP's addition" in written
+    assert written.count("\n| ") == len(script.rows()) + 1  # the head and one row a family

@@ -159,6 +159,9 @@ def test_sample_dataset_on_every_family(name):
     assert ds.attrs["family"] == _family(name) and ds.attrs["n_layers"] == L
     if model.config.model_type == "vit":  # seeded noise images, the model's own token count
         assert ds.attrs["inputs"] == "seeded noise pixels" and ds.attrs["tokens"] == 17
+        assert "input_ids" not in ds  # pixels have no token ids; the attr describes them
+    else:
+        assert ds["input_ids"].shape == (2, 6) and int(ds["input_ids"].min()) >= 0
 
 
 def test_uniform_attention_gives_exactly_rank_one():
@@ -194,6 +197,9 @@ def test_dataset_coordinates_reproduce_each_sample():
     one = ds.isel(depth=1, sample=2)
     path, seq = parse_path(str(one["path"].values)), int(one["sequence"].values)
     inputs = probe.inputs.make_inputs(None, 80, sequences=3, tokens=6, seed=3)
+    # The result holds the token ids it ran, as the inputs were made (no padding here).
+    assert ds["input_ids"].dims == ("input_sequence", "token")
+    np.testing.assert_array_equal(ds["input_ids"].values, inputs.input_ids.numpy())
     probed = probe.wrap(model)
     for order in ("earliest-left", "latest-left"):
         [product] = chain(probed, inputs.input_ids, inputs.attention_mask, [(path, seq)], order)

@@ -232,10 +232,11 @@ def test_fit_order_recovers_power_laws(k, c, r0):
     r = np.array(r)
     order = float(stats.fit_order(with_r(r))[0, 0])
     low = 10 * np.finfo("float64").eps
-    pairs = ((r[:-1] >= low) & (r[1:] >= low)).sum()
-    if pairs >= 2:
-        assert order == pytest.approx(k, rel=1e-6, abs=1e-6)
-    else:
+    window = (r[:-1] >= low) & (r[1:] >= low) & (r[:-1] <= 0.5) & (r[1:] <= 0.5)
+    spread = np.log10(r[:-1][window].max() / r[:-1][window].min()) if window.any() else 0.0
+    if window.sum() > 2 or (window.sum() == 2 and spread >= stats.MIN_SPREAD):
+        assert order == pytest.approx(k, rel=1e-6, abs=1e-6)  # exact: no residual, no stderr
+    else:  # too few pairs, or two that are too close to tell a slope
         assert np.isnan(order)
 
 
@@ -253,10 +254,25 @@ def test_collapse_order_figure(ds):
         assert slopes["slope 1 (exponential)"] == pytest.approx(1.0)
         assert slopes["slope 3 (doubly exponential)"] == pytest.approx(3.0)
         san = float(order.sel(variant="SAN", init=init))
-        assert f"SAN: slope {san:.2f}" in lines
+        quality = _expected_quality(means(ds).sel(variant="SAN", init=init).values)
+        assert f"SAN: slope {san:.2f} ({quality})" in lines
         assert "transformer: slope n/a" in lines
         legend = [t.get_text() for t in ax.get_legend().get_texts()]
-        assert f"SAN: slope {san:.2f}" in legend
+        assert f"SAN: slope {san:.2f} ({quality})" in legend
+
+
+def _expected_quality(m: np.ndarray) -> str:
+    """The quality a slope of the mean r (float64 floor) is shown with, from scipy's
+    linregress: "2 pairs" from two pairs (no residual), else its standard error and count."""
+    from scipy.stats import linregress
+
+    x, y = m[:-1], m[1:]
+    low = 10 * np.finfo("float64").eps
+    window = (x >= low) & (x <= 0.5) & (y >= low) & (y <= 0.5)
+    if window.sum() == 2:
+        return "2 pairs"
+    fit = linregress(np.log(x[window]), np.log(y[window]))
+    return f"± {fit.stderr:.2g}, {window.sum()} pairs"
 
 
 def test_collapse_order_points_are_consecutive_means(ds):
@@ -273,6 +289,7 @@ def test_collapse_order_points_are_consecutive_means(ds):
     np.testing.assert_allclose(fitted.get_xdata(), x[window])
     np.testing.assert_allclose(fitted.get_ydata(), y[window])
     assert fitted.get_label().startswith("SAN+skip: slope ")
+    assert fitted.get_label().endswith(" pairs)")  # the fit's quality beside its slope
 
 
 # --- comparison -----------------------------------------------------------------------------

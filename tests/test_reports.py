@@ -166,7 +166,13 @@ def test_orders_table(html, ds):
     got = [float(x) for x in re.findall(r'data-order="([^"]+)"', table(html, "orders"))]
     want = stats.fit_order(ds).transpose("variant", "init").values.ravel()
     np.testing.assert_allclose(got, want)
-    assert f"{float(stats.fit_order(ds)[0, 0]):.2f}</td>" in table(html, "orders")
+    found = stats.order_fit(ds).isel(variant=0, init=0)
+    assert int(found["pairs"]) == 2  # two pairs: the count is the fit's quality
+    assert f"{float(found['order']):.2f} (2 pairs)</td>" in table(html, "orders")
+    # a missing order says why
+    assert "– (0 pairs between the float64 floor 2.2e-15 and 0.5; 2 needed)</td>" in table(
+        html, "orders"
+    )
 
 
 def test_paragraph(html, ds):

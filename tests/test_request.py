@@ -157,7 +157,8 @@ def test_provenance_is_derived_once(tiny_folders):
     assert attrs["seed"] == 5 and attrs["sequences"] == 2 and attrs["tokens"] == 4
     assert attrs["dtype"] == "float32" and attrs["family"] == "bert"
     assert attrs["weights"].startswith("random: random init (seed 5)")
-    assert all(isinstance(v, str | int) for v in attrs.values())
+    assert attrs["precision_floor"] == 10 * 2.0**-23  # 10 float32 epsilons
+    assert all(isinstance(v, str | int | float) for v in attrs.values())
 
 
 def test_reproduce_writes_the_command_line():

@@ -157,8 +157,29 @@ def test_two_processes_split_the_points_and_gather_the_same(gpt2, tmp_path):
     )
     split = sweep.gather(plan, [store.read(p) for p in plan.points])
     whole = sweep.gather(plan, sweep.execute(plan))
-    for name in (*METRICS, "final_residual", "order", "sink_rate", "command"):
+    for name in (*METRICS, "final_residual", "order", "order_pairs", "order_stderr", "sink_rate",
+                 "command"):  # fmt: skip
         np.testing.assert_array_equal(split[name].values, whole[name].values)
+
+
+def test_each_points_order_comes_with_its_quality(gpt2):
+    from probe import stats
+
+    plan = sweep.plan(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES), seeds="0-1",
+                      variants="SAN", attention=False)  # fmt: skip
+    points = sweep.execute(plan)
+    ds = sweep.gather(plan, points)
+    for seed, point in zip((0, 1), points, strict=True):
+        fitted = stats.order_fit(point).sel(variant="SAN", init="random")
+        at = ds.sel(seed=seed, init="random", variant="SAN")
+        assert int(at["order_pairs"]) == int(fitted["pairs"])
+        np.testing.assert_array_equal(at["order_stderr"].values, fitted["stderr"].values)
+        np.testing.assert_array_equal(at["order_spread"].values, fitted["spread"].values)
+        text = stats.point_order_text(ds.sel(seed=seed, init="random"), "SAN", ds)
+        if np.isfinite(float(fitted["order"])):
+            assert text.startswith(f"{float(fitted['order']):.2f} (") and "pairs)" in text
+        else:  # a dash and the reason, never a bare slope
+            assert text == f"– ({fitted['reason'].item()})"
 
 
 def test_a_partial_gather_says_which_points_it_holds(gpt2):

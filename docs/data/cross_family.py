@@ -67,9 +67,10 @@ def markdown_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for row in rows:
         cells = [row["model"], row["family"], str(row["layers"])]
-        cells += [f"{row['final'][v]:.2g}" if v in row["final"] else "—" for v in variants]
+        cells += [row["final_text"].get(v, "—") for v in variants]
         cells.append("—" if row["san_below"] is None else str(row["san_below"]))
-        cells.append("—" if row["order"] is None else f"{row['order']:.2f}")
+        order = "—" if row["order"] is None else f"{row['order']:.2f}"
+        cells.append(f"{order} ({row['order_note']})")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

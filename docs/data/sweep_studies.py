@@ -94,6 +94,13 @@ def g(value) -> str:
     return "NaN" if not np.isfinite(value) else f"{value:.3g}"
 
 
+def residual(value, ds: xr.Dataset) -> str:
+    """A relative residual of the sweep ``ds``, under its precision floor written as such."""
+    from probe.stats import shown
+
+    return shown(float(value), ds, missing="NaN")
+
+
 def table(head: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -117,7 +124,8 @@ def checkpoints(args) -> None:
     rows = []
     for step in ds.step.values:
         p = ds.sel(step=step)
-        rows.append([str(int(step))] + [g(p["final_residual"].sel(variant=v)) for v in variants]
+        rows.append([str(int(step))] + [residual(p["final_residual"].sel(variant=v), ds)
+                                        for v in variants]
                     + [g(p["final_effective_rank"].sel(variant="transformer")),
                        g(p["sink_rate"]), g(p["max_massive_ratio"])])  # fmt: skip
     command = "python docs/data/sweep_studies.py --studies checkpoints"
@@ -142,14 +150,14 @@ def depth(args) -> None:
         cosine = last_layer(ds, "cosine_similarity").mean("sequence")
         for d in ds[field].values:
             p = ds.sel({field: d})
-            cells = [g(p["final_residual"].sel(branch_scale=a)) for a in SCALES]
+            cells = [residual(p["final_residual"].sel(branch_scale=a), ds) for a in SCALES]
             cells += [g(cosine.sel({field: d, "branch_scale": a})) for a in SCALES]
             rows.append([shown, str(int(d))] + cells)
     head = ["config", "depth L", "residual, alpha = 1", "residual, alpha = 1/sqrt(L)",
             "cosine, alpha = 1", "cosine, alpha = 1/sqrt(L)"]  # fmt: skip
     narrow = " ".join(f"--set {k}={v}" for k, v in LLAMA_NARROW.items())
     extra = (
-        f" Depths {', '.join(map(str, args.depths))}: the issue's 64 did not fit this shared "
+        f" Depths {', '.join(map(str, args.depths))}: depth 64 did not fit this shared "
         "2-core machine's time."
     )
     if "llama" in args.families and not args.llama_full_width:
@@ -176,7 +184,7 @@ def context(args) -> None:
     rows = []
     for tokens in ds.tokens.values:
         p = ds.sel(tokens=tokens)
-        rows.append([str(int(tokens))] + [g(p["final_residual"].sel(variant=v))
+        rows.append([str(int(tokens))] + [residual(p["final_residual"].sel(variant=v), ds)
                     for v in ("transformer", "SAN")]
                     + [g(p["final_effective_rank"].sel(variant="transformer")),
                        g(p["sink_rate"]), g(p["max_massive_ratio"])])  # fmt: skip
