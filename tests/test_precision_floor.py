@@ -17,21 +17,9 @@ import pytest
 from typer.testing import CliRunner
 
 from probe import stats
-from tests.datasets import make_collapse_dataset
+from tests.test_plot import with_r as _one  # r at every layer and sequence
 
 FLOAT32_FLOOR = 10 * 2.0**-23  # 10 float32 epsilons: 1.1920928955078125e-06
-
-
-def _one(values, dtype: str):
-    """A one-variant result whose mean relative residual is ``values`` at every layer."""
-    base = make_collapse_dataset(layers=len(values) - 1, sequences=2, dtype=dtype)
-    base = base.sel(variant=["SAN"], init=["random"])
-    r = np.broadcast_to(np.asarray(values, float)[:, None, None, None], (len(values), 2, 2, 5))
-    base["relative_residual"] = (("layer", "sequence", "fit", "norm"), r.copy())
-    base["relative_residual"] = base["relative_residual"].expand_dims(
-        variant=["SAN"], init=["random"]
-    )
-    return base
 
 
 @pytest.mark.parametrize(
