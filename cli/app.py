@@ -25,9 +25,10 @@ from .domains import (
     argument,
     option,
 )
+from .help import ANALYSIS, INPUTS, Typer
 from .options import SHARED, BranchScaleOption, Shared, shared_options
 
-app = typer.Typer(
+app = Typer(
     cls=OneLineErrors,
     name="probe",
     no_args_is_help=True,
@@ -87,12 +88,18 @@ def collapse(
     no_skip: Annotated[
         bool,
         typer.Option(
-            "--no-skip", help="Remove the attention skip connection (SAN+MLP; with --no-mlp: SAN)."
+            "--no-skip",
+            help="Remove the attention skip connection: SAN+MLP (with --no-mlp: SAN).",
+            rich_help_panel=ANALYSIS,
         ),
     ] = False,
     no_mlp: Annotated[
         bool,
-        typer.Option("--no-mlp", help="Remove the MLP sublayer (SAN+skip; with --no-skip: SAN)."),
+        typer.Option(
+            "--no-mlp",
+            help="Remove the MLP sublayer: SAN+skip (with --no-skip: SAN).",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = False,
     variants: Annotated[
         str | None,
@@ -104,20 +111,29 @@ def collapse(
                 words=("all",),
                 metavar="all|LIST",
             ),
-            help="all (the paper's four), or a comma list of "
-            "SAN,SAN+MLP,SAN+skip,transformer,LN-affine,no-LN,no-sink,no-massive.",
+            help="all (the paper's four), or a comma list of SAN, SAN+MLP, SAN+skip, "
+            "transformer, LN-affine, no-LN, no-sink, no-massive.",
+            show_default="all",
+            rich_help_panel=ANALYSIS,
         ),
     ] = None,
     no_layernorm: Annotated[
         bool,
         typer.Option(
             "--no-layernorm",
-            help="Add the fifth and sixth variants: the transformer with every norm inside its "
-            "layers reduced to its scale and shift (LN-affine) and removed (no-LN).",
+            help="Add LN-affine (norms reduced to their scale and shift) and no-LN (norms "
+            "removed).",
+            rich_help_panel=ANALYSIS,
         ),
     ] = False,
     metric: Annotated[
-        str, option("--metric", domain=Choice(Metric), help="Metric shown in the printed table.")
+        str,
+        option(
+            "--metric",
+            domain=Choice(Metric, metavar="METRIC"),
+            help="The metric of the printed table.",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = "relative-residual",
     metrics: Annotated[
         str,
@@ -130,6 +146,7 @@ def collapse(
                 metavar="all|LIST",
             ),
             help="Metrics computed and stored (the relative residual always is).",
+            rich_help_panel=ANALYSIS,
         ),
     ] = "all",
     effective_rank: Annotated[
@@ -138,15 +155,18 @@ def collapse(
             "--effective-rank",
             domain=Choice(ErankMethod),
             help="Effective rank from the full spectrum (exact), by stochastic Lanczos "
-            "quadrature (estimate), or whichever costs less at the size and device (auto).",
+            "quadrature (estimate), or by the cheaper here (auto).",
+            rich_help_panel=ANALYSIS,
         ),
     ] = "auto",
     norm: Annotated[
         str | None,
         option(
             "--norm",
-            domain=Choice(Norm),
-            help="Norm of the relative residual in the table [default: l1inf, the paper's].",
+            domain=Choice(Norm, metavar="NORM"),
+            help="Norm of the relative residual in the table (l1inf: the paper's).",
+            show_default="l1inf",
+            rich_help_panel=ANALYSIS,
         ),
     ] = None,
     fit: Annotated[
@@ -154,7 +174,9 @@ def collapse(
         option(
             "--fit",
             domain=Choice(Fit),
-            help="Residual to the token mean (the paper's, default) or to the best rank-one fit.",
+            help="Residual to the token mean (the paper's) or to the best rank-one fit.",
+            show_default="mean",
+            rich_help_panel=ANALYSIS,
         ),
     ] = None,
     surgery: Annotated[
@@ -162,8 +184,9 @@ def collapse(
         option(
             "--surgery",
             domain=Choice(Surgery),
-            help="probe: the same ablation definitions for every family; paper: per family, "
-            "the surgery the paper's code applied (differs for ALBERT without MLP).",
+            help="probe: the same ablations for every family; paper: the surgery of the "
+            "paper's code, per family (differs for ALBERT without MLP).",
+            rich_help_panel=ANALYSIS,
         ),
     ] = "probe",
     branch_scale: BranchScaleOption = "1",
@@ -172,8 +195,9 @@ def collapse(
         option(
             "--sequences",
             domain=Count(1, words=("all",)),
-            help="Number of sequences (images), or all: every full sequence of --text "
+            help="Sequences (images) per model, or all: every full sequence of --text "
             "(every image of --images).",
+            rich_help_panel=INPUTS,
         ),
     ] = "32",
     *,
@@ -314,7 +338,7 @@ def _value(choice) -> str:
 def list_models(
     family: Annotated[
         str | None,
-        argument("[FAMILY]", Family(), help="A family: print its spec, step by step."),
+        argument("FAMILY", Family(), help="A family: print its spec, step by step."),
     ] = None,
 ) -> None:
     """List the supported families and the bundled configs (or one family's spec)."""

@@ -15,6 +15,7 @@ from rich.table import Table
 
 from .console import Reporter, command_line, fail, named, out, warn
 from .domains import Count, ModelName, Real, argument, option
+from .help import ANALYSIS, INPUTS
 from .options import SHARED, BranchScaleOption, Shared, shared_options
 
 if TYPE_CHECKING:
@@ -32,13 +33,20 @@ def attention(
         option(
             "--epsilon",
             domain=Real(0, 1, low_open=True, high_open=True),
-            help="Sink threshold: sink_rate (Gu et al.'s Sink_eps) is the share of (sequence, "
-            "layer, head) whose attention to the first token exceeds it (Gu et al.: 0.3).",
+            help="Sink threshold: the sink rate (Gu et al.'s Sink_eps) is the share of "
+            "(sequence, layer, head) whose attention to the first token exceeds it.",
+            rich_help_panel=ANALYSIS,
         ),
     ] = 0.3,
     branch_scale: BranchScaleOption = "1",
     sequences: Annotated[
-        int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
+        int,
+        option(
+            "--sequences",
+            domain=Count(1),
+            help="Sequences (images) per model.",
+            rich_help_panel=INPUTS,
+        ),
     ] = 32,
     *,
     shared: Shared,

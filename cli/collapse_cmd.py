@@ -18,6 +18,7 @@ from probe.analyses import collapse
 from probe.analyses.collapse_measure import empty
 from probe.request import Inputs, Model
 from probe.results import ENGINE, check_space, temp_beside
+from probe.stats import shown
 from probe.stream import CHUNK_SEQUENCES
 
 from .console import Reporter, checked, command_line, err, named, out, warn
@@ -199,11 +200,13 @@ def print_table(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "me
         for variant in ds.variant.values:
             table.add_column(str(variant), justify="right")
         for layer in ds.layer.values:
-            cells = [
-                f"{float(mean.sel(init=init, variant=v, layer=layer)):.3g} ± "
-                f"{float(std.sel(init=init, variant=v, layer=layer)):.1g}"
-                for v in ds.variant.values
-            ]
+            cells = []
+            for v in ds.variant.values:
+                m = float(mean.sel(init=init, variant=v, layer=layer))
+                s = float(std.sel(init=init, variant=v, layer=layer))
+                # A distance to rank one under the run's precision floor is its rounding.
+                text = shown(m, ds) if metric == "relative_residual" else f"{m:.3g}"
+                cells.append(text if text.startswith("<") else f"{m:.3g} ± {s:.1g}")
             table.add_row(str(int(layer)), *cells)
         out.print(table)
     if ds.attrs.get("inputs") == "synthetic ids":

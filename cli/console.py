@@ -42,6 +42,7 @@ from probe.interrupts import (
 )
 
 from .domains import OptionError
+from .help import HelpGroup
 
 
 class _Stdout:
@@ -87,7 +88,49 @@ def _stdout_gone() -> None:
         pass
 
 
-out = Console(file=_Stdout(), highlight=False, soft_wrap=True)
+class _Out(Console):
+    """stdout's console: a table it prints never cuts a number, at any width (a pipe's 80
+    columns, a narrow terminal).  Each column is at least as wide as its longest number
+    (``0.00712``, ``1.2e-6``, ``71680361758720000000000``), each word of its header and
+    its other words up to ``WORD`` cells (``float32``, ``pretrained``); a longer word folds
+    onto the next line of its cell.  No cell ends in an ellipsis: a table whose numbers
+    need more than the console's width is as wide as they need."""
+
+    def print(self, *objects, **kwargs) -> None:
+        from rich.table import Table
+
+        for thing in objects:
+            if isinstance(thing, Table):
+                keep_whole(thing)
+        super().print(*objects, **kwargs)
+
+
+#: Words up to this many cells stay whole in a table cell; a longer word (not a number)
+#: may fold across lines of its cell.
+WORD = 12
+#: A number as a table shows it: ``0.007``, ``-1.2e-06``, ``12,345``, ``(±0.01)``, ``4/8``.
+NUMBER = re.compile(r"[(\[<>≤≥~±+−-]*\d[\d.,:/eE^+−-]*[%)\],;:]*")
+
+
+def keep_whole(table) -> None:
+    """Widen each column of ``table`` to what must stay whole in it (see ``_Out``)."""
+    from rich.cells import cell_len
+
+    for column in table.columns:
+        header = getattr(column.header, "plain", column.header)
+        need = [cell_len(w) for w in header.split()] if isinstance(header, str) else []
+        for cell in column.cells:
+            text = getattr(cell, "plain", cell)  # a rich Text, or a str
+            if isinstance(text, str):
+                need += [
+                    cell_len(w) if NUMBER.fullmatch(w) else min(cell_len(w), WORD)
+                    for w in text.split()
+                ]
+        column.min_width = max(column.min_width or 0, *need, 0)
+        column.overflow = "fold"
+
+
+out = _Out(file=_Stdout(), highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 USAGE = 2
@@ -206,7 +249,7 @@ def _finished_line() -> str:
     return f"probe: interrupted after the command had finished; it wrote: {names}"
 
 
-class OneLineErrors(typer.core.TyperGroup):
+class OneLineErrors(HelpGroup):
     """A command group whose usage errors are one line and exit 2, never a traceback.
 
     ProbeError, the library's user-facing error, is turned into that line here,

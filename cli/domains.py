@@ -3,7 +3,7 @@
 An option is declared as ``option("--tokens", Count(2), help=...)``: the domain object
 parses what the user typed, refuses anything outside it with one line
 (``probe: error: --tokens must be a whole number from 2 to 2147483647, got 0``), and
-writes its bounds into the help text, so the help and the error can never disagree.
+states its bounds in the help (``[≥ 2]``: :func:`bounds`), both from the same object.
 Typer calls the domain as the option's ``parser`` while it parses the command line,
 defaults included, so every value is checked before the command runs at all.
 
@@ -95,15 +95,23 @@ class Count(Domain):
 
     def describe(self) -> str:
         words = " or ".join(self.words)
-        return f"{self.low} to {self.high}" + (f", or {words}" if words else "")
+        return bounds(self.low, self.high) + (f", or {words}" if words else "")
+
+
+def bounds(low: int, high: int) -> str:
+    """Whole numbers from ``low`` to ``high`` as a person writes them: ``1 to 1000``, and
+    ``≥ 2`` where ``high`` is only the limit of the number type (``probe.checks.MAX_COUNT``
+    and above: an error line states it, should a value pass it)."""
+    return f"≥ {low}" if high >= checks.MAX_COUNT else f"{low} to {high}"
 
 
 class Seed(Count):
+    """A random seed: 0 up to ``probe.checks.MAX_SEED``."""
+
+    metavar = "SEED"
+
     def __init__(self) -> None:
         super().__init__(0, checks.MAX_SEED)
-
-    def describe(self) -> str:
-        return "0 to 2^63-1"
 
 
 class Real(Domain):
@@ -148,7 +156,10 @@ class Choice(Domain):
     def __init__(self, values, metavar: str | None = None) -> None:
         super().__init__()
         self.values = tuple(values)
+        #: A few short values are the metavar (``mean|svd``); a name (``DTYPE``) stands for
+        #: more, and the help lists them.
         self.metavar = metavar or "|".join(self.values)
+        self.listed = metavar is not None
 
     def check(self, value):
         text = value.value if hasattr(value, "value") else str(value)
@@ -159,7 +170,9 @@ class Choice(Domain):
         return text
 
     def describe(self) -> str:
-        return ""  # the metavar lists the choices
+        if not self.listed:
+            return ""  # the metavar lists the choices
+        return ", ".join(self.values[:-1]) + f" or {self.values[-1]}"
 
 
 class CommaList(Domain):
@@ -193,6 +206,13 @@ class Text(Domain):
         if "\0" in text:
             raise ProbeError(f"{self.name} {checks.shown(text)} holds a NUL character")
         return text
+
+
+class Memory(Text):
+    """``--max-memory``: DEVICE=SIZE pairs (``0=20GiB,cpu=60GiB``), read where a device map
+    applies (:func:`cli.options.memory`)."""
+
+    metavar = "SIZES"
 
 
 class Setting(Domain):
@@ -365,16 +385,11 @@ def _path(value, name: str) -> Path:
 
 
 def option(*decls: str, domain: Domain, help: str, **extra):
-    """``typer.Option`` whose values must lie in ``domain``; its bounds join the help."""
+    """``typer.Option`` whose values must lie in ``domain``; ``--help`` states the domain
+    beside the help (:func:`cli.help.facts`).  ``extra``: typer's own (``rich_help_panel``,
+    ``show_default``, ...)."""
     domain.name = next((d for d in decls if d.startswith("--")), decls[0])
-    described = domain.describe()
-    return typer.Option(
-        *decls,
-        parser=domain,
-        metavar=domain.metavar,
-        help=f"{help}  [{described}]" if described else help,
-        **extra,
-    )
+    return typer.Option(*decls, parser=domain, metavar=domain.metavar, help=help, **extra)
 
 
 def argument(name: str, domain: Domain, help: str, **extra):

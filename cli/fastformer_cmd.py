@@ -36,16 +36,17 @@ from .domains import (
     argument,
     option,
 )
+from .help import INPUTS, MODEL, OUTPUT, RUNNING, Typer
+from .help import TRAINING as TRAINING_PANEL
 
 #: The largest peak learning rate accepted (probe.fastformer.train.MAX_LR; not imported
 #: from there, which would load torch to parse the command line).
 MAX_LR = 1.0
 
-fastformer_app = typer.Typer(
+fastformer_app = Typer(
     cls=OneLineErrors,
     help="The Fastformer causal LM: train it on characters, with a GPT-2 baseline.",
     no_args_is_help=True,
-    rich_markup_mode=None,
 )
 
 
@@ -62,11 +63,14 @@ SAVE_DTYPES = ("float32", "float16", "bfloat16")
 SERIES = "series.json"
 
 
-def _sized(name: str, help: str, low: int = 1):
+def _sized(name: str, help: str, panel: str, low: int = 1):
     return option(
         f"--{name}",
         domain=Count(low),
-        help=f"{help} [default: {FULL[name]}; --quick: {QUICK[name]}]",
+        help=help,
+        show_default=f"{FULL[name]}"
+        + (f", or {QUICK[name]} with --quick" if QUICK[name] != FULL[name] else ""),
+        rich_help_panel=panel,
     )
 
 
@@ -79,6 +83,7 @@ def train_command(
             domain=TextFile(words=("stdlib",)),
             help="UTF-8 training text, or `stdlib` for the standard library's docstrings, "
             "gathered now.",
+            rich_help_panel=INPUTS,
         ),
     ],
     out_dir: Annotated[
@@ -87,55 +92,94 @@ def train_command(
             "--out",
             domain=NewFolder(TRAINING, WRITER),
             help="Folder for the Fastformer checkpoint (new, or one this command wrote).",
+            rich_help_panel=OUTPUT,
         ),
     ],
-    hidden: Annotated[int | None, _sized("hidden", "Width.")] = None,
-    layers: Annotated[int | None, _sized("layers", "Depth.")] = None,
+    hidden: Annotated[int | None, _sized("hidden", "Width.", MODEL)] = None,
+    layers: Annotated[int | None, _sized("layers", "Depth.", MODEL)] = None,
     heads: Annotated[
-        int | None, _sized("heads", "Heads (pooling heads for the Fastformer).")
+        int | None, _sized("heads", "Heads (pooling heads for the Fastformer).", MODEL)
     ] = None,
-    context: Annotated[int | None, _sized("context", "Characters per training window.", 2)] = None,
-    steps: Annotated[int | None, _sized("steps", "Optimizer steps.")] = None,
-    batch: Annotated[int | None, _sized("batch", "Windows per step.")] = None,
+    context: Annotated[
+        int | None, _sized("context", "Characters per training window.", INPUTS, 2)
+    ] = None,
+    steps: Annotated[int | None, _sized("steps", "Optimizer steps.", TRAINING_PANEL)] = None,
+    batch: Annotated[int | None, _sized("batch", "Windows per step.", TRAINING_PANEL)] = None,
     lr: Annotated[
         float | None,
         option(
             "--lr",
             domain=Real(0, MAX_LR, low_open=True),
-            help=f"Peak learning rate (AdamW) [default: {FULL['lr']}; --quick: {QUICK['lr']}].",
+            help="Peak learning rate (AdamW).",
+            show_default=f"{FULL['lr']}, or {QUICK['lr']} with --quick",
+            rich_help_panel=TRAINING_PANEL,
         ),
     ] = None,
     warmup: Annotated[
         int | None,
-        option("--warmup", domain=Count(0), help="Warm-up steps [default: steps/20]."),
+        option(
+            "--warmup",
+            domain=Count(0),
+            help="Warm-up steps.",
+            show_default="steps/20",
+            rich_help_panel=TRAINING_PANEL,
+        ),
     ] = None,
     dropout: Annotated[
         float,
-        option("--dropout", domain=Real(0, 1, high_open=True), help="Dropout probability."),
+        option(
+            "--dropout",
+            domain=Real(0, 1, high_open=True),
+            help="Dropout probability.",
+            rich_help_panel=TRAINING_PANEL,
+        ),
     ] = 0.0,
     convolve: Annotated[
-        bool, typer.Option("--convolve", help="Add the causal convolution to every layer.")
+        bool,
+        typer.Option(
+            "--convolve", help="Add the causal convolution to every layer.", rich_help_panel=MODEL
+        ),
     ] = False,
     baseline: Annotated[
         str | None,
-        option("--baseline", domain=Choice(BASELINES), help="Also train a matching model."),
+        option(
+            "--baseline",
+            domain=Choice(BASELINES),
+            help="Also train a matching model.",
+            rich_help_panel=MODEL,
+        ),
     ] = None,
     baseline_out: Annotated[
         Path | None,
         option(
             "--baseline-out",
             domain=NewFolder(TRAINING, WRITER),
-            help="Folder of the baseline [default: OUT-gpt2].",
+            help="Folder of the baseline.",
+            show_default="OUT-gpt2",
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     seed: Annotated[
-        int, option("--seed", domain=Seed(), help="Seed of init, batches and dropout.")
+        int,
+        option(
+            "--seed",
+            domain=Seed(),
+            help="Seed of init, batches and dropout.",
+            rich_help_panel=TRAINING_PANEL,
+        ),
     ] = 0,
-    device: Annotated[str, option("--device", domain=Device(), help="Where it trains.")] = "cpu",
+    device: Annotated[
+        str,
+        option("--device", domain=Device(), help="Where it trains.", rich_help_panel=RUNNING),
+    ] = "cpu",
     eval_every: Annotated[
         int | None,
         option(
-            "--eval-every", domain=Count(1), help="Steps between evaluations [default: steps/10]."
+            "--eval-every",
+            domain=Count(1),
+            help="Steps between evaluations.",
+            show_default="steps/10",
+            rich_help_panel=TRAINING_PANEL,
         ),
     ] = None,
     save_every: Annotated[
@@ -146,22 +190,27 @@ def train_command(
             help="Also keep a checkpoint every N optimizer steps, at step 0 and at the last "
             "step, or at log-spaced steps (log: 0, 1, 3, 10, 30, 100, ... and the last), in "
             "OUT-steps/step-NNNNNN (and BASELINE-OUT-steps) beside each model's folder.",
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     save_dtype: Annotated[
         str | None,
         option(
             "--save-dtype",
-            domain=Choice(SAVE_DTYPES),
+            domain=Choice(SAVE_DTYPES, metavar="DTYPE"),
             help="The dtype of the checkpoints --save-every keeps (the training runs in "
-            "float32 whatever it is) [default: float32].",
+            "float32 whatever it is).",
+            show_default="float32",
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
     quick: Annotated[
         bool,
         typer.Option(
             "--quick",
-            help="A short check: 40 steps of a 32-wide, 2-layer model (sizes given explicitly win).",
+            help="A short check: 40 steps of a 32-wide, 2-layer model (sizes given explicitly "
+            "win).",
+            rich_help_panel=RUNNING,
         ),
     ] = False,
 ) -> None:
@@ -236,7 +285,13 @@ def report_command(
     ],
     out_dir: Annotated[
         Path | None,
-        option("--out", domain=OutFolder(), help="Folder [default: the first]."),
+        option(
+            "--out",
+            domain=OutFolder(),
+            help="Folder for the report.",
+            show_default="the first FOLDER",
+            rich_help_panel=OUTPUT,
+        ),
     ] = None,
 ) -> None:
     """Rebuild the training report (loss against step and wall time) of trained folders."""

@@ -15,8 +15,11 @@ replace in the signature typer reads::
 
 ``*SHARED`` takes every shared option; a command that takes only some names them
 (``@shared_options("device", init="random", dtype="float64", tokens=8)`` for ``probe
-check``); one it does not take keeps :class:`Shared`'s default.  ``--help`` lists them after
-the command's own options, in the order of :data:`SHARED`.  ``--quiet`` applies before the
+check``); one it does not take keeps :class:`Shared`'s default.  Each declares its ``--help``
+panel (:mod:`cli.help`), where it stands beside the command's own options of that panel,
+in the order of :data:`SHARED`; a default that depends on the command's other options is
+given as :class:`Shown` (``dtype=Shown(None, "float32 with --sample, ...")``), so
+``--help`` says it once, in words.  ``--quiet`` applies before the
 command runs; the request is built only when the command asks, after its own checks, so its
 errors come in the command's order.  :class:`probe.Model` and :class:`probe.Inputs` check
 what no single option can (``--device`` with ``--device-map``, ``--remote`` with random
@@ -45,43 +48,55 @@ from .domains import (
     Count,
     Device,
     ImageFolder,
+    Memory,
     OutFolder,
     Revision,
     Seed,
     Setting,
-    Text,
     TextFile,
     option,
 )
+from .help import ANALYSIS, INPUTS, MODEL, OUTPUT, RUNNING, described
 
 InitOption = Annotated[
     str,
     option(
         "--init",
-        domain=Choice((*names.INITS, "both")),
-        help="Weights: pretrained, random, or both.",
+        domain=Choice((*names.INITS, "both"), metavar="INIT"),
+        help="Which weights run.",
+        rich_help_panel=MODEL,
     ),
 ]
 DtypeOption = Annotated[
     str | None,
     option(
         "--dtype",
-        domain=Choice(names.DTYPES),
-        help="Precision of the model run [default: float32; float64 for probe check and "
-        "paths --decompose].",
+        domain=Choice(names.DTYPES, metavar="DTYPE"),
+        help="Precision the model runs in.",
+        rich_help_panel=MODEL,
     ),
 ]
 SeedOption = Annotated[
     int,
-    option("--seed", domain=Seed(), help="Seed for random init, sampling and synthetic inputs."),
+    option(
+        "--seed",
+        domain=Seed(),
+        help="Seed of random weights, sampling and synthetic inputs.",
+        rich_help_panel=MODEL,
+    ),
 ]
-DeviceOption = Annotated[str, option("--device", domain=Device(), help="Where the model runs.")]
+DeviceOption = Annotated[
+    str,
+    option("--device", domain=Device(), help="Where the model runs.", rich_help_panel=RUNNING),
+]
 TextOption = Annotated[
     Path | None,
     option(
         "--text",
         domain=TextFile(),
-        help="UTF-8 text cut into sequences [default: the built-in sample text].",
+        help="UTF-8 text cut into sequences.",
+        show_default="the built-in sample text",
+        rich_help_panel=INPUTS,
     ),
 ]
 ImagesOption = Annotated[
@@ -89,37 +104,46 @@ ImagesOption = Annotated[
     option(
         "--images",
         domain=ImageFolder(),
-        help="A folder of images, for an image model (ViT) [default: seeded noise images].",
+        help="A folder of images, for an image model (ViT).",
+        show_default="seeded noise images",
+        rich_help_panel=INPUTS,
     ),
 ]
-TokensOption = Annotated[int, option("--tokens", domain=Count(2), help="Real tokens per sequence.")]
+TokensOption = Annotated[
+    int,
+    option("--tokens", domain=Count(2), help="Real tokens per sequence.", rich_help_panel=INPUTS),
+]
 #: An analysis' own option (collapse, attention), declared once for both.
 BranchScaleOption = Annotated[
     str,
     option(
         "--branch-scale",
         domain=BranchScale(),
-        help="Multiply every layer's attention and MLP branch by ALPHA before it is added "
-        "to the residual stream, y = x + ALPHA f(x) (Noci et al. 2022).",
+        help="Scale every attention and MLP branch: y = x + ALPHA f(x) (Noci et al. 2022).",
+        rich_help_panel=ANALYSIS,
     ),
 ]
 BatchSizeOption = Annotated[
-    int, option("--batch-size", domain=Count(1), help="Sequences per forward pass.")
+    int,
+    option(
+        "--batch-size", domain=Count(1), help="Sequences per forward pass.", rich_help_panel=RUNNING
+    ),
 ]
 RemoteOption = Annotated[
     bool,
     typer.Option(
         "--remote",
-        help="Run on NDIF through nnsight's remote backend (pretrained models it hosts, "
-        "bfloat16; needs NDIF_API_KEY and the network).",
+        help="Run on NDIF through nnsight: the pretrained models it hosts, in bfloat16 "
+        "(needs NDIF_API_KEY and the network).",
+        rich_help_panel=RUNNING,
     ),
 ]
 AllowMissingOption = Annotated[
     bool,
     typer.Option(
         "--allow-missing-weights",
-        help="Probe a checkpoint that lacks tensors (they stay at random init; "
-        "the result and report say so).",
+        help="Run a checkpoint that lacks tensors (they stay random; the result says so).",
+        rich_help_panel=MODEL,
     ),
 ]
 
@@ -127,18 +151,18 @@ DeviceMapOption = Annotated[
     str | None,
     option(
         "--device-map",
-        domain=Choice(DEVICE_MAPS),
-        help="Spread a model larger than one device over the GPUs, CPU and disk "
-        "(accelerate): auto, balanced or sequential.",
+        domain=Choice(DEVICE_MAPS, metavar="MAP"),
+        help="Spread a model too large for one device over the GPUs, CPU and disk (accelerate).",
+        rich_help_panel=RUNNING,
     ),
 ]
 MaxMemoryOption = Annotated[
     str | None,
     option(
         "--max-memory",
-        domain=Text(),
-        help="With --device-map: memory per device, e.g. 0=20GiB,cpu=60GiB (the rest "
-        "goes to --offload-folder on disk).",
+        domain=Memory(),
+        help="With --device-map: memory per device, e.g. 0=20GiB,cpu=60GiB.",
+        rich_help_panel=RUNNING,
     ),
 ]
 OffloadFolderOption = Annotated[
@@ -147,6 +171,7 @@ OffloadFolderOption = Annotated[
         "--offload-folder",
         domain=OutFolder(),
         help="With --device-map: folder for weights offloaded to disk.",
+        rich_help_panel=RUNNING,
     ),
 ]
 SetOption = Annotated[
@@ -154,8 +179,9 @@ SetOption = Annotated[
     option(
         "--set",
         domain=Setting(),
-        help="Change a config field before the model is built, at random init only "
-        "(repeatable): --set n_layer=4 --set hidden_act=relu.",
+        help="Change a config field before the model is built (random init only; "
+        "repeatable), e.g. n_layer=4.",
+        rich_help_panel=MODEL,
     ),
 ]
 RevisionOption = Annotated[
@@ -163,13 +189,19 @@ RevisionOption = Annotated[
     option(
         "--revision",
         domain=Revision(),
-        help="The hub revision (branch, tag or commit) of a hub id's files, e.g. Pythia's "
-        "step1000; offline it must be in the local HuggingFace cache.",
+        help="A hub branch, tag or commit, e.g. Pythia's step1000 (offline: one in the "
+        "HuggingFace cache).",
+        rich_help_panel=MODEL,
     ),
 ]
-QuietOption = Annotated[bool, typer.Option("--quiet", "-q", help="No progress output.")]
+QuietOption = Annotated[
+    bool, typer.Option("--quiet", "-q", help="No progress output.", rich_help_panel=OUTPUT)
+]
 OutOption = Annotated[
-    Path, option("--out", domain=OutFolder(), help="Folder for results and reports.")
+    Path,
+    option(
+        "--out", domain=OutFolder(), help="Folder for results and reports.", rich_help_panel=OUTPUT
+    ),
 ]
 
 
@@ -240,6 +272,15 @@ class Shared:
         )
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A command's default for a shared option that depends on its other options: the
+    command starts from ``value``, ``--help`` says ``words``."""
+
+    value: object
+    words: str
+
+
 #: The names of every shared option (``@shared_options(*SHARED)`` takes them all).
 SHARED = tuple(field.name for field in fields(Shared))
 
@@ -260,15 +301,16 @@ def shared_options(*taken: str, **defaults):
     def decorate(command):
         own = list(inspect.signature(command, eval_str=True).parameters.values())
         at = [param.name for param in own].index("shared")
-        added = [
-            inspect.Parameter(
-                name,
-                inspect.Parameter.KEYWORD_ONLY,
-                default=defaults.get(name, getattr(initial, name)),
-                annotation=types[name],
+        added = []
+        for name in wanted:
+            default, annotation = defaults.get(name, getattr(initial, name)), types[name]
+            if isinstance(default, Shown):
+                default, annotation = default.value, described(annotation, default.words)
+            added.append(
+                inspect.Parameter(
+                    name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation
+                )
             )
-            for name in wanted
-        ]
         params = [*own[:at], *added, *own[at + 1 :]]
 
         @functools.wraps(command)

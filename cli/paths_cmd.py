@@ -23,7 +23,8 @@ from .domains import (
     argument,
     option,
 )
-from .options import Shared, shared_options
+from .help import ANALYSIS, INPUTS
+from .options import Shared, Shown, shared_options
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 @shared_options(
     "init", "text", "seed", "device", "device_map", "max_memory", "offload_folder", "dtype",
     "config", "revision", "quiet", "out_dir", tokens=128, batch_size=8,
+    dtype=Shown(None, "float32 with --sample, float64 with --decompose"),
 )  # fmt: skip
 def paths(
     ctx: typer.Context,
@@ -40,35 +42,67 @@ def paths(
         argument(
             "MODEL",
             ModelName(),
-            help="Hub id, local folder or `minilm` (--sample/--decompose); for --count optional.",
+            help="Hub id, local folder or `minilm`: for --sample and --decompose; with "
+            "--count, optional.",
         ),
     ] = None,
     count: Annotated[
-        bool, typer.Option("--count", help="Count paths per length (no model needed).")
+        bool,
+        typer.Option(
+            "--count", help="Count paths per length (no model needed).", rich_help_panel=ANALYSIS
+        ),
     ] = False,
     sample: Annotated[
-        bool, typer.Option("--sample", help="Distance from rank one of attention along paths.")
+        bool,
+        typer.Option(
+            "--sample",
+            help="Distance from rank one of attention along paths.",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = False,
     decompose: Annotated[
-        bool, typer.Option("--decompose", help="Exact path-length decomposition (SAN+skip).")
+        bool,
+        typer.Option(
+            "--decompose",
+            help="Exact path-length decomposition (SAN+skip).",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = False,
     layers: Annotated[
         int | None,
-        option("--layers", domain=Count(1, MAX_SHAPE), help="--count: number of layers L."),
+        option(
+            "--layers",
+            domain=Count(1, MAX_SHAPE),
+            help="--count: number of layers L.",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = None,
     heads: Annotated[
         int | None,
-        option("--heads", domain=Count(1, MAX_SHAPE), help="--count: heads per layer H."),
+        option(
+            "--heads",
+            domain=Count(1, MAX_SHAPE),
+            help="--count: heads per layer H.",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = None,
     samples: Annotated[
-        int, option("--samples", domain=Count(1), help="--sample: paths per depth.")
+        int,
+        option(
+            "--samples",
+            domain=Count(1),
+            help="--sample: paths per depth.",
+            rich_help_panel=ANALYSIS,
+        ),
     ] = 100,
     sequences: Annotated[
         int | None,
         option(
             "--sequences",
             domain=Count(1),
-            help="Number of sequences [default: 32 for --sample, 8 for --decompose].",
+            help="Sequences per model.",
+            show_default="32 with --sample, 8 with --decompose",
+            rich_help_panel=INPUTS,
         ),
     ] = None,
     *,

@@ -13,17 +13,16 @@ import webbrowser
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from probe import checks
 from probe.errors import ProbeError
 
 from .console import fail, named, out, shown
 from .domains import InFolder, OutFolder, ResultFile, Text, argument, option
+from .help import OUTPUT, Typer
 
 DEFAULT_DIR = Path("probe-reports")
 
-report_app = typer.Typer(
+report_app = Typer(
     help="List, open and rebuild reports.",
     no_args_is_help=True,
     context_settings={"help_option_names": ["-h", "--help"]},
@@ -31,7 +30,13 @@ report_app = typer.Typer(
 
 Folder = Annotated[
     Path | None,
-    option("--out", domain=InFolder("report folder"), help="Folder of reports [probe-reports]."),
+    option(
+        "--out",
+        domain=InFolder("report folder"),
+        help="Folder of reports.",
+        show_default=str(DEFAULT_DIR),
+        rich_help_panel=OUTPUT,
+    ),
 ]
 
 
@@ -48,8 +53,8 @@ def list_reports(
         argument(
             "FOLDER",
             InFolder("report folder"),
-            help="Folder of reports [probe-reports].",
-            show_default=False,
+            help="Folder of reports.",
+            show_default=str(DEFAULT_DIR),
         ),
     ] = None,
     out_dir: Folder = None,
@@ -115,7 +120,9 @@ def build_report(
         option(
             "--out",
             domain=OutFolder(),
-            help="Folder for the reports [default: each result's folder].",
+            help="Folder for the reports.",
+            show_default="each result's folder",
+            rich_help_panel=OUTPUT,
         ),
     ] = None,
 ) -> None:
@@ -174,7 +181,13 @@ def compare(
         list[Path], argument("RESULT", ResultFile(), help="Result files (.nc) to compare.")
     ],
     out_dir: Annotated[
-        Path, option("--out", domain=OutFolder(), help="Folder for the comparison report.")
+        Path,
+        option(
+            "--out",
+            domain=OutFolder(),
+            help="Folder for the comparison report.",
+            rich_help_panel=OUTPUT,
+        ),
     ] = DEFAULT_DIR,
 ) -> None:
     """Compare results of several models in one report, one panel per model."""

@@ -24,16 +24,18 @@ import typer
 from probe import checks, names
 
 from .console import command_line, fail, out
-from .domains import CommaList, Count, ModelName, Real, Text, argument, option
+from .domains import CommaList, Count, ModelName, Real, Text, argument, bounds, option
+from .help import ANALYSIS, GRID, INPUTS, RUNNING
 from .options import SHARED, Shared, shared_options
 
 
 class Numbers(CommaList):
     """A comma list of whole numbers and ranges (``64,256``, ``0-4``, ``0,3,7``) in
-    [low, high]; ``examples`` are values the fuzzer lists (any in the bounds are taken)."""
+    [low, high]; ``examples`` are values the fuzzer lists (any in the bounds are taken).
+    ``metavar``: the single value's (``N``, ``SEED``), as a list: ``N,...``."""
 
-    def __init__(self, low: int, high: int, examples: tuple[str, ...]) -> None:
-        super().__init__(examples, self._numbers, metavar="LIST")
+    def __init__(self, low: int, high: int, examples: tuple[str, ...], metavar: str = "N") -> None:
+        super().__init__(examples, self._numbers, metavar=f"{metavar},...")
         self.low, self.high = low, high
 
     def _numbers(self, text: str):
@@ -42,13 +44,22 @@ class Numbers(CommaList):
         return parse_counts(text, self.name.lstrip("-").replace("-", "_"), self.low, self.high)
 
     def describe(self) -> str:
-        return f"a comma list, or ranges A-B, of {self.low} to {self.high}"
+        return f"a comma list or ranges A-B, each {bounds(self.low, self.high)}"
+
+
+class Values(Text):
+    """A comma list of one option's values, read by the sweep's plan (``--branch-scale
+    1,0.5``, ``--revisions step0,step1000``); ``metavar``: the single value's."""
+
+    def __init__(self, metavar: str) -> None:
+        super().__init__()
+        self.metavar = f"{metavar},..."
 
 
 class Setting(Text):
     """``KEY=V1,V2,...``: a config field and the values it sweeps."""
 
-    metavar = "KEY=V1,V2"
+    metavar = "KEY=VALUE,..."
 
     def check(self, value):
         from probe.analyses.sweep_points import parse_setting
@@ -85,7 +96,8 @@ def sweep(
         option(
             "--set",
             domain=Setting(),
-            help="A config field and its values, e.g. n_layer=2,4,8 (repeatable: a grid).",
+            help="A config field and its values, e.g. n_layer=2,4,8; repeatable: a grid.",
+            rich_help_panel=GRID,
         ),
     ] = None,
     tokens: Annotated[
@@ -94,28 +106,40 @@ def sweep(
             "--tokens",
             domain=Numbers(2, checks.MAX_COUNT, ("8", "12", "16")),
             help="Real tokens per sequence, e.g. 64,256,1024 (one value: every point's).",
+            show_default="128",
+            rich_help_panel=GRID,
         ),
     ] = None,
     seeds: Annotated[
         str | None,
         option(
             "--seeds",
-            domain=Numbers(0, checks.MAX_SEED, ("0", "1", "2")),
-            help="Seeds of the random init and synthetic inputs, e.g. 0-4 or 0,3,7 "
+            domain=Numbers(0, checks.MAX_SEED, ("0", "1", "2"), metavar="SEED"),
+            help="Seeds of random weights and synthetic inputs, e.g. 0-4 or 0,3,7 "
             "(one value: every point's).",
+            show_default="0",
+            rich_help_panel=GRID,
         ),
     ] = None,
     branch_scale: Annotated[
         str | None,
         option(
             "--branch-scale",
-            domain=Text(),
-            help="Scales alpha of the residual branches, e.g. 1,0.5,1/sqrt(L) (L: the depth).",
+            domain=Values("ALPHA"),
+            help="Scales ALPHA of every attention and MLP branch, y = x + ALPHA f(x), e.g. "
+            "1,0.5,1/sqrt(L) (L: the depth).",
+            show_default="1",
+            rich_help_panel=GRID,
         ),
     ] = None,
     revisions: Annotated[
         str | None,
-        option("--revisions", domain=Text(), help="Hub revisions, e.g. step0,step1000."),
+        option(
+            "--revisions",
+            domain=Values("REV"),
+            help="Hub revisions, e.g. step0,step1000.",
+            rich_help_panel=GRID,
+        ),
     ] = None,
     steps: Annotated[
         str | None,
@@ -123,6 +147,7 @@ def sweep(
             "--steps",
             domain=Numbers(0, checks.MAX_COUNT, ("0", "10", "100")),
             help="The training step of each MODEL folder, in order, e.g. 0,100,1000.",
+            rich_help_panel=GRID,
         ),
     ] = None,
     variants: Annotated[
@@ -135,22 +160,37 @@ def sweep(
                 words=("all",),
                 metavar="all|LIST",
             ),  # fmt: skip
-            help="all (the paper's four), or a comma list of variants.",
+            help="all (the paper's four), or a comma list of SAN, SAN+MLP, SAN+skip, "
+            "transformer, LN-affine, no-LN.",
+            rich_help_panel=ANALYSIS,
         ),
     ] = "all",
     sequences: Annotated[
-        int, option("--sequences", domain=Count(1), help="Number of sequences (images).")
+        int,
+        option(
+            "--sequences",
+            domain=Count(1),
+            help="Sequences (images) per point.",
+            rich_help_panel=INPUTS,
+        ),
     ] = 32,
     no_attention: Annotated[
         bool,
         typer.Option(
             "--no-attention",
-            help="Skip probe attention's sink rate and massive ratio at each point (NaN).",
+            help="Skip the attention statistics (sink rate, massive ratio) at each point: "
+            "NaN in the result.",
+            rich_help_panel=ANALYSIS,
         ),
     ] = False,
     max_points: Annotated[
         int,
-        option("--max-points", domain=Count(1), help="Refuse a grid with more points."),
+        option(
+            "--max-points",
+            domain=Count(1),
+            help="Refuse a grid with more points.",
+            rich_help_panel=RUNNING,
+        ),
     ] = 1000,
     max_hours: Annotated[
         float | None,
@@ -158,12 +198,15 @@ def sweep(
             "--max-hours",
             domain=Real(0, None, low_open=True),
             help="Refuse a grid whose forward passes alone take longer (the dry run's estimate).",
+            rich_help_panel=RUNNING,
         ),
     ] = None,
     dry_run: Annotated[
         bool,
         typer.Option(
-            "--dry-run", help="Print the points and their estimated memory and time; run nothing."
+            "--dry-run",
+            help="Print the points and their estimated memory and time; run nothing.",
+            rich_help_panel=RUNNING,
         ),
     ] = False,
     *,

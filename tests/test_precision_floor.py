@@ -85,6 +85,15 @@ def test_summaries_reports_and_the_cli_show_minilm_san_as_below_the_floor(minilm
     assert "1.2e-6" in result.output and "(float32)" in result.output
     raw = f"{summary['final']:.3g}"
     assert raw not in result.output
+    # the per-layer table `probe collapse` prints after its run
+    from cli.collapse_cmd import print_table
+    from cli.console import out
+
+    with out.capture() as captured:
+        print_table(ds, "relative_residual")
+    table = captured.get()
+    assert table.count("1.2e-6") == 2 and raw not in table
+    assert f"{float(mean.sel(layer=4)):.3g} ± " in table
 
 
 def test_a_two_point_slope_through_nearly_equal_residuals_is_missing_with_its_reason():
