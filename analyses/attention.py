@@ -2,7 +2,7 @@
 
 Beside the collapse of the same model on the same inputs, this analysis measures what
 research since Dong et al. (2021) found trained transformers doing with the pull toward
-rank one (:mod:`probe.attention_stats` defines every quantity and cites its source):
+rank one (``probe.attention_stats`` defines every quantity and cites its source):
 
 * attention sinks: ``sink_score`` (init, layer, head), the attention the first token
   receives, ``sink_frequency`` (init, layer, head), the share of sequences in which it
@@ -57,6 +57,7 @@ from probe.scaling import ONE, BranchScale, parse_branch_scale
 from probe.trace import check_norm_variant
 
 Progress = Callable[[int, int, str], None]
+"""A progress callback: called with (forward passes done, forward passes in all, a label)."""
 
 #: The attention statistics, (init, layer, head) each.
 HEAD_VARIABLES = (
@@ -116,11 +117,47 @@ def run(
 ) -> xr.Dataset:
     """Attention sinks, entropy, spectra, massive activations and anisotropy (module docstring).
 
-    ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
-    unset sizes default to 32 sequences of 128 tokens in batches of 8.  ``epsilon``: the
-    sink threshold of ``sink_rate``, strictly between 0 and 1 (Gu et al.: 0.3).
-    ``branch_scale``: the model's residual branches scaled, y = x + alpha f(x), as in
-    ``collapse.run`` (:mod:`probe.scaling`); 1 runs the model as it is.
+    Parameters
+    ----------
+    model
+        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local
+        folder, `minilm`, an `nn.Module` or a loaded
+        [`ProbedModel`][probe.loading.ProbedModel] (then only its own init is run).
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs]; unset sizes default to 32 sequences of
+        128 tokens in batches of 8.
+    epsilon
+        The sink threshold of `sink_rate`, strictly between 0 and 1 (Gu et al.: 0.3).
+    branch_scale
+        The model's residual branches scaled, y = x + alpha f(x), as in
+        [`collapse.prepare`][probe.analyses.collapse.prepare] (`probe.scaling`); 1 runs
+        the model as it is.
+    progress
+        Called after each forward pass with (passes done, passes in all, a label naming
+        the init); None: silent.
+    warn
+        Called with one line when the text or image folder holds fewer sequences than
+        asked (the run uses those); None: no warnings.
+    command
+        The "reproduce with" line the result records; None: the equivalent `probe
+        attention` command.
+    **flat
+        The request's keywords beside a model name (`init=`, `tokens=`, ...), the same
+        request as `Model(name, ...)` and `Inputs(...)`; not together with them.
+
+    Returns
+    -------
+    xarray.Dataset
+        The attention statistics over (init, layer, head), the hidden-state statistics
+        over (init, layer), `sink_rate` and `sink_head_share` over (init,), `input_ids`
+        and `token_text`; attributes that say how it was made.
+
+    Raises
+    ------
+    ProbeError
+        A request that cannot run: an `epsilon` outside (0, 1), `sequences="all"`, more
+        tokens than the model takes, a branch scale its family does not run, weights that
+        cannot be had, too little memory.
     """
     epsilon = check_epsilon(epsilon)
     scale = parse_branch_scale(branch_scale)

@@ -15,7 +15,7 @@ The LayerNorm variants (LN-affine, no-LN) and the removal variants (no-sink, no-
 corpus first, attrs ``removed`` and ``removal_note`` say what went) run beside them.
 
 Metrics are computed inside the trace, layer by layer, so only per-sequence
-numbers leave the model.  ``metrics=`` chooses which (:data:`DEFAULT_METRICS`:
+numbers leave the model.  ``metrics=`` chooses which (``DEFAULT_METRICS``:
 all four, the effective rank by the method ``effective_rank=`` names, see
 ``probe.metrics``); the result holds those variables only and states their
 method and accuracy in its attributes.  ``run`` returns an xarray.Dataset; see
@@ -39,7 +39,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import bounds, memory, metrics, removals, theory
+from probe import bounds, memory, metrics, removals
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
 from probe.inputs import check_input_kind, image_files, model_inputs, read_text
@@ -60,13 +60,15 @@ from probe.scaling import BranchScale, parse_branch_scale
 from probe.trace import check_norm_variant
 
 from . import collapse_measure as measure
-from .collapse_measure import DEFAULT_METRICS, Plan, Progress
-
-#: Why a run with scaled residual branches has no theory panel.
-SCALED_PANEL = (
-    "no theory panel with the residual branches scaled by {alpha}: the paper's bounds are "
-    "of the unscaled layers"
+from .collapse_extras import (
+    find_removals,
+    ids_block,
+    input_ids,
+    panel_variables,
+    removal_attrs,
+    surgery_note,
 )
+from .collapse_measure import DEFAULT_METRICS, Plan, Progress
 
 
 def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -124,15 +126,57 @@ def prepare(
 ) -> Plan:
     """Check every setting, load the models and make the inputs; no forward pass yet.
 
-    ``model`` and ``inputs`` are the request (:class:`probe.Model`, :class:`probe.Inputs`);
-    the flat form, a model name with the request's keywords (``init=``, ``tokens=``, ...),
-    is the same request.  Unset sizes default to the paper's 32 sequences of 128 tokens, in
-    batches of 16.  Everything that can be wrong with a request (an unknown model, weights
-    that do not fit, a bad text, too many tokens) raises :class:`ProbeError` here, so a
-    command probing several models fails before it computes anything.
+    Everything that can be wrong with a request (an unknown model, weights that do not fit, a
+    bad text, too many tokens, too little memory) raises here, so a command probing several
+    models fails before it computes anything.
 
-    ``branch_scale``: alpha of y = x + alpha f(x) in every layer (:mod:`probe.scaling`): a
-    number or an expression of the depth L such as ``"1/sqrt(L)"``; 1 runs the model as it is.
+    Parameters
+    ----------
+    model
+        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local folder,
+        `minilm`, an `nn.Module` or a loaded [`ProbedModel`][probe.loading.ProbedModel] (then
+        only its own init is run).
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs]; unset sizes default to the paper's 32
+        sequences of 128 tokens, in batches of 16.
+    variants
+        `"all"` (the paper's four: SAN, SAN+MLP, SAN+skip, transformer), a comma list or a
+        sequence of variant names, the LayerNorm (`LN-affine`, `no-LN`) and removal
+        (`no-sink`, `no-massive`) variants included.
+    surgery
+        `"probe"` (the uniform definitions) or `"paper"` (the paper's code, family by family):
+        see [`Ablation`][probe.ablate.Ablation].
+    metrics
+        `"all"`/None, a comma list or a sequence of `relative_residual`, `effective_rank`,
+        `stable_rank`, `cosine_similarity` (CLI spellings such as `stable-rank` too); the
+        relative residual is always computed.
+    effective_rank
+        `"auto"`, `"exact"` or `"estimate"` (see
+        [`collapse_metrics`][probe.metrics.collapse_metrics]).
+    branch_scale
+        alpha of y = x + alpha f(x) in every layer (`probe.scaling`): a number or an expression
+        of the depth L such as `"1/sqrt(L)"`; 1 runs the model as it is.
+    warn
+        Called with one line when the text or image folder holds fewer sequences than asked
+        (the run uses those); None: no warnings.
+    command
+        The "reproduce with" line the result records; None: the equivalent `probe collapse`
+        command (a description of the call for a model passed as an object).
+    **flat
+        The request's keywords beside a model name (`init=`, `tokens=`, ...): the same request
+        as `Model(name, ...)` and `Inputs(...)`, and not together with them.
+
+    Returns
+    -------
+    Plan
+        The checked run, for [`execute`][probe.analyses.collapse.execute].
+
+    Raises
+    ------
+    ProbeError
+        A request that cannot run: an unknown model, variant, surgery, metric or method;
+        weights that cannot be had; inputs the model cannot read, or more tokens than it takes;
+        a variant or branch scale its family does not run; too little memory.
     """
     request, given = coerce(model, inputs, flat)
     scale = parse_branch_scale(branch_scale)
@@ -219,23 +263,39 @@ def execute(
     stream_to: str | Path | None = None,
     part: tuple[int, int] = (0, 1),
 ) -> xr.Dataset:
-    """Run a prepared plan: every variant and init, batch by batch; the Dataset.
+    """Run a prepared plan: every variant and init, batch by batch.
 
-    ``stream_to``: a netCDF path; each batch's results are appended to it as they come
-    (:mod:`probe.stream`), so memory does not grow with the number of sequences, and the
-    returned Dataset reads from that file lazily.
+    Parameters
+    ----------
+    plan
+        What [`prepare`][probe.analyses.collapse.prepare] returned.
+    progress
+        Called after each forward pass with (passes done, passes in all, a label naming the
+        model, init and variant); None: silent.
+    stream_to
+        A netCDF path: each batch's results are appended to it as they come (`probe.stream`),
+        so memory does not grow with the number of sequences, and the returned Dataset reads
+        from that file lazily.  None: in memory.
+    part
+        `(rank, world_size)`: run only this rank's share of the batches
+        (`probe.distributed.shard`, a contiguous run of whole batches), with the global
+        sequence numbers; the shards of all ranks, concatenated along `sequence` in rank order,
+        are the single-process result bit for bit (every batch is the same forward pass).
+        `attrs["world_size"]` records the number of parts.
 
-    ``part=(rank, world_size)``: run only this rank's share of the batches
-    (:func:`probe.distributed.shard`, a contiguous run of whole batches), with the global
-    sequence numbers; the shards of all ranks, concatenated along ``sequence`` in rank
-    order, are the single-process result bit for bit (every batch is the same forward pass).
-    ``attrs["world_size"]`` records the number of parts.
+    Returns
+    -------
+    xarray.Dataset
+        The collapse result (module docstring): the metrics asked for over (variant, init,
+        layer, sequence), the relative residual also over (fit, norm); `input_ids` (sequence,
+        token) for token inputs; the theory panel's variables; attributes that say how it was
+        made.
     """
     from probe.distributed import shard
 
     rank, world_size = part
     batches = plan.inputs.batches(plan.batch_size)
-    _find_removals(plan, batches)
+    find_removals(plan, batches)
     mine = batches[slice(*shard(len(batches), rank, world_size))]
     first = mine[0][0] if mine else min(plan.inputs.sequences, len(batches) * plan.batch_size)
     count = sum(ids.shape[0] for _, ids, _ in mine)
@@ -245,15 +305,15 @@ def execute(
     if stream_to is not None:
         from probe.stream import SequenceWriter
 
-        empty = measure.empty(plan, 0) | _ids_block(plan, 0)
+        empty = measure.empty(plan, 0) | ids_block(plan, 0)
         skeleton = _dataset(empty, plan, world_size, theory_panel=False)
         with SequenceWriter(stream_to, skeleton, first=first) as writer:
             for start, block, panel in blocks:
                 writer.append(block | ({} if ran[start] is None else {"input_ids": ran[start]}))
                 measured = panel if start == 0 else measured
-            writer.fill(_theory(plan, measured))
+            writer.fill(panel_variables(plan, measured))
         return xr.open_dataset(stream_to, engine=ENGINE)
-    data = measure.empty(plan, count) | _ids_block(plan, count)
+    data = measure.empty(plan, count) | ids_block(plan, count)
     for start, block, panel in blocks:
         measured = panel if start == 0 else measured
         for name, values in block.items():
@@ -264,69 +324,6 @@ def execute(
     return ds.assign_coords(sequence=first + np.arange(count))
 
 
-def input_ids(ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray | None:
-    """A batch's token ids as they ran, (sequence, token), -1 at padding; None for pixels."""
-    if ids.dim() != 2:
-        return None
-    return np.where(mask.bool().cpu().numpy(), ids.cpu().numpy(), -1).astype(np.int64)
-
-
-def _ids_block(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
-    """The ``input_ids`` array of ``sequences`` sequences, or nothing for pixel inputs."""
-    if plan.models[0].adapter.inputs != "ids":
-        return {}
-    return {"input_ids": np.full((sequences, plan.inputs.tokens), -1, dtype=np.int64)}
-
-
-def _find_removals(plan: Plan, batches) -> None:
-    """no-sink and no-massive: a clean run of every model over the whole corpus (every
-    batch, whatever this process' share) finds what they remove (:mod:`probe.removals`)."""
-    wanted = [name for name in plan.variants if PRESETS[name].remove]
-    if not wanted or plan.removals:
-        return
-    clean = plan.ablation("transformer")  # with the run's branch scale
-    for j, probed in enumerate(plan.models):
-        found = removals.find(
-            probed, batches, "no-sink" in wanted, "no-massive" in wanted, clean=clean
-        )
-        for name in wanted:
-            removed = removals.ablation(name, found, plan.surgery)
-            if plan.branch_scale != 1:
-                removed = replace(removed, branch_scale=plan.branch_scale)
-            plan.removals[(name, j)] = removed
-
-
-def _removal_attrs(plan: Plan) -> dict:
-    """What the removal variants removed, per variant and init, and one line for each."""
-    if not plan.removals:
-        return {}
-    removed, lines = {}, []
-    for (name, j), ablation in plan.removals.items():
-        init = plan.models[j].init
-        found = removals.Found(ablation.sinks, ablation.massive)
-        entries = ablation.sinks if ablation.remove == "sinks" else ablation.massive
-        removed.setdefault(name, {})[init] = [list(e) for e in entries]
-        lines.append(removals.note(name, found, init))
-    return {
-        # no-sink: [layer, head, key]; no-massive: [layer, token, dim, corpus mean]
-        "removed": json.dumps(removed),
-        "removal_note": "; ".join(lines),
-        "sink_epsilon": removals.EPSILON,
-        "massive_ratio_threshold": removals.MASSIVE_RATIO,
-    }
-
-
-def _theory(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> xr.Dataset:
-    """The theory panel (result variables), from the residuals the run's first batch measured
-    (``measured``) where it holds them, else from traces of its own (a shard of a torchrun
-    run without the first batch, or a run without SAN, SAN+MLP or SAN+skip)."""
-    if plan.branch_scale != 1:  # the bounds know nothing of alpha: none is drawn
-        missing = [SCALED_PANEL.format(alpha=plan.settings.get("branch_scale"))]
-        layers = np.arange(plan.models[0].n_layers + 1)
-        return bounds.variables([{"init": m.init, "missing": missing} for m in plan.models], layers)
-    return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
-
-
 def run(
     model: Model | str | Path | ProbedModel | torch.nn.Module,
     inputs: Inputs | None = None,
@@ -335,12 +332,39 @@ def run(
     stream_to: str | Path | None = None,
     **options,
 ) -> xr.Dataset:
-    """Probe ``model`` on ``inputs`` and return the collapse Dataset (module docstring).
+    """Probe `model` on `inputs` and return the collapse Dataset (module docstring).
 
-    ``model``: a :class:`probe.Model`, or what one holds: a hub id, a local folder,
-    ``minilm``, an ``nn.Module`` or a loaded :class:`~probe.loading.ProbedModel` (then
-    only its own init is run).  The options are those of :func:`prepare`, and
-    ``stream_to`` of :func:`execute`.
+    [`prepare`][probe.analyses.collapse.prepare], then
+    [`execute`][probe.analyses.collapse.execute].
+
+    Parameters
+    ----------
+    model
+        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local folder,
+        `minilm`, an `nn.Module` or a loaded [`ProbedModel`][probe.loading.ProbedModel] (then
+        only its own init is run).
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs]; None: the defaults (32 sequences of 128
+        tokens of the sample text).
+    progress
+        Called after each forward pass, as in [`execute`][probe.analyses.collapse.execute].
+    stream_to
+        A netCDF path to append each batch's results to, as in
+        [`execute`][probe.analyses.collapse.execute].
+    **options
+        [`prepare`][probe.analyses.collapse.prepare]'s options (`variants`, `surgery`,
+        `metrics`, `effective_rank`, `branch_scale`, `warn`, `command`) and the request's
+        keywords beside a model name.
+
+    Returns
+    -------
+    xarray.Dataset
+        The collapse result, as [`execute`][probe.analyses.collapse.execute] returns it.
+
+    Raises
+    ------
+    ProbeError
+        A request that cannot run (see [`prepare`][probe.analyses.collapse.prepare]).
     """
     return execute(prepare(model, inputs, **options), progress, stream_to)
 
@@ -425,7 +449,7 @@ def _dataset(
         "surgery": plan.surgery,
         "metrics": ",".join(plan.metrics),
         "metrics_note": metrics_note(plan.metrics, plan.settings.get("effective_rank", "exact")),
-        "surgery_note": _surgery_note(plan.surgery, adapter),
+        "surgery_note": surgery_note(plan.surgery, adapter),
         "ablation_table": json.dumps(list(adapter.table)),
         "residual_stream": adapter.stream_note,
         "attention": first.attn_implementation,
@@ -439,20 +463,14 @@ def _dataset(
         "settings_id": settings_id(plan.settings),
         # Processes the run was split over (torchrun); the numbers do not depend on it.
         "world_size": int(world_size),
-        **_removal_attrs(plan),
+        **removal_attrs(plan),
     }
     # The paper's bounds from the model's own weights beside measured residuals
     # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
     if theory_panel:
-        panel = _theory(plan, measured)
+        panel = panel_variables(plan, measured)
     else:
         panel = bounds.empty(coords["init"], coords["layer"])
     ds = ds.assign(panel.data_vars)
     ds.attrs.update(panel.attrs)
     return ds
-
-
-def _surgery_note(surgery: str, adapter) -> str:
-    if surgery == "probe":
-        return "probe's definitions: no skip drops the identity term of the attention residual sum; no MLP makes the layer output its attention sublayer's output"
-    return f"the paper's surgery as its code applied it: {adapter.paper_surgery}"

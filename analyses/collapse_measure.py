@@ -30,6 +30,7 @@ from probe.names import METRICS
 from probe.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
+"""A progress callback: called with (forward passes done, forward passes in all, a label)."""
 
 #: The metrics a run computes unless told otherwise: all of them (the effective rank by the
 #: method that fits the size, see probe.metrics).
@@ -38,7 +39,38 @@ DEFAULT_METRICS: tuple[str, ...] = METRICS
 
 @dataclass
 class Plan:
-    """Everything a collapse run needs, checked and loaded, before any forward pass."""
+    """Everything a collapse run needs, checked and loaded, before any forward pass.
+
+    Made by [`collapse.prepare`][probe.analyses.collapse.prepare] and run by
+    [`collapse.execute`][probe.analyses.collapse.execute].
+
+    Parameters
+    ----------
+    models
+        The loaded models, one per init.
+    variants
+        The variants run, in canonical order.
+    inputs
+        The encoded inputs every model reads.
+    surgery
+        `"probe"` or `"paper"`.
+    batch_size
+        Sequences per forward pass.
+    command
+        The "reproduce with" line the result records.
+    settings
+        What identifies the run (model, inits, variants, sizes, dtype, ...), recorded in
+        the result's `settings` attribute.
+    metrics
+        The metrics computed.
+    effective_rank
+        The effective-rank method as resolved for this size: `"exact"` or `"estimate"`.
+    removals
+        (variant, model index) -> the removal variant with what its clean run found
+        (`probe.removals`), filled in by `collapse.execute` before the first batch.
+    branch_scale
+        alpha of residual branch scaling at the model's depth (`probe.scaling`); 1: none.
+    """
 
     models: list[ProbedModel]
     variants: list[str]

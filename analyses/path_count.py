@@ -42,9 +42,32 @@ def count(
 ) -> xr.Dataset:
     """Path counts per length for one shape, one model's config, or the presets.
 
-    ``layers`` and ``heads`` together give one shape; ``model`` (a bundled
-    config name, ``minilm``, a local folder, a hub id in the local cache, or a
-    loaded model) reads the shape from its config; with neither, every preset.
+    Parameters
+    ----------
+    model
+        Reads the shape from its config: a bundled config name, `minilm`, a local folder,
+        a hub id in the local cache, or a loaded model.  Not with `layers` and `heads`.
+    layers
+        L, with `heads`: one shape.
+    heads
+        H, with `layers`.
+    presets
+        The shapes counted when neither a model nor a shape is given; None: every preset.
+    command
+        The "reproduce with" line the result records; None: this process's command line.
+
+    Returns
+    -------
+    xarray.Dataset
+        Per architecture and path length: `share`, `cumulative_share`, `log10_count` and
+        the exact `count` as a decimal string; per architecture `total` (a string) and
+        `mean_length`.
+
+    Raises
+    ------
+    ProbeError
+        Only one of `layers` and `heads`, or them with a model; a count below 1; a shape
+        beyond the exact counts' limit; a model whose config cannot be read.
     """
     if (layers is None) != (heads is None):
         raise ProbeError("give `layers` and `heads` together")

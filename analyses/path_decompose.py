@@ -58,7 +58,6 @@ decomposition of the frozen network itself stays exact.
 
 from __future__ import annotations
 
-import functools
 import json
 import math
 from collections.abc import Callable
@@ -68,17 +67,25 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import frozen, metrics
-from probe.ablate import SAN_SKIP
+from probe import frozen
 from probe.errors import ProbeError
 from probe.loading import ProbedModel, onloaded
 from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 
 from .path_common import check_run, model_attrs, my_batches, path_inputs, request_of
+from .path_frozen import (
+    NORMS,
+    frozen_run,
+    layer_stats,
+    lm_loss,
+    logit_map,
+    output_terms,
+    pooled_cosine,
+)
 
-NORMS = ("fro", "l1inf")
 Progress = Callable[[int, int, str], None]
+"""A progress callback: called with (batches done, batches in all, a label)."""
 
 
 def decompose(
@@ -91,14 +98,48 @@ def decompose(
     part: tuple[int, int] = (0, 1),
     **flat,
 ) -> xr.Dataset:
-    """The path-length decomposition Dataset of ``model`` (see the module docstring).
+    """The path-length decomposition of `model`'s SAN+skip variant (module docstring).
 
-    ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
-    unset, the model runs in float64 on 8 sequences of 128 tokens in batches of 4.
-    ``part=(rank, world_size)``: decompose only this rank's share of the batches
-    (:func:`path_common.my_batches`) and return those sequences, with their global numbers;
-    the parts of all ranks, concatenated along ``sequence`` in rank order, are the
-    single-process result bit for bit.
+    Parameters
+    ----------
+    model
+        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local folder,
+        `minilm`, an `nn.Module` or a loaded [`ProbedModel`][probe.loading.ProbedModel] (then
+        only its own init is run).
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs]; unset, the model runs in float64 on 8
+        sequences of 128 tokens in batches of 4.  Not `images` (the path analyses read seeded
+        noise images).
+    progress
+        Called after each batch with (batches done, batches in all, a label naming the init);
+        None: silent.
+    warn
+        Called with one line when the text or image folder holds fewer sequences than asked
+        (the run uses those); None: no warnings.
+    command
+        The "reproduce with" line the result records; None: this process's command line.
+    part
+        `(rank, world_size)`: decompose only this rank's share of the batches (a contiguous
+        run of whole batches) and return those sequences, with their global numbers; the parts
+        of all ranks, concatenated along `sequence` in rank order, are the single-process
+        result bit for bit.
+    **flat
+        The request's keywords beside a model name (`init=`, `tokens=`, ...): the same request
+        as `Model(name, ...)` and `Inputs(...)`, and not together with them.
+
+    Returns
+    -------
+    xarray.Dataset
+        Per init, layer, path length and sequence: `share`, `truncation_error`,
+        `effective_length`, `constant_share`, `reconstruction_error`, `uniform_share` and the
+        output's share, error and task measures (module docstring); attributes that say how it
+        was made.
+
+    Raises
+    ------
+    ProbeError
+        A request that cannot run: a family whose paths are not decomposable,
+        `sequences="all"`, `images`, more tokens than the model takes, too little memory.
     """
     request, given = request_of(
         model, inputs, flat, sequences=8, tokens=128, batch_size=4, dtype="float64"
@@ -209,141 +250,6 @@ def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None
             per_layer[name][i, layer, : value.shape[0], part] = value
         else:
             per_layer[name][i, layer, part] = value
-
-
-def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
-    """The SAN+skip run's X_0..X_L, the frozen layers it defines, the frozen final norm and a
-    linear output projection where the model's output has them, and the real output."""
-    device = probed.device
-    reads: list[dict] = []  # outside the trace: nnsight keeps what the body appends
-    root = probed.envoy
-    with (
-        torch.no_grad(),
-        root.trace(
-            **probed.adapter.model_inputs(input_ids.to(device), attention_mask.to(device))
-        ) as tracer,
-    ):
-        for layer in probed.adapter.paths_stream(root, tracer, SAN_SKIP, norms=True):
-            reads.append(layer)
-    if len(reads) != probed.n_layers + 1:
-        raise RuntimeError(f"traced {len(reads)} layers, expected {probed.n_layers + 1}")
-    for n, r in enumerate(reads):
-        if not all(bool(torch.isfinite(v).all()) for v in r.values() if torch.is_tensor(v)):
-            raise ProbeError(
-                f"{probed.name} ({probed.init}, {probed.dtype}): layer {n} of the SAN+skip run "
-                "holds NaN or inf (the forward pass overflowed); use `dtype` float64"
-            )
-    xs = [r["x"].to(torch.float64) for r in reads]
-    layers = [
-        frozen.freeze(w, r["attn"], r["norm_input"], r.get("branch_norm_input"))
-        for w, r in zip(weights, reads[1:], strict=True)
-    ]
-    final, output = None, None
-    with onloaded(probed.model):
-        norm = probed.adapter.final_norm(probed.model)
-        projection = getattr(probed.adapter, "output_projection", lambda model: None)(probed.model)
-    if projection is not None:
-        projection = projection.to(torch.float64)
-    if norm is not None:
-        gamma, beta, eps, *kind = norm
-        kind = kind[0] if kind else "layernorm"
-        final = frozen.FrozenNorm(
-            gamma.to(torch.float64),
-            beta.to(torch.float64),
-            frozen.inverse_sigma(xs[-1], eps, kind),
-            kind,
-        )
-    if norm is not None or projection is not None:
-        # The real output: the model's own final norm (and projection) on the real X_L.
-        output = probed.adapter.final_output(probed.model, reads[-1]["x"]).to(torch.float64)
-    return {
-        "x0": xs[0],
-        "xs": xs,
-        "layers": layers,
-        "final": final,
-        "projection": projection,  # (out, hidden) after the final norm, or None
-        "output": output,
-        "attn": [r["attn"] for r in reads[1:]],
-        "norm_inputs": [r["norm_input"] for r in reads[1:]],
-    }
-
-
-def output_terms(run: dict, terms: torch.Tensor, const: torch.Tensor):
-    """The decomposition of the model's output from the programme's last yield: OPT-350m's
-    bias-free ``project_out`` maps every path's term and the constant; elsewhere as they are."""
-    if run["projection"] is None:
-        return terms, const
-    return terms @ run["projection"].T, const @ run["projection"].T
-
-
-def layer_stats(terms: torch.Tensor, const: torch.Tensor, real: torch.Tensor | None) -> dict:
-    """Shares, truncation errors and effective length of one layer's decomposition.
-
-    ``terms`` (k, batch, token, hidden), ``const`` (batch, token, hidden); arrays
-    come back as (k, batch, norm) or (batch, norm); ``real`` adds the
-    reconstruction error against the real run.
-    """
-    full = terms.sum(0) + const
-    term_norms = _norms(terms)  # (k, batch, norm)
-    share = term_norms / term_norms.sum(0, keepdim=True)
-    lengths = torch.arange(terms.shape[0], dtype=torch.float64, device=terms.device)[:, None, None]
-    full_norm = _norms(full)  # (batch, norm)
-    partial = torch.cumsum(terms, 0) + const
-    stats = {
-        "share": share.cpu().numpy(),
-        "truncation_error": (_norms(partial - full) / full_norm).cpu().numpy(),
-        "effective_length": (lengths * share).sum(0).cpu().numpy(),
-        "constant_share": (_norms(const) / full_norm).cpu().numpy(),
-    }
-    if real is not None:
-        stats["reconstruction_error"] = (
-            (metrics.matrix_norm(full - real, "fro") / metrics.matrix_norm(real, "fro"))
-            .cpu()
-            .numpy()
-        )
-    return stats
-
-
-def _norms(x: torch.Tensor) -> torch.Tensor:
-    return torch.stack([metrics.matrix_norm(x, norm) for norm in NORMS], -1)
-
-
-def pooled_cosine(partial: torch.Tensor, full: torch.Tensor) -> torch.Tensor:
-    """Cosine of the token-mean of each partial output (k, batch, ...) to the full one's."""
-    a, b = partial.mean(-2), full.mean(-2)  # (k, batch, hidden), (batch, hidden)
-    return torch.nn.functional.cosine_similarity(a, b.expand_as(a), dim=-1)
-
-
-def logit_map(adapter, config) -> Callable[[torch.Tensor], torch.Tensor] | None:
-    """What the family's LM does to ``hidden @ head^T`` (its entry's ``logits``), or None."""
-    spec = getattr(adapter, "spec", None)
-    if spec is None or not spec.logits.fields():
-        return None
-    return functools.partial(spec.logits.apply, config)
-
-
-def lm_loss(
-    outputs: torch.Tensor,
-    head: torch.Tensor,
-    input_ids: torch.Tensor,
-    to_logits: Callable[[torch.Tensor], torch.Tensor] | None = None,
-) -> torch.Tensor:
-    """Next-token cross-entropy (nats/token) of logits = output head^T, per (k, sequence).
-
-    ``to_logits`` maps them as the family's LM does first (:func:`logit_map`).
-    The vocabulary projection runs in float32, one (token, vocab) block at a
-    time: it is a task measure, and float64 blocks of 50k logits cost 2x for nothing.
-    """
-    head32 = head.to(torch.float32)
-    targets = input_ids[:, 1:].to(head.device)
-    loss = torch.empty(outputs.shape[:2], dtype=torch.float64)
-    for k in range(outputs.shape[0]):
-        for b in range(outputs.shape[1]):
-            logits = outputs[k, b, :-1].to(torch.float32) @ head32.T  # (token-1, vocab)
-            if to_logits is not None:
-                logits = to_logits(logits)
-            loss[k, b] = torch.nn.functional.cross_entropy(logits, targets[b]).double()
-    return loss
 
 
 #: How each norm kind is frozen: (the norm, its per-token scale, what goes to the constant).

@@ -30,6 +30,25 @@ from typing import NamedTuple
 
 
 class Preset(NamedTuple):
+    """An architecture whose paths [`paths.count`][probe.analyses.paths.count] counts.
+
+    Attributes
+    ----------
+    name : str
+        The architecture's name (`DistilBERT`, `GPT-3`, ...).
+    layers : int
+        L.
+    heads : int
+        H.
+    group : str
+        `"paper"`: the architectures of the paper's path-length figure; `"today"`: later
+        ones; `"given"`: a shape given by hand; `"model"`: a model's config.
+    source : str
+        Where its L and H come from.
+    configs : tuple[str, ...]
+        Hub ids of shipped configs this entry stands for (they are not listed again).
+    """
+
     name: str
     layers: int
     heads: int

@@ -51,6 +51,7 @@ from probe.results import command_line, utc_now, versions
 from .path_common import check_run, model_attrs, my_batches, path_inputs, request_of
 
 Progress = Callable[[int, int, str], None]
+"""A progress callback: called with (batches done, batches in all, a label)."""
 
 
 def sample(
@@ -66,12 +67,48 @@ def sample(
 ) -> xr.Dataset:
     """Distance from rank one of attention products along sampled paths (module docstring).
 
-    ``model`` and ``inputs``: the request (:mod:`probe.request`), or its flat keywords;
-    unset sizes default to 32 sequences of 128 tokens in batches of 8.
-    ``part=(rank, world_size)``: compute only the samples whose sequence lies in this rank's
-    share of the batches (:func:`path_common.my_batches`); the others stay NaN, and the
-    parts of all ranks, reduced over ranks with NaN skipped, are the single-process result
-    bit for bit (``probe.distributed.merge_parts``).
+    Parameters
+    ----------
+    model
+        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local
+        folder, `minilm`, an `nn.Module` or a loaded
+        [`ProbedModel`][probe.loading.ProbedModel] (then only its own init is run).
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs]; unset sizes default to 32 sequences of
+        128 tokens in batches of 8.  Not `images` (the path analyses read seeded noise
+        images).
+    samples
+        Paths drawn per depth, at least 1.
+    progress
+        Called after each batch with (batches done, batches in all, a label naming the
+        init); None: silent.
+    warn
+        Called with one line when the text or image folder holds fewer sequences than
+        asked (the run uses those); None: no warnings.
+    command
+        The "reproduce with" line the result records; None: this process's command line.
+    part
+        `(rank, world_size)`: compute only the samples whose sequence lies in this rank's
+        share of the batches (a contiguous run of whole batches); the others stay NaN, and
+        the parts of all ranks, reduced over ranks with NaN skipped, are the
+        single-process result bit for bit (`probe.distributed.merge_parts`).
+    **flat
+        The request's keywords beside a model name (`init=`, `tokens=`, ...), the same
+        request as `Model(name, ...)` and `Inputs(...)`; not together with them.
+
+    Returns
+    -------
+    xarray.Dataset
+        `ratio` over (init, order, depth, sample, fit, norm), with the paths drawn and
+        the token ids that ran; attributes that say how it was made.
+
+    Raises
+    ------
+    ProbeError
+        A request that cannot run (`sequences="all"`, `images`, more tokens than the
+        model takes, more samples than a depth has distinct (path, sequence) pairs, too
+        little memory), or attention
+        probabilities that overflowed to NaN or inf.
     """
     request, given = request_of(model, inputs, flat, sequences=32, tokens=128, batch_size=8)
     checks.integer("`samples`", samples, 1)

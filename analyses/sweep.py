@@ -1,20 +1,21 @@
 """Sweeps: how rank collapse moves with depth, width, residual scaling, context and training.
 
 A sweep is a driver over the analyses, not a new measurement: every point of its grid
-(:mod:`probe.analyses.sweep_points`) is one ``probe collapse`` run with that point's
+(``probe.analyses.sweep_points``) is one ``probe collapse`` run with that point's
 settings, ``collapse.run(model, inputs, ...)`` with the point's config overrides, seed,
 tokens, branch scale, revision or checkpoint folder, and its variables are that run's, bit
 for bit.  Beside them each point holds ``probe attention``'s Gu et al. sink rate and Sun et
-al. massive ratio of the same model on the same inputs (:mod:`probe.analyses.attention`),
+al. massive ratio of the same model on the same inputs
+([probe.analyses.attention][probe.analyses.attention]),
 and a summary of its collapse curve:
 
 * ``final_residual`` (variant, init): the relative residual after the last layer, residual
   to the token mean in the composite l1,inf norm (the paper's), median over sequences;
 * ``first_below`` (variant, init): the first layer whose mean relative residual (same fit
   and norm, mean over sequences, as ``probe collapse``'s reports) is below 1e-3; -1 if none;
-* ``order`` (variant, init): the fitted order of collapse, :func:`probe.stats.fit_order`,
+* ``order`` (variant, init): the fitted order of collapse, ``probe.stats.fit_order``,
   NaN below the fit's quality; ``order_pairs``, ``order_stderr`` and ``order_spread`` are
-  that quality (:func:`probe.stats.slope_fit`), from which :func:`probe.stats.fit_reason`
+  that quality (``probe.stats.slope_fit``), from which ``probe.stats.fit_reason``
   says why an order is missing;
 * ``final_effective_rank`` (variant, init): the effective rank after the last layer,
   median over sequences (NaN where the metrics left it out);
@@ -22,14 +23,14 @@ and a summary of its collapse curve:
   ``massive_ratio`` (init, layer) itself; NaN where not measured (the Fastformer has no
   attention probabilities: its sink rate is NaN, and ``attention=False`` measures neither).
 
-:func:`gather` stacks the points along the swept dimensions (coordinates: the swept values
+[`gather`][probe.analyses.sweep.gather] stacks the points along the swept dimensions (coordinates: the swept values
 as given).  Points of different depth have different ``layer`` sizes: the per-layer
 variables are padded with NaN beyond a point's last layer; points of different token counts
 keep their own ``sequence`` sizes the same way (the summaries need no padding).  Attributes
 every point shares are kept; those that differ (the config, each point's settings and
 command) are per point in the variables ``command`` and ``point_id``.
 
-Each finished point is a file of its own in the store (:class:`sweep_points.Store`), so a
+Each finished point is a file of its own in the store (``sweep_points.Store``), so a
 stopped sweep resumes where it stopped; under torchrun the ranks take the points round
 robin (``part``) and rank 0 gathers them, bit for bit what one process gives.
 """
@@ -71,11 +72,37 @@ __all__ = [
 #: Points a sweep may hold unless told otherwise.
 MAX_POINTS = 1000
 Progress = Callable[[int, int, str], None]
+"""A progress callback: called with (points done, points in all, a label)."""
 
 
 @dataclass
 class Sweep:
-    """A checked sweep: the request, its grid, and the collapse options of every point."""
+    """A checked sweep: the request, its grid, and the collapse options of every point.
+
+    Made by [`sweep.plan`][probe.analyses.sweep.plan] and run by
+    [`sweep.execute`][probe.analyses.sweep.execute].
+
+    Parameters
+    ----------
+    model
+        The request's model, with the settings given one value applied.
+    inputs
+        The request's inputs, likewise.
+    axes
+        The swept settings, each with its values.
+    points
+        Every combination of the swept values, in order.
+    options
+        The collapse options of every point (variants, surgery, metrics, ...).
+    attention
+        Whether each point also measures sinks and massive activations.
+    epsilon
+        The sink threshold of that measurement.
+    fixed
+        The settings every point shares, which identify the sweep's store.
+    command
+        The "reproduce with" line the result records.
+    """
 
     model: Model
     inputs: Inputs
@@ -174,9 +201,52 @@ def plan(
 ) -> Sweep:
     """Check a sweep before any point runs: its grid, every point's request, its size.
 
-    ``settings``: the grid's (:class:`Grid`: ``config``, ``branch_scale``, ``revisions``,
-    ``steps``, ``tokens``, ``seeds``); the rest are ``collapse.prepare``'s.
-    A bad point raises :class:`ProbeError` naming it.
+    A setting given two values or more is swept, one given one value is fixed; the grid is
+    every combination of the swept values.
+
+    Parameters
+    ----------
+    model
+        A [`probe.Model`][probe.request.Model] or a model name or folder (every point loads it
+        itself, so not a module).  A checkpoint series (`gpt2-tiny-steps`, or a folder one
+        training run wrote) sweeps its checkpoints unless `steps` or `revisions` say otherwise.
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs] with a `text`, or None (each point makes its
+        own inputs).
+    variants
+        As [`collapse.prepare`][probe.analyses.collapse.prepare] takes them.
+    surgery
+        As [`collapse.prepare`][probe.analyses.collapse.prepare] takes it.
+    metrics
+        As [`collapse.prepare`][probe.analyses.collapse.prepare] takes them.
+    effective_rank
+        As [`collapse.prepare`][probe.analyses.collapse.prepare] takes it.
+    attention
+        Also measure each point's sink rate and massive ratio
+        ([`attention.run`][probe.analyses.attention.run]); False: neither.
+    epsilon
+        The sink threshold of the attention measurement.
+    max_points
+        The most points the grid may hold.
+    command
+        The "reproduce with" line the result records; None: a description of the call.
+    **settings
+        The grid's settings: `config` (`{field: values}` swept at random init, such as
+        `{"n_layer": [2, 4, 8]}`), `branch_scale` (numbers or texts in L such as
+        `"1/sqrt(L)"`), `revisions` (hub revisions), `steps` ((training step, folder) pairs of
+        local checkpoints), `tokens` and `seeds` (numbers or texts like `"0-4"`); the rest are
+        the request's keywords beside a model name.
+
+    Returns
+    -------
+    Sweep
+        The checked sweep, for [`execute`][probe.analyses.sweep.execute].
+
+    Raises
+    ------
+    ProbeError
+        A model passed as an object or inputs given as `ids`; nothing to sweep; both
+        `revisions` and `steps`; a grid larger than `max_points`; a bad point (named).
     """
     wanted = Grid.take(settings)
     request, given = coerce(model, inputs, settings)
@@ -347,9 +417,35 @@ def execute(
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
 ) -> list[xr.Dataset | None]:
-    """Run this process's share of the points (``part=(rank, size)``: every size-th point,
-    from the rank-th), skipping those the store already holds; each is written to the store
-    as it finishes.  Returns every point's Dataset this process has (None for the others)."""
+    """Run this process's share of the points; each is a `probe collapse` run.
+
+    Parameters
+    ----------
+    sweep
+        What [`plan`][probe.analyses.sweep.plan] returned.
+    store
+        Where finished points are kept: those it holds already are read, not run again,
+        and each point run here is written to it as it finishes.  None: nothing is kept.
+    part
+        `(rank, size)`: this process runs every size-th point, from the rank-th.
+    progress
+        Called after each point with (points done, points of this process, a label
+        naming the point); None: silent.
+    warn
+        Called with one line when a point's text holds fewer sequences than asked (the
+        point uses those); None: no warnings.
+
+    Returns
+    -------
+    list[xarray.Dataset | None]
+        Every point's Dataset this process has, in the sweep's order; None for the points
+        of other processes.
+
+    Raises
+    ------
+    ProbeError
+        A point that cannot run.
+    """
     rank, size = part
     results: list[xr.Dataset | None] = [None] * len(sweep.points)
     mine = list(range(rank, len(sweep.points), size))
@@ -373,8 +469,31 @@ def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
         progress: Progress | None = None, **options) -> xr.Dataset:  # fmt: skip
     """Plan and run a sweep in this process; the gathered Dataset (module docstring).
 
-    ``store``: a folder to keep each finished point in (resumes from it); the options are
-    :func:`plan`'s."""
+    Parameters
+    ----------
+    model : Model | str | Path
+        A [`probe.Model`][probe.request.Model] or a model name or folder.
+    inputs
+        A [`probe.Inputs`][probe.request.Inputs] with a `text`, or None.
+    store
+        A folder to keep each finished point in, as `point-<id>.nc`; a sweep run again
+        resumes from it.  None: nothing is kept.
+    progress
+        Called after each point, as in [`execute`][probe.analyses.sweep.execute].
+    **options
+        [`plan`][probe.analyses.sweep.plan]'s options, the grid's settings among them.
+
+    Returns
+    -------
+    xarray.Dataset
+        The points stacked along the swept dimensions, as
+        [`gather`][probe.analyses.sweep.gather] returns them.
+
+    Raises
+    ------
+    ProbeError
+        A sweep or point that cannot run (see [`plan`][probe.analyses.sweep.plan]).
+    """
     sweep = plan(model, inputs, **options)
     kept = Store(store, sweep.fixed) if store is not None else None
     return gather(sweep, execute(sweep, kept, progress=progress))

@@ -74,10 +74,32 @@ def summaries(ds: xr.Dataset) -> dict[str, xr.DataArray]:
 
 
 def gather(sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
-    """The points' Datasets stacked along the swept dimensions (module docstring).
+    """The points' Datasets stacked along the swept dimensions.
 
-    Points without a Dataset (None: not finished) are NaN; ``done`` says which are there,
-    and the attributes ``points_done``/``points`` count them."""
+    Per-layer variables of points with fewer layers (or sequences) are NaN beyond their
+    last layer (sequence); the coordinates are the swept values as given.
+
+    Parameters
+    ----------
+    sweep : Sweep
+        What [`plan`][probe.analyses.sweep.plan] returned.
+    datasets
+        Every point's Dataset in the sweep's order, as
+        [`execute`][probe.analyses.sweep.execute] returns them; None for a point not
+        finished.
+
+    Returns
+    -------
+    xarray.Dataset
+        The sweep result: each point's variables and summaries over the swept dimensions,
+        with its `command` and `point_id`.  Points without a Dataset are NaN; `done` says
+        which are there, and the attributes `points_done` and `points` count them.
+
+    Raises
+    ------
+    ProbeError
+        No point has finished yet.
+    """
     axes = sweep.axes
     present = [(p, ds) for p, ds in zip(sweep.points, datasets, strict=True) if ds is not None]
     if not present:

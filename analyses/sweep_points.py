@@ -50,8 +50,24 @@ RESERVED = (*KINDS, "point", "variant", "init", "layer", "sequence", "token", "f
 
 @dataclass(frozen=True)
 class Axis:
-    """One swept setting: ``name`` (the result's dimension), ``kind`` (see module
-    docstring) and ``values``; a ``step`` axis also holds the folder of each step."""
+    """One swept setting and its values.
+
+    Parameters
+    ----------
+    name
+        The result's dimension (`n_layer`, `branch_scale`, `seed`, ...).
+    kind
+        `config`, `branch_scale`, `revision`, `step`, `tokens` or `seed`.
+    values
+        The values swept, as given.
+    folders
+        A `step` axis: the checkpoint folder of each step.
+
+    Raises
+    ------
+    ProbeError
+        No values, or a value given twice.
+    """
 
     name: str
     kind: str
@@ -69,7 +85,15 @@ class Axis:
 
 @dataclass(frozen=True)
 class Point:
-    """One cell of the grid: ``values`` holds (dimension, value) in the order of the axes."""
+    """One cell of the grid: one value of every axis.
+
+    Parameters
+    ----------
+    axes
+        The sweep's axes.
+    values
+        This point's value of each axis, in the order of `axes`.
+    """
 
     axes: tuple[Axis, ...]
     values: tuple
@@ -193,7 +217,18 @@ def point_settings(fixed: dict, point: Point) -> dict:
 
 
 class Store:
-    """The folder of a sweep's finished points: ``point-<id>.nc`` each (module docstring)."""
+    """The folder of a sweep's finished points: `point-<id>.nc` each (module docstring).
+
+    A point's file holds its settings; one written under other settings, or damaged, is
+    not read back but run again.
+
+    Parameters
+    ----------
+    folder
+        The folder (made when the first point is written).
+    fixed
+        The settings every point of the sweep shares.
+    """
 
     def __init__(self, folder: str | Path, fixed: dict) -> None:
         self.folder = Path(folder)

@@ -84,6 +84,7 @@ __all__ = [
 ]  # fmt: skip
 
 Progress = Callable[[int, int, str], None]
+"""A progress callback: called with (steps done, steps in all, a label)."""
 
 
 def run(
@@ -105,10 +106,53 @@ def run(
 ) -> xr.Dataset:
     """Train and evaluate one task; see the module docstring.
 
-    ``path_attention`` (own|full) and ``path_norm`` (paper|trained) choose the rules of
-    path-restricted evaluation (default: the paper's, own and paper); they do not apply
-    with ``sub_path=True`` nor to the circle.  ``setup`` (paper|strict, default paper)
-    applies to the circle only.
+    Parameters
+    ----------
+    task
+        `sort`, `convex-hull`, `memorization` or `circle`.
+    seed
+        Seed of the data, the initialisation and the paths drawn.
+    device
+        `cpu`, `cuda` or `cuda:N`.
+    quick
+        Reduced sizes (`QUICK`) for a run of minutes.
+    n_paths
+        Paths drawn per length k for a path-restricted evaluation.
+    repeats
+        How many times each length's evaluation is drawn.
+    sub_path
+        Evaluate each path's exact term instead of the chain of single heads.
+    path_attention
+        `own` or `full`: the rules of path-restricted evaluation (default: the paper's,
+        `own`); not with `sub_path=True` nor for the circle.
+    path_norm
+        `paper` or `trained` (default: the paper's, `paper`); not with `sub_path=True`
+        nor for the circle.
+    setup
+        `paper` or `strict` (default `paper`): the circle's networks; the circle only.
+    text
+        The text the memorization task reads; None: the sample text shipped with probe.
+    progress
+        Called with (steps done, steps in all, a label) as training and evaluation go;
+        None: silent.
+    command
+        The "reproduce with" line the result records.
+    **overrides
+        Settings of the task (`TASKS`: `width`, `depth`, `hidden`, `epochs`, `lr`, ...)
+        to change; None keeps the default.
+
+    Returns
+    -------
+    xarray.Dataset
+        The task's accuracies by path length, with the full model's and the baselines'
+        (the circle: its trajectories and relative residuals); attributes that hold the
+        settings and every deviation from the paper's run (`deviations`).
+
+    Raises
+    ------
+    ProbeError
+        An unknown task or rule, a rule that does not apply to the task, a setting
+        outside its domain, too little memory.
     """
     opts = settings(task, quick, **overrides)
     path_attention, path_norm, setup = rules(task, sub_path, path_attention, path_norm, setup)

@@ -58,7 +58,47 @@ from .errors import ProbeError
 
 @dataclass(frozen=True)
 class Ablation:
-    """Which sublayers a run keeps; ``Ablation()`` is the unablated model."""
+    """Which sublayers a run keeps; `Ablation()` is the unablated model.
+
+    Frozen and checked when built.  Applied only inside a trace, by the family adapter: the
+    model object is never changed.  The paper's four variants (`SAN`, `SAN+MLP`, `SAN+skip`,
+    `transformer`), the LayerNorm variants (`LN-affine`, `no-LN`) and the removal variants
+    (`no-sink`, `no-massive`) are the presets of `probe.ablate.PRESETS`.
+
+    Parameters
+    ----------
+    attn_skip
+        Keep the identity term of the attention sublayer's residual sum.  False ("no
+        skip") drops it and keeps everything else (norms, projections).
+    mlp
+        Keep the MLP.  False ("no MLP") makes the layer's output its attention sublayer's
+        output: the MLP, its residual and its norm are all removed.
+    surgery
+        `"probe"`: the uniform definitions above; `"paper"`: per family, the surgery the
+        paper's code applied (each adapter's table says where the two differ).
+    norm
+        The norms inside each layer: `kept`, `affine` (normalisation removed, scale and
+        shift kept) or `removed`; only with skip and MLP kept.
+    remove
+        What the run removes: `""`, `"sinks"` (`no-sink`) or `"massive"` (`no-massive`);
+        only from the full transformer.
+    sinks
+        (layer 1..L, head, key position) triples whose attention `no-sink` removes.
+    massive
+        (layer 1..L, token position, dim, corpus mean) of the entries `no-massive`
+        replaces.
+    branch_scale
+        alpha of residual branch scaling (`probe.scaling`): every layer's attention and
+        MLP branch is multiplied by it before its addition, y = x + alpha f(x); 1: no
+        scaling.  Not with the LayerNorm variants.
+
+    Raises
+    ------
+    ProbeError
+        An unknown `surgery`, `norm` or `remove`; a LayerNorm or removal variant with skip
+        or MLP removed, or a removal with a LayerNorm variant; a `branch_scale` that is not
+        a positive finite number, or one other than 1 with a LayerNorm variant.
+    """
 
     attn_skip: bool = True
     mlp: bool = True
@@ -113,7 +153,7 @@ class Ablation:
 
     @property
     def name(self) -> str:
-        """The paper's name for this combination (``SAN``, ``SAN+MLP``, ...)."""
+        """The variant's name (`SAN`, `SAN+MLP`, `SAN+skip`, `transformer`, `LN-affine`, ...)."""
         if self.remove:
             return names.REMOVAL_VARIANTS[names.REMOVALS.index(self.remove) - 1]
         for name, preset in PRESETS.items():
@@ -126,7 +166,23 @@ class Ablation:
         raise AssertionError("every combination of two flags has a preset")
 
     def with_surgery(self, surgery: str) -> Ablation:
-        """The same variant under another definition (``"probe"`` or ``"paper"``)."""
+        """The same variant under another definition.
+
+        Parameters
+        ----------
+        surgery
+            `"probe"` or `"paper"` (see the class's `surgery`).
+
+        Returns
+        -------
+        Ablation
+            A copy with `surgery` replaced.
+
+        Raises
+        ------
+        ProbeError
+            An unknown `surgery`.
+        """
         return replace(self, surgery=surgery)
 
     @property

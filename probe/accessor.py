@@ -21,13 +21,43 @@ from . import plot, stats
 
 @xr.register_dataset_accessor("probe")
 class ProbeAccessor:
+    """`ds.probe`: a probe result in a notebook.
+
+    Registered as xarray's `probe` Dataset accessor on `import probe`.  Displayed in
+    Jupyter, a collapse result shows a compact HTML summary (model, inputs, the layer at
+    which each variant falls under 1e-3, the final relative residual) above the paper's
+    figure on a log axis; any other Dataset shows as xarray shows it.
+
+    Parameters
+    ----------
+    ds
+        The Dataset the accessor belongs to (xarray passes it).
+    """
+
     def __init__(self, ds: xr.Dataset) -> None:
         self._ds = ds
 
     def plot(self, log: bool = True, **kwargs) -> Figure:
-        """The paper's figure (relative residual against layer); of an attention result, the
-        layer x head heatmaps of sink score and entropy (``probe.plot_attention``); of a
-        sweep, its phase diagram or curves (``probe.plot_sweep.figure``)."""
+        """The result's figure.
+
+        Of a collapse result, the paper's figure ([`probe.plot.collapse`][probe.plot.collapse]:
+        relative residual against layer); of an attention result, the layer x head heatmaps
+        of sink score and entropy (`probe.plot_attention`); of a sweep, its phase diagram
+        or curves (`probe.plot_sweep.figure`).
+
+        Parameters
+        ----------
+        log
+            Draw the relative residual on a log axis (collapse results only).
+        **kwargs
+            Passed on to [`probe.plot.collapse`][probe.plot.collapse] (`metric`, `norm`,
+            `fit`).
+
+        Returns
+        -------
+        Figure
+            A matplotlib figure, not shown and not held by pyplot.
+        """
         if self._ds.attrs.get("analysis") == "sweep":
             from .plot_sweep import figure
 
@@ -39,6 +69,22 @@ class ProbeAccessor:
         return plot.collapse(self._ds, log=log, **kwargs)
 
     def summary(self, threshold: float = 1e-3) -> dict:
+        """The numbers behind the summary of a collapse result (`probe.stats.summarise`).
+
+        Parameters
+        ----------
+        threshold
+            The relative residual whose first crossing is reported.
+
+        Returns
+        -------
+        dict
+            `{variant: {init: {...}}}` of plain Python values, per variant and init with
+            data: `first_below` (the first layer whose mean relative residual is under
+            `threshold`, None if never), `final` and `final_text` (the mean at the last
+            layer with data, as a number and as text), `final_layer`, `order` (the fitted
+            order of collapse, None where missing) and `order_note`.
+        """
         return stats.summarise(self._ds, threshold=threshold)
 
     def _repr_html_(self) -> str:

@@ -8,7 +8,12 @@ with code 2; library users get an ordinary exception.
 
 
 class ProbeError(ValueError):
-    """A usage error: one line, saying what went wrong and how to go on."""
+    """A usage error: one line, saying what went wrong and how to go on.
+
+    Everything the user can get wrong (a model that cannot be loaded, a text that is too
+    short, an unknown variant name) raises it.  The `probe` command prints the line and
+    exits with code 2; library callers get it as a `ValueError`.
+    """
 
 
 def one_line(err: BaseException) -> str:

@@ -58,8 +58,27 @@ def tokenize(tokenizer, body: str, needed: int | None = None) -> list[int]:
 
 @dataclass(frozen=True)
 class Encoded:
-    """The inputs as the model reads them: what a :class:`probe.request.Inputs` asked for,
-    tokenized or read (``model_inputs``)."""
+    """The inputs as the model reads them: what an [`Inputs`][probe.request.Inputs] asked
+    for, tokenized or read (`probe.inputs.model_inputs`).
+
+    `batches(size)` cuts them into consecutive batches of (first sequence, ids, mask).
+
+    Parameters
+    ----------
+    input_ids
+        Token ids (sequence, token) int64, or an image family's pixels (sequence, channel,
+        height, width).
+    attention_mask
+        (sequence, token) int64, 1 at real tokens.
+    kind
+        How they were made: `"tokenizer"`, `"synthetic ids"`, `"images"`, `"noise
+        images"`, or the ids or pixels passed by the caller.
+    text_source
+        Where the text, images or ids came from, in words.
+    text_sha256
+        The SHA-256 of what was read (the text, the image files, the ids or pixels
+        passed); empty for synthetic ids and noise images.
+    """
 
     #: Token ids (sequence, token) int64, or an image family's pixels (sequence, channel, h, w).
     input_ids: torch.Tensor

@@ -26,8 +26,7 @@ Complementary, fit-free measures of collapse, all computed from the singular val
 And token uniformity, the mean cosine similarity over distinct pairs of tokens, which tends to 1
 as the representation collapses.
 
-What each metric costs (T tokens, H hidden, k = min(T, H), per sequence)
----------------------------------------------------------------------------
+**What each metric costs** (T tokens, H hidden, k = min(T, H), per sequence).
 Only the effective rank needs the whole spectrum; nothing else waits for one.
 
 * cosine similarity: O(T H) passes over X.
@@ -43,10 +42,10 @@ Only the effective rank needs the whole spectrum; nothing else waits for one.
   real tokens) every method is exact: the estimate would have no room for its probes
   (``ESTIMATE_FROM``).
 
-How they are computed
----------------------
-This module computes the quantities; the numerical linear algebra under them is
-``probe.linalg``, whose modules explain each method and its accuracy:
+**How they are computed.**
+This module computes the quantities (its input checked and prepared by
+``probe.metrics_input``, the matrix norms in ``probe.metrics_norms``); the numerical linear
+algebra under them is ``probe.linalg``, whose modules explain each method and its accuracy:
 
 * the mean residual R = X - 1 mean^T and its k x k Gram matrix G_R, through which X's Gram
   matrix G and the rank-one residual's G_1 are applied (``probe.linalg.gram``);
@@ -103,6 +102,8 @@ from .linalg.gram import Grams, gram
 from .linalg.quadrature import PROBES, QUADRATURE_STEPS, effective_rank_estimate
 from .linalg.top import DENSE_UP_TO, DENSE_UP_TO_GPU, top_of_spectrum
 from .linalg.workspace import workspace
+from .metrics_input import check_name, mean_residual, prepare, rescale, token_mean
+from .metrics_norms import l1_linf, matrix_norm, norm_table
 from .names import EFFECTIVE_RANK_METHODS, FITS, METRICS, NORMS
 
 __all__ = [
@@ -127,9 +128,6 @@ __all__ = [
 ]
 
 _F64 = torch.float64
-# Sequences whose largest entry lies within 2^+-_SAFE_EXPONENT need no rescaling: squares and
-# sums of squares of up to 2^100 entries stay far from float64 under- and overflow.
-_SAFE_EXPONENT = 256
 
 #: "auto" on a CPU: the exact effective rank up to this k, where it costs no more than the
 #: estimate.  (PROBES and QUADRATURE_STEPS, the estimate's, and DENSE_UP_TO, where the top of
@@ -146,139 +144,6 @@ EXACT_UP_TO_GPU = DENSE_UP_TO_GPU
 #: 130%), and the exact effective rank is computed instead, for "estimate" and "auto" alike:
 #: an eigenproblem this small costs less than the estimate's steps.
 ESTIMATE_FROM = 48
-
-
-def _check_name(name: str, valid: tuple[str, ...], what: str) -> None:
-    if name not in valid:
-        raise ValueError(f"unknown {what} {name!r}; valid {what}s: {', '.join(valid)}")
-
-
-# ------------------------------------------------------------------------------ norms
-
-
-def _tall(A: Tensor) -> Tensor:
-    # LAPACK's divide-and-conquer SVD is 2-3x faster on tall matrices than on wide ones;
-    # singular values are transpose-invariant.
-    return A if A.shape[-2] >= A.shape[-1] else A.mT
-
-
-def _l1(A: Tensor) -> Tensor:
-    return A.abs().sum(-2).amax(-1)
-
-
-def _linf(A: Tensor) -> Tensor:
-    return A.abs().sum(-1).amax(-1)
-
-
-def _l1_linf(A: Tensor, scratch: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    absolute = torch.abs(A, out=scratch)  # one pass shared by both sums
-    return absolute.sum(-2).amax(-1), absolute.sum(-1).amax(-1)
-
-
-def _table(l1: Tensor, linf: Tensor, fro: Tensor, spectral: Tensor) -> Tensor:
-    values = {
-        "l1inf": torch.sqrt(l1 * linf),
-        "fro": fro,
-        "spectral": spectral,
-        "l1": l1,
-        "linf": linf,
-    }
-    return torch.stack([values[name] for name in NORMS], dim=-1)
-
-
-def matrix_norm(A: Tensor, norm: str) -> Tensor:
-    """Matrix norm of a batch A (..., token, hidden) with rows = tokens, in float64.
-
-    ``"l1"``: largest absolute column sum; ``"linf"``: largest absolute row sum; ``"l1inf"``:
-    sqrt(l1 * linf), the composite norm of Dong et al. (2021); ``"fro"``: Frobenius;
-    ``"spectral"``: largest singular value.  Returns a float64 tensor of shape A.shape[:-2].
-    """
-    _check_name(norm, NORMS, "norm")
-    if A.ndim < 2:
-        raise ValueError(f"A must have at least 2 dimensions (..., token, hidden), got {A.ndim}")
-    if A.shape[-2] == 0 or A.shape[-1] == 0:
-        raise ValueError(f"A must have at least one row and column, got shape {tuple(A.shape)}")
-    A = A.to(_F64)
-    if norm == "spectral":
-        return torch.linalg.svdvals(_tall(A))[..., 0]
-    if norm == "fro":
-        return frobenius(A)
-    l1, linf = _l1(A), _linf(A)
-    return {"l1": l1, "linf": linf, "l1inf": torch.sqrt(l1 * linf)}[norm]
-
-
-# -------------------------------------------------------------------------- input, modes
-
-
-def _check_shapes(X: Tensor, mask: Tensor | None) -> Tensor:
-    if X.ndim != 3:
-        raise ValueError(
-            f"X must be a 3-D tensor (sequence, token, hidden), got shape {tuple(X.shape)}"
-        )
-    if X.is_complex():
-        raise ValueError(f"X must be real, got dtype {X.dtype}")
-    if X.shape[-1] == 0:
-        raise ValueError("X must have at least one hidden feature")
-    if mask is None:
-        return torch.ones(X.shape[:2], dtype=torch.bool, device=X.device)
-    if mask.dtype != torch.bool:
-        raise ValueError(f"mask must be a bool tensor, got dtype {mask.dtype}")
-    if mask.shape != X.shape[:2]:
-        raise ValueError(
-            f"mask must have shape (sequence, token) = {tuple(X.shape[:2])}, "
-            f"got {tuple(mask.shape)}"
-        )
-    return mask.to(X.device)
-
-
-def _prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Validate; return X in float64 with padded rows zeroed, the mask, real-token counts and
-    each sequence's largest absolute entry."""
-    mask = _check_shapes(X, mask)
-    counts = mask.sum(-1)
-    bad = torch.nonzero(counts < 2).flatten().tolist()
-    if bad:
-        detail = ", ".join(f"sequence {i} has {int(counts[i])}" for i in bad[:5])
-        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
-        raise ValueError(f"every sequence needs at least 2 real tokens; {detail}{more}")
-    if X.dtype == _F64:
-        Xm = X
-    else:  # converted into reused memory (never the caller's X, which stays untouched)
-        Xm = workspace(X, 3)[2].copy_(X)
-    if not bool(mask.all()):
-        # where/masked_fill rather than multiplying by the mask: padding may hold NaN or inf.
-        if Xm is X:
-            Xm = torch.where(mask[..., None], Xm, 0.0)
-        else:
-            Xm.masked_fill_(~mask[..., None], 0.0)
-    # The largest |entry| is NaN or inf exactly when some real entry is: one pass checks both.
-    flat = Xm.flatten(1)  # amax and amin: two fast passes, 4x faster than an inf-norm
-    peak = torch.maximum(flat.amax(-1), -flat.amin(-1))
-    if not bool(torch.isfinite(peak).all()):
-        raise ValueError("X has non-finite values (NaN or inf) in real (unmasked) tokens")
-    return Xm, mask, counts.to(_F64), peak
-
-
-def _rescale(Xm: Tensor, peak: Tensor) -> Tensor:
-    # Every metric except residual() is scale-invariant.  Scaling each sequence by a power of
-    # two (exact in floating point) keeps squared entries clear of float64 under/overflow; it
-    # is skipped when no sequence needs it, which leaves every result bit for bit the same.
-    _, exponent = torch.frexp(peak)
-    if bool((exponent.abs() <= _SAFE_EXPONENT).all()):
-        return Xm
-    return torch.ldexp(Xm, -exponent.clamp(min=-1021).to(_F64)[:, None, None])
-
-
-def _mean(Xm: Tensor, counts: Tensor) -> Tensor:
-    return Xm.sum(-2) / counts[:, None]  # (sequence, hidden); padded rows are zero
-
-
-def _mean_residual(
-    Xm: Tensor, mask: Tensor, counts: Tensor, out: Tensor | None = None, mean: Tensor | None = None
-) -> Tensor:
-    mean = _mean(Xm, counts) if mean is None else mean
-    # Xm - m mean^T in one fused broadcasting pass; padded rows are 0 - 0 * mean = 0.
-    return torch.addcmul(Xm, mask.to(_F64)[:, :, None], mean[:, None, :], value=-1.0, out=out)
 
 
 def _trace(G: Tensor) -> Tensor:
@@ -325,25 +190,25 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
         estimate = erank and not exact
         # R and then R_1 share one buffer, |.| another (see workspace).
         buffer, scratch = workspace(Xm, 3)[:2]
-        mean = _mean(Xm, counts)
-        R = _mean_residual(Xm, mask, counts, out=buffer, mean=mean)
+        mean = token_mean(Xm, counts)
+        R = mean_residual(Xm, mask, counts, out=buffer, mean=mean)
         # R's Gram matrix formed from R (accurate however small R is); G through it.
         G_R = gram(R, wide)
         fro2_R = _trace(G_R)
         fro2 = fro2_R + counts * mean.square().sum(-1)  # ||X||_F^2 = ||R||_F^2 + n |mean|^2
         if residual:
-            R_l1, R_linf = _l1_linf(R, scratch)
+            R_l1, R_linf = l1_linf(R, scratch)
         grams = Grams(G_R, R, mean, mask, counts, wide)
         top = top_of_spectrum(grams, Xm, buffer, counts, residual, estimate, mask)
         s1, R1 = top.s1, top.R1
         if residual:
-            R1_l1, R1_linf = _l1_linf(R1, scratch)
-            R_table = _table(R_l1, R_linf, fro2_R.sqrt(), top.mu1.sqrt())
-            R1_table = _table(R1_l1, R1_linf, frobenius(R1), top.s2)
+            R1_l1, R1_linf = l1_linf(R1, scratch)
+            R_table = norm_table(R_l1, R_linf, fro2_R.sqrt(), top.mu1.sqrt())
+            R1_table = norm_table(R1_l1, R1_linf, frobenius(R1), top.s2)
             tables = {"mean": R_table, "svd": R1_table}
             residuals = torch.stack([tables[fit] for fit in FITS], dim=1)
-            X_l1, X_linf = _l1_linf(Xm, scratch)
-            reference = _table(X_l1, X_linf, fro2.sqrt(), s1)[:, None, :]
+            X_l1, X_linf = l1_linf(Xm, scratch)
+            reference = norm_table(X_l1, X_linf, fro2.sqrt(), s1)[:, None, :]
             out["relative_residual"] = residuals / reference  # (sequence, fit, norm)
         if "stable_rank" in want:
             out["stable_rank"] = fro2 / s1**2  # 0/0 = NaN for an all-zero sequence
@@ -376,7 +241,7 @@ def _wanted(metrics: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...
         return METRICS
     names = (metrics,) if isinstance(metrics, str) else tuple(metrics)
     for name in names:
-        _check_name(name, METRICS, "metric")
+        check_name(name, METRICS, "metric")
     if not names:
         raise ValueError(f"metrics must name at least one of {', '.join(METRICS)}")
     return names
@@ -390,28 +255,69 @@ def collapse_metrics(
 ) -> dict[str, Tensor]:
     """The collapse metrics of a batch, sharing one Gram matrix per sequence.
 
-    Returns float64 tensors on X's device, for every name in ``metrics`` (default: all of
-    METRICS; only what they need is computed):
-
-    * ``"relative_residual"``: (sequence, len(FITS), len(NORMS)), indexed in the order of
-      FITS and NORMS: ||res(X)|| / ||X|| for each fit and norm;
-    * ``"effective_rank"``, ``"stable_rank"``, ``"cosine_similarity"``: (sequence,).
-
-    ``effective_rank``: ``"exact"`` (full spectrum), ``"estimate"`` (stochastic Lanczos
-    quadrature) or ``"auto"`` (exact up to k = EXACT_UP_TO on a CPU, EXACT_UP_TO_GPU on a
-    GPU, the estimate above); every method is exact up to k = ESTIMATE_FROM and for
-    sequences of that few real tokens.
     Method, cost and accuracy: see the module docstring.  Degenerate cases follow it too.
+
+    Parameters
+    ----------
+    X
+        (sequence, token, hidden), any real dtype and device.
+    mask
+        Bool (sequence, token), True at real tokens; None: every token is real.
+    metrics
+        Names of `METRICS` (`relative_residual`, `effective_rank`, `stable_rank`,
+        `cosine_similarity`); None: all.  Only what they need is computed.
+    effective_rank
+        `"exact"` (full spectrum), `"estimate"` (stochastic Lanczos quadrature) or `"auto"`
+        (exact up to k = `EXACT_UP_TO` on a CPU, `EXACT_UP_TO_GPU` on a GPU, the estimate
+        above); every method is exact up to k = `ESTIMATE_FROM` and for sequences of that few
+        real tokens.
+
+    Returns
+    -------
+    dict[str, Tensor]
+        float64 tensors on X's device, one per name asked for: `"relative_residual"`
+        (sequence, len(FITS), len(NORMS)), ||res(X)|| / ||X|| for each fit and norm in the
+        order of `FITS` and `NORMS`; `"effective_rank"`, `"stable_rank"` and
+        `"cosine_similarity"` (sequence,).
+
+    Raises
+    ------
+    ValueError
+        X not 3-D, complex or without features; a mask of another shape or dtype; a sequence
+        with fewer than 2 real tokens; NaN or inf in a real token; an unknown metric or method.
     """
     wanted = _wanted(metrics)
-    _check_name(effective_rank, EFFECTIVE_RANK_METHODS, "effective rank method")
-    Xm, mask, counts, peak = _prepare(X, mask)
-    return _compute(_rescale(Xm, peak), mask, counts, wanted, effective_rank)
+    check_name(effective_rank, EFFECTIVE_RANK_METHODS, "effective rank method")
+    Xm, mask, counts, peak = prepare(X, mask)
+    return _compute(rescale(Xm, peak), mask, counts, wanted, effective_rank)
 
 
 def effective_rank_method(method: str, tokens: int, hidden: int, device: str | torch.device) -> str:
-    """``"exact"`` or ``"estimate"``: what ``method`` (auto/exact/estimate) means at this size."""
-    _check_name(method, EFFECTIVE_RANK_METHODS, "effective rank method")
+    """What an effective-rank method means at this size and device.
+
+    Parameters
+    ----------
+    method
+        `"auto"`, `"exact"` or `"estimate"`, as
+        [`collapse_metrics`][probe.metrics.collapse_metrics] takes it.
+    tokens
+        Tokens per sequence.
+    hidden
+        The hidden size.
+    device
+        Where the metrics run.
+
+    Returns
+    -------
+    str
+        `"exact"` or `"estimate"`.
+
+    Raises
+    ------
+    ValueError
+        An unknown method.
+    """
+    check_name(method, EFFECTIVE_RANK_METHODS, "effective rank method")
     exact = _exact_method(method, min(tokens, hidden), torch.device(device))
     return "exact" if exact else "estimate"
 
@@ -422,24 +328,40 @@ def effective_rank_method(method: str, tokens: int, hidden: int, device: str | t
 def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor:
     """res(X) = X - 1 x^T per sequence, float64, same shape as X, padded rows zero.
 
-    ``fit="mean"``: x is the mean of the real tokens.  ``fit="svd"``: the subtracted matrix is
-    the best rank-one approximation sigma_1 u_1 v_1^T of the real-token matrix (not unique when
-    sigma_1 = sigma_2; see the module docstring).  Raises ValueError on invalid shapes, unknown
-    fit, fewer than 2 real tokens in a sequence, or non-finite real tokens.
+    Parameters
+    ----------
+    X
+        (sequence, token, hidden), any real dtype and device.
+    mask
+        Bool (sequence, token), True at real tokens; None: every token is real.
+    fit
+        `"mean"`: x is the mean of the real tokens.  `"svd"`: the subtracted matrix is the best
+        rank-one approximation sigma_1 u_1 v_1^T of the real-token matrix (not unique when
+        sigma_1 = sigma_2; see the module docstring).
+
+    Returns
+    -------
+    Tensor
+
+    Raises
+    ------
+    ValueError
+        X not 3-D, complex or without features; a mask of another shape or dtype; a sequence
+        with fewer than 2 real tokens; NaN or inf in a real token; an unknown fit.
     """
-    _check_name(fit, FITS, "fit")
-    Xm, mask, counts, peak = _prepare(X, mask)
-    mean = _mean(Xm, counts)
-    R = _mean_residual(Xm, mask, counts, mean=mean)
+    check_name(fit, FITS, "fit")
+    Xm, mask, counts, peak = prepare(X, mask)
+    mean = token_mean(Xm, counts)
+    R = mean_residual(Xm, mask, counts, mean=mean)
     if fit == "mean":
         return R
     # The direction comes from the rescaled X (its Gram matrix must not overflow); the
     # projection is applied to X itself, so the residual keeps X's scale.
     wide = Xm.shape[-2] <= Xm.shape[-1]
-    scaled = _rescale(Xm, peak)
+    scaled = rescale(Xm, peak)
     if scaled is not Xm:
-        mean = _mean(scaled, counts)
-        R = _mean_residual(scaled, mask, counts, mean=mean)
+        mean = token_mean(scaled, counts)
+        R = mean_residual(scaled, mask, counts, mean=mean)
     grams = Grams(gram(R, wide), R, mean, mask, counts, wide)
     u = top_of_spectrum(grams, scaled, torch.empty_like(scaled), counts, False, False).u
     if wide:
@@ -450,13 +372,33 @@ def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor
 def relative_residual(
     X: Tensor, mask: Tensor | None = None, norm: str = "l1inf", fit: str = "mean"
 ) -> Tensor:
-    """||res(X)|| / ||X|| per sequence, both on real tokens, shape (sequence,), float64.
+    """||res(X)|| / ||X|| per sequence, both on real tokens.
 
-    0 means fully collapsed (all tokens equal for ``fit="mean"``, rank one for ``fit="svd"``).
-    NaN (0/0) for a sequence whose real tokens are all zero.
+    Parameters
+    ----------
+    X
+        (sequence, token, hidden), any real dtype and device.
+    mask
+        Bool (sequence, token), True at real tokens; None: every token is real.
+    norm
+        One of `NORMS`: `"l1inf"` (the paper's), `"fro"`, `"spectral"`, `"l1"`, `"linf"`.
+    fit
+        `"mean"` (the token mean) or `"svd"` (the best rank-one fit).
+
+    Returns
+    -------
+    Tensor
+        (sequence,), float64.  0 means fully collapsed (all tokens equal for `fit="mean"`,
+        rank one for `fit="svd"`); NaN (0/0) for a sequence whose real tokens are all zero.
+
+    Raises
+    ------
+    ValueError
+        X not 3-D, complex or without features; a mask of another shape or dtype; a sequence
+        with fewer than 2 real tokens; NaN or inf in a real token; an unknown norm or fit.
     """
-    _check_name(norm, NORMS, "norm")
-    _check_name(fit, FITS, "fit")
+    check_name(norm, NORMS, "norm")
+    check_name(fit, FITS, "fit")
     table = collapse_metrics(X, mask, metrics="relative_residual")["relative_residual"]
     return table[:, FITS.index(fit), NORMS.index(norm)]
 
@@ -464,8 +406,26 @@ def relative_residual(
 def effective_rank(X: Tensor, mask: Tensor | None = None, method: str = "auto") -> Tensor:
     """Roy & Vetterli (2007) effective rank exp(-sum p_i log p_i), p_i = s_i / sum_j s_j.
 
-    Between 1 and rank(X); shape (sequence,), float64.  NaN for an all-zero sequence.
-    ``method``: see :func:`collapse_metrics`.
+    Parameters
+    ----------
+    X
+        (sequence, token, hidden), any real dtype and device.
+    mask
+        Bool (sequence, token), True at real tokens; None: every token is real.
+    method
+        `"auto"`, `"exact"` or `"estimate"`: see
+        [`collapse_metrics`][probe.metrics.collapse_metrics].
+
+    Returns
+    -------
+    Tensor
+        (sequence,), float64, between 1 and rank(X); NaN for an all-zero sequence.
+
+    Raises
+    ------
+    ValueError
+        X not 3-D, complex or without features; a mask of another shape or dtype; a sequence
+        with fewer than 2 real tokens; NaN or inf in a real token; an unknown method.
     """
     return collapse_metrics(X, mask, "effective_rank", method)["effective_rank"]
 
@@ -473,8 +433,24 @@ def effective_rank(X: Tensor, mask: Tensor | None = None, method: str = "auto") 
 def stable_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
     """Stable rank sum_i s_i^2 / s_1^2 = ||X||_F^2 / ||X||_2^2.
 
-    Between 1 and the effective rank (hence rank(X)); shape (sequence,), float64.  NaN for an
-    all-zero sequence.
+    Parameters
+    ----------
+    X
+        (sequence, token, hidden), any real dtype and device.
+    mask
+        Bool (sequence, token), True at real tokens; None: every token is real.
+
+    Returns
+    -------
+    Tensor
+        (sequence,), float64, between 1 and the effective rank (hence rank(X)); NaN for an
+        all-zero sequence.
+
+    Raises
+    ------
+    ValueError
+        X not 3-D, complex or without features; a mask of another shape or dtype; a sequence
+        with fewer than 2 real tokens; NaN or inf in a real token.
     """
     return collapse_metrics(X, mask, metrics="stable_rank")["stable_rank"]
 
@@ -482,7 +458,23 @@ def stable_rank(X: Tensor, mask: Tensor | None = None) -> Tensor:
 def cosine_similarity(X: Tensor, mask: Tensor | None = None) -> Tensor:
     """Token uniformity: mean cosine similarity over ordered pairs i != j of real tokens.
 
-    In [-1, 1]; 1 when all tokens point the same way.  A zero-norm token has cosine 0 with
-    every other token (it still counts in the number of pairs).  Shape (sequence,), float64.
+    Parameters
+    ----------
+    X
+        (sequence, token, hidden), any real dtype and device.
+    mask
+        Bool (sequence, token), True at real tokens; None: every token is real.
+
+    Returns
+    -------
+    Tensor
+        (sequence,), float64, in [-1, 1]; 1 when all tokens point the same way.  A zero-norm
+        token has cosine 0 with every other token (it still counts in the number of pairs).
+
+    Raises
+    ------
+    ValueError
+        X not 3-D, complex or without features; a mask of another shape or dtype; a sequence
+        with fewer than 2 real tokens; NaN or inf in a real token.
     """
     return collapse_metrics(X, mask, metrics="cosine_similarity")["cosine_similarity"]

@@ -90,29 +90,54 @@ def _is_module(source) -> bool:
 class Model:
     """What to load, how and where.
 
-    ``source``: a hub id, a local ``save_pretrained`` folder, a bundled name (``minilm``,
-    ``gpt2``, ...), an ``nn.Module`` of a supported family, or a loaded
-    :class:`~probe.loading.ProbedModel`.  A module the caller holds is never modified.
+    Frozen and checked once, when it is built; the checked values replace the given ones.  A
+    module the caller holds is never modified.
 
-    ``init``: ``pretrained``, ``random`` or ``both`` (a sequence of them is accepted too);
-    kept as the tuple of inits in probe's order.  A module is run once, under its own
-    weights (``both`` means ``pretrained``).  ``seed`` fixes the random init and the
-    synthetic inputs.  ``dtype``: ``float32``, ``float64``, ``bfloat16``, ``float16``, or
-    None for the analysis' default.  ``device``: ``cpu``, ``cuda``, ``cuda:N`` or None.
+    Parameters
+    ----------
+    source
+        A hub id, a local `save_pretrained` folder, a bundled name (`minilm`, `gpt2`, ...), an
+        `nn.Module` of a supported family, or a loaded
+        [`ProbedModel`][probe.loading.ProbedModel].
+    init
+        `pretrained`, `random` or `both` (a sequence of them is accepted too); kept as the tuple
+        of inits in probe's order.  A module is run once, under its own weights (`both` means
+        `pretrained`).
+    seed
+        Fixes the random init and the synthetic inputs.
+    dtype
+        `float32`, `float64`, `bfloat16`, `float16`, or None for the analysis' default.
+    device
+        `cpu`, `cuda`, `cuda:N`, or None.
+    device_map
+        `auto`, `balanced`, `sequential` or an explicit `{module: device}` map: accelerate
+        spreads the model over the GPUs, the CPU and the disk.
+    max_memory
+        `{device: bytes or "2GiB"}`: caps each device of a `device_map`.
+    offload_folder
+        Holds what a `device_map` puts on disk.
+    remote
+        `True` runs on NDIF through nnsight's remote backend, `"local"` nnsight's local
+        simulation of it.
+    allow_missing_weights
+        Probe a checkpoint that lacks tensors: they stay at random init and the result says so.
+    config
+        Config fields to change before the model is built (`{"n_layer": 4}`; the command line's
+        set option), at random init only: an override changes the architecture.  Kept as a
+        frozen `probe.overrides.ConfigOverrides` (None for none); each key and value is checked
+        against the family's config when it is read.
+    revision
+        A hub id's revision (a branch, tag or commit: Pythia's `step1000`), read through
+        `from_pretrained(revision=...)`; offline it must be in the local cache.
 
-    Placement (accelerate): ``device_map`` (``auto``, ``balanced``, ``sequential`` or an
-    explicit ``{module: device}`` map) spreads a model over the GPUs, the CPU and the disk;
-    ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device, ``offload_folder``
-    holds what goes to disk.  ``remote``: ``True`` runs on NDIF through nnsight's remote
-    backend, ``"local"`` nnsight's local simulation of it.  ``allow_missing_weights``
-    probes a checkpoint that lacks tensors (they stay at random init and the result says so).
-
-    ``config``: config fields to change before the model is built (``{"n_layer": 4}``; the
-    command line's set option), at random init only: an override changes the
-    architecture.  Kept as a frozen :class:`~probe.overrides.ConfigOverrides` (None for
-    none); each key and value is checked against the family's config when it is read.
-    ``revision``: a hub id's revision (a branch, tag or commit: Pythia's ``step1000``),
-    read through ``from_pretrained(revision=...)``; offline it must be in the local cache.
+    Raises
+    ------
+    ProbeError
+        A value outside its domain, or settings that do not go together: an empty `source`,
+        or one that is neither a name, a folder, a module with a `.config` nor a `ProbedModel`;
+        `device` with `device_map`; `max_memory` or `offload_folder` without `device_map`;
+        `remote` with random init, a device, a module or a `revision`; `config` with pretrained
+        weights or a module; `revision` with a module.
     """
 
     source: Any
@@ -187,7 +212,7 @@ class Model:
 
     @property
     def placement(self) -> dict:
-        """The keywords of ``probe.load`` that say where the weights go."""
+        """The keywords of [`probe.load`][probe.loading.load] that say where the weights go."""
         spread = {
             "device_map": self.device_map,
             "max_memory": self.max_memory,
@@ -200,8 +225,28 @@ class Model:
         return replace(self, **{k: v for k, v in defaults.items() if getattr(self, k) is None})
 
     def load(self, verify: bool = True) -> list:
-        """One :class:`~probe.loading.ProbedModel` per init, pretrained first (if its weights
-        cannot be had, nothing runs)."""
+        """Load the model: one [`ProbedModel`][probe.loading.ProbedModel] per init.
+
+        Parameters
+        ----------
+        verify
+            Run the family spec's self-test on a model loaded by name and refuse it where the test
+            fails (see [`probe.load`][probe.loading.load]); a module is always checked.
+
+        Returns
+        -------
+        list[ProbedModel]
+            One model per init, pretrained first (if its weights cannot be had, nothing runs).  A
+            `source` that is a `ProbedModel` is returned as it is, or converted to the `device`
+            and `dtype` asked for; a module is wrapped once, under its own weights.
+
+        Raises
+        ------
+        ProbeError
+            A `ProbedModel` asked for another init, or to be moved or converted while a
+            `device_map` spreads it; and whatever [`probe.load`][probe.loading.load] and
+            [`probe.wrap`][probe.loading.wrap] refuse.
+        """
         from .loading import ProbedModel, as_dtype, load, wrap
 
         source = self.source
@@ -276,15 +321,33 @@ class Model:
 class Inputs:
     """What the model reads: a text, images, or token ids (pixel values) the caller holds.
 
-    ``text``: a UTF-8 text file, cut into sequences of exactly ``tokens`` real tokens (None:
-    the sample text shipped with probe; a model without a tokenizer reads seeded random
-    ids).  ``images``: a folder of images for an image model (None: seeded noise images).
-    ``ids``: a (sequence, token) tensor of token ids, or an image model's (sequence,
-    channel, height, width) pixel values, used as they are; ``sequences`` and ``tokens``
-    then come from its shape.  ``sequences``: how many (``"all"``: every full sequence of
-    the text, every image of the folder); ``tokens``: real tokens per sequence;
-    ``batch_size``: sequences per forward pass.  A size left at None takes the analysis'
-    default.
+    Frozen and checked once, when it is built (a text or image folder is read then).  Give at
+    most one of `text`, `images` and `ids`; a size left at None takes the analysis' default.
+
+    Parameters
+    ----------
+    text
+        A UTF-8 text file, cut into sequences of exactly `tokens` real tokens.  None: the
+        sample text shipped with probe (a model without a tokenizer reads seeded random ids).
+    images
+        A folder of images for an image model.  None: seeded noise images.
+    ids
+        A (sequence, token) tensor of token ids, or an image model's (sequence, channel,
+        height, width) pixel values, used as they are; `sequences` and `tokens` then come from
+        its shape.
+    sequences
+        How many sequences; `"all"`: every full sequence of the text, every image of the folder.
+    tokens
+        Real tokens per sequence, at least 2.
+    batch_size
+        Sequences per forward pass.
+
+    Raises
+    ------
+    ProbeError
+        More than one of `text`, `images` and `ids`; `ids` of another shape, or with
+        `sequences` or `tokens` that disagree with it; a size outside its domain;
+        `sequences="all"` without `text` or `images`; a text or image folder that cannot be read.
     """
 
     text: str | os.PathLike | None = None
@@ -334,7 +397,8 @@ class Inputs:
         """These inputs with ``defaults`` filling the sizes left at None (an analysis's).
 
         Not rebuilt with ``replace``: that would check the text again, which reads the whole
-        file; the analysis' defaults are its own constants and need no check."""
+        file; the analysis' defaults are its own constants and need no check.
+        """
         filled = copy.copy(self)
         for name, value in defaults.items():
             if getattr(self, name) is None:

@@ -101,7 +101,30 @@ def netcdf_safe(attrs: dict) -> dict:
 
 
 def save_result(ds: xr.Dataset, path: str | os.PathLike) -> Path:
-    """Write ``ds`` to ``path`` atomically (temporary file, then rename: a unit of one)."""
+    """Write a result to a netCDF file, atomically.
+
+    The Dataset is written to a temporary file beside `path`, then renamed onto it: `path`
+    holds either the whole result or what it held before.  Attributes netCDF cannot hold
+    (bools, None, other objects) are written as strings.
+
+    Parameters
+    ----------
+    ds
+        The result, as an analysis returns it.
+    path
+        The file to write, such as `result.nc`; an existing file is replaced.
+
+    Returns
+    -------
+    Path
+        The file written.
+
+    Raises
+    ------
+    ProbeError
+        `ds` is not an `xarray.Dataset`, `path` is not a file path, or the write failed (a
+        full disk, a folder that cannot be written); nothing is left at `path` then.
+    """
     if not isinstance(ds, xr.Dataset):
         raise ProbeError(f"`ds` must be an xarray.Dataset; got {type(ds).__name__}")
     if not isinstance(path, str | os.PathLike) or not str(path).strip():
@@ -133,7 +156,25 @@ def write_netcdf(ds: xr.Dataset, path: str | os.PathLike) -> None:
 
 
 def open_result(path: str | os.PathLike) -> xr.Dataset:
-    """Open a result written by probe, fully loaded into memory (the file is closed)."""
+    """Open a result written by probe, fully loaded into memory (the file is closed).
+
+    Parameters
+    ----------
+    path
+        A netCDF file written by [`save_result`][probe.results.save_result] or the `probe`
+        command.
+
+    Returns
+    -------
+    xarray.Dataset
+        The result, with the attributes that say how it was made.
+
+    Raises
+    ------
+    ProbeError
+        `path` is not a file path, does not exist, is not netCDF, or is a netCDF file
+        without probe's `analysis` attribute.
+    """
     if not isinstance(path, str | os.PathLike):
         raise ProbeError(f"`path` must be a file path; got {type(path).__name__}")
     path = Path(path)

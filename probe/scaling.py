@@ -46,7 +46,16 @@ _SYNTAX = "a number (0.5) or an expression of the depth L such as 1/sqrt(L), 1/L
 
 @dataclass(frozen=True)
 class BranchScale:
-    """alpha as written (``text``, normalised: no spaces, ``^`` for powers) and its tree."""
+    """A residual branch scale alpha: a number or an expression of the depth L.
+
+    Made by `probe.scaling.parse_branch_scale` from a number or a text such as
+    `"1/sqrt(L)"`; `value(n_layers)` is alpha at a given depth.
+
+    Parameters
+    ----------
+    text
+        alpha as written, normalised: no spaces, `^` for powers.
+    """
 
     text: str
     _tree: ast.expr

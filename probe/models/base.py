@@ -22,7 +22,15 @@ POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "camembert")
 
 
 class Adapter:
-    """Base class: a family whose layers form a list, each called once."""
+    """Base class: a family whose layers form a list, each called once.
+
+    A family adapter is the only place that knows a family's module paths.  Inside an
+    nnsight trace it walks the layers in forward order, writes an
+    [`Ablation`][probe.ablate.Ablation] as interventions on each layer and hands out the
+    residual stream after it, always batch-first (batch, token, hidden).  A loaded model's
+    adapter is [`ProbedModel.adapter`][probe.loading.ProbedModel], chosen by its
+    `config.model_type`.
+    """
 
     #: Family name used everywhere (dims, file names, reports).
     family: ClassVar[str]

@@ -1,0 +1,98 @@
+"""What a collapse result holds beside its metrics, and the run's steps that make it.
+
+The token ids that ran (``input_ids``, -1 at padding; none for pixels); what the removal
+variants (no-sink, no-massive) remove, found by a clean run over the whole corpus first
+(``probe.removals``), and the attrs that say so; the theory panel's variables (the paper's
+bounds from the model's own weights, ``probe.theory``); and the note on the surgery.
+``probe.analyses.collapse`` assembles the result from them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import torch
+import xarray as xr
+
+from probe import bounds, removals, theory
+from probe.ablate import PRESETS
+
+from .collapse_measure import Plan
+
+#: Why a run with scaled residual branches has no theory panel.
+SCALED_PANEL = (
+    "no theory panel with the residual branches scaled by {alpha}: the paper's bounds are "
+    "of the unscaled layers"
+)
+
+
+def input_ids(ids: torch.Tensor, mask: torch.Tensor) -> np.ndarray | None:
+    """A batch's token ids as they ran, (sequence, token), -1 at padding; None for pixels."""
+    if ids.dim() != 2:
+        return None
+    return np.where(mask.bool().cpu().numpy(), ids.cpu().numpy(), -1).astype(np.int64)
+
+
+def ids_block(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
+    """The ``input_ids`` array of ``sequences`` sequences, or nothing for pixel inputs."""
+    if plan.models[0].adapter.inputs != "ids":
+        return {}
+    return {"input_ids": np.full((sequences, plan.inputs.tokens), -1, dtype=np.int64)}
+
+
+def find_removals(plan: Plan, batches) -> None:
+    """no-sink and no-massive: a clean run of every model over the whole corpus (every
+    batch, whatever this process' share) finds what they remove (:mod:`probe.removals`)."""
+    wanted = [name for name in plan.variants if PRESETS[name].remove]
+    if not wanted or plan.removals:
+        return
+    clean = plan.ablation("transformer")  # with the run's branch scale
+    for j, probed in enumerate(plan.models):
+        found = removals.find(
+            probed, batches, "no-sink" in wanted, "no-massive" in wanted, clean=clean
+        )
+        for name in wanted:
+            removed = removals.ablation(name, found, plan.surgery)
+            if plan.branch_scale != 1:
+                removed = replace(removed, branch_scale=plan.branch_scale)
+            plan.removals[(name, j)] = removed
+
+
+def removal_attrs(plan: Plan) -> dict:
+    """What the removal variants removed, per variant and init, and one line for each."""
+    if not plan.removals:
+        return {}
+    removed, lines = {}, []
+    for (name, j), ablation in plan.removals.items():
+        init = plan.models[j].init
+        found = removals.Found(ablation.sinks, ablation.massive)
+        entries = ablation.sinks if ablation.remove == "sinks" else ablation.massive
+        removed.setdefault(name, {})[init] = [list(e) for e in entries]
+        lines.append(removals.note(name, found, init))
+    return {
+        # no-sink: [layer, head, key]; no-massive: [layer, token, dim, corpus mean]
+        "removed": json.dumps(removed),
+        "removal_note": "; ".join(lines),
+        "sink_epsilon": removals.EPSILON,
+        "massive_ratio_threshold": removals.MASSIVE_RATIO,
+    }
+
+
+def panel_variables(plan: Plan, measured: list[dict[str, np.ndarray]] | None) -> xr.Dataset:
+    """The theory panel (result variables), from the residuals the run's first batch measured
+    (``measured``) where it holds them, else from traces of its own (a shard of a torchrun
+    run without the first batch, or a run without SAN, SAN+MLP or SAN+skip)."""
+    if plan.branch_scale != 1:  # the bounds know nothing of alpha: none is drawn
+        missing = [SCALED_PANEL.format(alpha=plan.settings.get("branch_scale"))]
+        layers = np.arange(plan.models[0].n_layers + 1)
+        return bounds.variables([{"init": m.init, "missing": missing} for m in plan.models], layers)
+    return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
+
+
+def surgery_note(surgery: str, adapter) -> str:
+    """What the run's surgery does to the layers, in words (the ``surgery_note`` attr)."""
+    if surgery == "probe":
+        return "probe's definitions: no skip drops the identity term of the attention residual sum; no MLP makes the layer output its attention sublayer's output"
+    return f"the paper's surgery as its code applied it: {adapter.paper_surgery}"
