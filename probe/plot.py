@@ -17,20 +17,29 @@ seaborn style is applied through context managers, which restore rcParams.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 
-import matplotlib as mpl
 import numpy as np
 import xarray as xr
 from matplotlib.axes import Axes
-from matplotlib.colors import to_hex
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatterSciNotation, MaxNLocator
+from matplotlib.ticker import MaxNLocator
 
 from .names import PLAIN_METRICS as METRICS
 from .names import VARIANTS
+from .plot_style import (
+    COLOURS,
+    LINESTYLES,
+    MODEL_COLOURS,
+    MODEL_MARKERS,
+    REFERENCE_COLOUR,
+    STYLE,
+    PlainLogFormatter,
+    colour,
+    log_axis,
+    plain,
+    styled,
+)
 from .stats import (
     FIT_UPPER,
     eps,
@@ -44,49 +53,30 @@ from .stats import (
     stats,
 )
 
-# seaborn's "colorblind" palette, written out so the report needs neither seaborn nor scipy
-# (tests/test_plot.py checks it against seaborn).
-_palette = (
-    "#0173b2", "#de8f05", "#029e73", "#d55e00", "#cc78bc",
-    "#ca9161", "#fbafe4", "#949494", "#ece133", "#56b4e9",
-)  # fmt: skip
-#: seaborn's axes_style("whitegrid") with plotting_context("notebook", font_scale=0.85), as
-#: one rcParams dict built once (tests/test_plot.py checks it against seaborn's).  Its
-#: "image.cmap" (seaborn's own "rocket") is left out: these figures draw no images.
-STYLE = {
-    "figure.facecolor": "white", "axes.labelcolor": ".15", "xtick.direction": "out",
-    "ytick.direction": "out", "xtick.color": ".15", "ytick.color": ".15",
-    "axes.axisbelow": True, "grid.linestyle": "-", "text.color": ".15",
-    "font.family": ["sans-serif"],
-    "font.sans-serif": ["Arial", "DejaVu Sans", "Liberation Sans", "Bitstream Vera Sans",
-                        "sans-serif"],
-    "lines.solid_capstyle": "round", "patch.edgecolor": "w", "patch.force_edgecolor": True,
-    "xtick.top": False, "ytick.right": False, "axes.grid": True, "axes.facecolor": "white",
-    "axes.edgecolor": ".8", "grid.color": ".8", "axes.spines.left": True,
-    "axes.spines.bottom": True, "axes.spines.right": True, "axes.spines.top": True,
-    "xtick.bottom": False, "ytick.left": False, "axes.linewidth": 1.25, "grid.linewidth": 1,
-    "lines.linewidth": 1.5, "lines.markersize": 6, "patch.linewidth": 1,
-    "xtick.major.width": 1.25, "ytick.major.width": 1.25, "xtick.minor.width": 1,
-    "ytick.minor.width": 1, "xtick.major.size": 6, "ytick.major.size": 6,
-    "xtick.minor.size": 4, "ytick.minor.size": 4, "font.size": 10.2, "axes.labelsize": 10.2,
-    "axes.titlesize": 10.2, "xtick.labelsize": 9.35, "ytick.labelsize": 9.35,
-    "legend.fontsize": 9.35, "legend.title_fontsize": 10.2,
-}  # fmt: skip
-# Fixed per variant so a colour means the same ablation in every figure and report.
-COLOURS = {
-    "SAN": to_hex(_palette[3]),
-    "SAN+MLP": to_hex(_palette[4]),
-    "SAN+skip": to_hex(_palette[0]),
-    "transformer": to_hex(_palette[2]),
-    "LN-affine": to_hex(_palette[1]),
-    "no-LN": to_hex(_palette[5]),
-    "no-sink": to_hex(_palette[9]),
-    "no-massive": to_hex(_palette[6]),
-}
-# SAN and SAN+MLP often lie on top of each other: a dashed line keeps both visible.
-LINESTYLES = {"SAN+MLP": "--"}
-_OTHER_COLOUR = "#7f7f7f"
-_REFERENCE_COLOUR = "#555555"
+# The style and colour names are probe.plot_style's, importable from here as before.
+__all__ = [
+    "COLOURS",
+    "LINESTYLES",
+    "METRICS",
+    "MODEL_COLOURS",
+    "MODEL_MARKERS",
+    "REFERENCE_COLOUR",
+    "STYLE",
+    "PlainLogFormatter",
+    "across_models",
+    "collapse",
+    "collapse_order",
+    "colour",
+    "comparison",
+    "describe_selection",
+    "log_axis",
+    "metric",
+    "metric_label",
+    "order_label",
+    "plain",
+    "styled",
+]
+
 
 _NORM_WORDS = {"l1inf": "1,∞", "fro": "Frobenius", "spectral": "spectral", "l1": "1", "linf": "∞"}
 _FIT_WORDS = {"mean": "residual to the token mean", "svd": "residual to the best rank-one fit"}
@@ -96,11 +86,6 @@ _METRIC_WORDS = {
     "stable_rank": "stable rank",
     "cosine_similarity": "mean cosine similarity of tokens",
 }
-
-
-def colour(variant: str) -> str:
-    """The fixed colour of a variant (grey for variants this module does not know)."""
-    return COLOURS.get(variant, _OTHER_COLOUR)
 
 
 def metric_label(name: str, norm: str = "l1inf") -> str:
@@ -118,51 +103,8 @@ def describe_selection(name: str, norm: str, fit: str) -> str:
     return f"{_FIT_WORDS.get(fit, fit)}, {norm} norm"
 
 
-_SUPERSCRIPT = str.maketrans("0123456789-+", "⁰¹²³⁴⁵⁶⁷⁸⁹⁻⁺")
-_MATH_TICK = re.compile(r"\$\\mathdefault\{(.*)\}\$")
-_POWER = re.compile(r"\^\{([-+0-9]*)\}")
-
-
-class PlainLogFormatter(LogFormatterSciNotation):
-    """Log-axis tick labels as plain text, 10⁻³ and 2×10⁻³, where matplotlib writes mathtext.
-
-    Mathtext is parsed again for each label at every draw (about 10 ms a label here); plain
-    text with Unicode superscripts (in DejaVu Sans) looks the same and is measured at once.
-    A label this does not recognise is left as matplotlib made it."""
-
-    def __call__(self, x, pos=None):
-        label = super().__call__(x, pos)
-        match = _MATH_TICK.fullmatch(label)
-        if match is None:
-            return label
-        body = _POWER.sub(lambda m: m.group(1).translate(_SUPERSCRIPT), match.group(1))
-        body = body.replace("\\times", "×").replace("-", "−")
-        return label if "\\" in body or "{" in body else body
-
-
-def log_axis(ax: Axes, axis: str = "y") -> None:
-    """Put ``ax``'s x or y axis on a log scale with plain-text tick labels."""
-    (ax.set_xscale if axis == "x" else ax.set_yscale)("log")
-    which = ax.xaxis if axis == "x" else ax.yaxis
-    which.set_major_formatter(PlainLogFormatter())
-    which.set_minor_formatter(PlainLogFormatter(labelOnlyBase=False))
-
-
 def _model_title(ds: xr.Dataset) -> str:
     return plain(str(ds.attrs.get("model", "model")))
-
-
-def plain(text: str) -> str:
-    """Escape '$' so model names are never parsed as mathtext."""
-    return text.replace("$", r"\$")
-
-
-@contextmanager
-def styled() -> Iterator[None]:
-    """Draw inside this to get the STYLE rcParams (seaborn's look) for the figures made."""
-    # Context managers restore rcParams on exit, so no global state leaks.
-    with mpl.rc_context(STYLE):
-        yield
 
 
 def _draw_variants(ax: Axes, st: xr.Dataset, log: bool, clip: float) -> None:
@@ -224,9 +166,9 @@ def _share_limits(axes: Sequence[Axes], wanted: Sequence, datasets: Sequence[xr.
     for ax, ds in zip(axes, datasets, strict=True):
         if bottom < 100 * eps(ds):
             # Machine epsilon: lines that flatten on it have fully collapsed.
-            ax.axhline(eps(ds), color=_REFERENCE_COLOUR, linewidth=0.8, linestyle=":", label="_eps")
+            ax.axhline(eps(ds), color=REFERENCE_COLOUR, linewidth=0.8, linestyle=":", label="_eps")
         if bottom < floor(ds):
-            ax.axhspan(bottom, floor(ds), color=_REFERENCE_COLOUR, alpha=0.12, linewidth=0)
+            ax.axhspan(bottom, floor(ds), color=REFERENCE_COLOUR, alpha=0.12, linewidth=0)
             ax.annotate(
                 f"below the {ds.attrs.get('dtype', 'float64')} floor ({short(floor(ds))})",
                 (0.98, floor(ds)),
@@ -234,7 +176,7 @@ def _share_limits(axes: Sequence[Axes], wanted: Sequence, datasets: Sequence[xr.
                 ha="right",
                 va="top",
                 fontsize="x-small",
-                color=_REFERENCE_COLOUR,
+                color=REFERENCE_COLOUR,
             )
 
 
@@ -284,9 +226,26 @@ def collapse(
 ) -> Figure:
     """The paper's figure: `metric` against layer, one panel per init, one line per variant.
 
-    Lines are the mean over sequences with a band of one standard deviation. The
-    relative residual is drawn on 0..1 (log=False) or on a log axis clipped at
-    the dtype's epsilon (log=True), so exact zeros stay on the plot.
+    Lines are the mean over sequences with a band of one standard deviation.
+
+    Parameters
+    ----------
+    ds
+        A collapse result.
+    metric
+        `relative_residual`, `effective_rank`, `stable_rank` or `cosine_similarity`.
+    norm
+        The relative residual's norm: `l1inf` (the paper's), `fro`, `spectral`, `l1`, `linf`.
+    fit
+        The relative residual's fit: `mean` (the token mean) or `svd` (the best rank-one fit).
+    log
+        Draw the relative residual on a log axis clipped at the dtype's epsilon, so exact
+        zeros stay on the plot; False: on 0..1.
+
+    Returns
+    -------
+    Figure
+        A matplotlib figure, not shown and not held by pyplot.
     """
     where = describe_selection(metric, norm, fit)
     title = f"{_model_title(ds)}: {where}"
@@ -366,7 +325,7 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
             ax.plot(
                 ref,
                 ref,
-                color=_REFERENCE_COLOUR,
+                color=REFERENCE_COLOUR,
                 linestyle="--",
                 linewidth=0.9,
                 label="slope 1 (exponential)",
@@ -374,7 +333,7 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
             ax.plot(
                 ref,
                 ref**3,
-                color=_REFERENCE_COLOUR,
+                color=REFERENCE_COLOUR,
                 linestyle=":",
                 linewidth=1.1,
                 label="slope 3 (doubly exponential)",
@@ -411,8 +370,9 @@ def comparison(
     if not datasets:
         raise ValueError("comparison needs at least one dataset")
     with styled():
-        # At most six panels a row, so many models wrap instead of making a strip.
-        cols = min(len(datasets), 6)
+        # At most three panels a row, so many models wrap instead of making a strip whose
+        # labels a page would shrink past reading.
+        cols = min(len(datasets), 3)
         rows = -(-len(datasets) // cols)
         fig = Figure(figsize=(1.0 + 3.8 * cols, 0.5 + 3.5 * rows), layout="constrained")
         grid = fig.subplots(rows, cols, sharex=True, sharey=True, squeeze=False)
@@ -443,17 +403,34 @@ def across_models(
 ) -> Figure:
     """One panel per variant, one line per model (mean r over sequences), log axis.
 
-    The view for many models at once (`comparison` gives each model its own panel):
-    encoders solid, causal decoders dashed, each model's line clipped at its dtype's
-    floor.  `init` as in `comparison`.
+    The view for many models at once (`comparison` gives each model its own panel): encoders
+    solid, causal decoders dashed, each model's line clipped at its dtype's floor.
+
+    Parameters
+    ----------
+    datasets
+        Collapse results, one per model.
+    init
+        The init each model shows; None: `pretrained` where a model has it, its first init
+        otherwise.
+    norm
+        The relative residual's norm.
+    fit
+        The relative residual's fit (`mean` or `svd`).
+
+    Returns
+    -------
+    Figure
+        A matplotlib figure, not shown and not held by pyplot.
+
+    Raises
+    ------
+    ValueError
+        No dataset, or a named `init` missing from one of them.
     """
     if not datasets:
         raise ValueError("across_models needs at least one dataset")
     present = ordered(dict.fromkeys(v for ds in datasets for v in ds.variant.values), VARIANTS)
-    palette = _palette
-    if len(datasets) > 10:  # seaborn's color_palette("tab20", n): tab20's colours, cycled
-        tab20 = mpl.colormaps["tab20"].colors
-        palette = [to_hex(tab20[i % len(tab20)]) for i in range(len(datasets))]
     with styled():
         cols = 2 if len(present) == 4 else len(present)  # four variants: a 2 x 2 grid
         rows = -(-len(present) // cols)
@@ -474,7 +451,9 @@ def across_models(
                 ax.plot(
                     st.layer.values,
                     m,
-                    color=to_hex(palette[i % len(palette)]),
+                    color=MODEL_COLOURS[i % len(MODEL_COLOURS)],
+                    marker=MODEL_MARKERS[i // len(MODEL_COLOURS) % len(MODEL_MARKERS)],
+                    markersize=4,
                     linestyle="--" if ds.attrs.get("causal") else "-",
                     linewidth=1.5,
                     label=str(ds.attrs.get("model", "?")),
@@ -494,7 +473,6 @@ def across_models(
             list(handles.values()),
             list(handles),
             loc="outside right center",
-            fontsize="small",
             title="dashed: causal",
         )
     return fig

@@ -37,10 +37,16 @@ def init_colour(init: str) -> str:
     return _INIT_COLOURS.get(init, "#7f7f7f")
 
 
+#: The longest path length whose axis labels every length.
+EVERY_LENGTH = 8
+
+
 def _shifted_log_axis(ax, longest: int) -> None:
     """x = k + 1 on a log axis, labelled k, so that length 0 is drawn (at 1)."""
     ax.set_xscale("log")  # its own labels below: log_axis's formatters would be replaced
-    ticks = [k for k in (0, 1, 2, 3, 5, 10, 20, 30, 50, 100) if k <= longest]
+    # Every length while they fit; past EVERY_LENGTH, steps a log axis spaces evenly.
+    steps = range(longest + 1) if longest <= EVERY_LENGTH else (0, 1, 2, 3, 5, 10, 20, 30, 50, 100)
+    ticks = [k for k in steps if k <= longest]
     ax.xaxis.set_major_locator(FixedLocator([k + 1 for k in ticks]))
     ax.xaxis.set_minor_locator(NullLocator())
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{round(x - 1):d}"))

@@ -149,12 +149,18 @@ def curves(ds: xr.Dataset) -> Figure:
                 log_axis(ax, "y")
             drawn = values[values >= 0] if name == "first_below" else values
             if not np.isfinite(drawn).any():  # say so, rather than an empty panel with ticks
+                ax.set_xticks([])
                 ax.set_yticks([])
                 text = "never reached at any point" if name == "first_below" else "not measured"
                 ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center",
                         color="#666666")  # fmt: skip
             ax.set_xlabel("training step" if _kinds(ds).get(dim) == "step" else dim)
             ax.set_ylabel(label)
+        # One x range for every panel: a summary with few finite points still reads against
+        # the whole sweep.
+        for ax in axes[1:]:
+            if ax.get_visible() and len(ax.get_xticks()):
+                ax.set_xlim(axes[0].get_xlim())
         handles, texts = axes[0].get_legend_handles_labels()
         if handles:
             fig.legend(handles, texts, loc="outside lower center", ncol=min(len(texts), 4))

@@ -21,6 +21,9 @@ from .page import esc, href, page
 from .provenance import provenance_table
 from .tables import fmt, html_table
 
+#: Key positions shown in a "where the heads look most" table; the rest are folded away.
+TOP_POSITIONS = 5
+
 
 def attention_report_name(ds: xr.Dataset) -> str:
     """E.g. "attention-minilm-pretrained-float32-1a2b3c4d"."""
@@ -79,12 +82,17 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
             "sink score and attention entropy per layer and head",
         )
         for init in inits:
-            positions = sink_positions(ds, init)
+            positions = [[str(p), str(n), esc(t)] for p, n, t in sink_positions(ds, init)]
+            head = ["top key position", "heads", "tokens there"]
             body += f"<h3>{esc(init)}: where the heads look most</h3>" + html_table(
-                ["top key position", "heads", "tokens there"],
-                [[str(p), str(n), esc(t)] for p, n, t in positions],
-                "attention",
+                head, positions[:TOP_POSITIONS], "attention"
             )
+            if len(positions) > TOP_POSITIONS:
+                rest = positions[TOP_POSITIONS:]
+                body += numbers(
+                    html_table(head, rest, "attention"),
+                    f"{init}: the other {len(rest)} positions some head looks at most",
+                )
             rows = sinks(ds, init, eps)
             body += numbers(
                 html_table(

@@ -7,6 +7,7 @@ refuses every fetch, so a report opened anywhere never makes a request.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from functools import cache
 from html import escape
@@ -31,6 +32,14 @@ META_KEYS = (
 def esc(value: object) -> str:
     """HTML-escape anything shown on a page (attrs and coords may hold any character)."""
     return escape(str(value), quote=True)
+
+
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+
+
+def esc_code(value: object) -> str:
+    """`esc`, with text between backticks (an option, a name) set as code."""
+    return _CODE_SPAN.sub(r"<code>\1</code>", esc(value))
 
 
 def href(name: str) -> str:

@@ -63,8 +63,7 @@ def render_paths(ds: xr.Dataset, result_file: str | None = None) -> str:
     )
     reproduce = (
         '<section id="summary"><p>Reproduce with:</p>'
-        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
-        f'<p>Data: <a href="{href(result_file)}">{esc(result_file)}</a> (netCDF).</p></section>'
+        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre></section>"
     )
     details = ""
     if ds.attrs.get("ablation_table"):

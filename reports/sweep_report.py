@@ -96,7 +96,9 @@ def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
         curves(ds),
         "Each summary against the first swept value, a line per variant"
         + (" (mean over seeds, their range shaded)" if "seed" in dims else "")
-        + "; log axes where the values span a decade or more.",
+        + "; log axes where the values span a decade or more.  A point missing from the "
+        "fitted order is a fit too poor to state (too few layer pairs above the precision "
+        "floor, or too scattered); the table gives the SAN's order or the reason it has none.",
         "summaries against the swept value",
     )
     head, rows = _rows(ds)

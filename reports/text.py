@@ -6,10 +6,30 @@ data). One sentence per init, variants in the order of the figure's legend.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 
 from probe.names import INITS, VARIANTS
 from probe.stats import ordered
+
+
+def duration(seconds: object) -> str:
+    """A wall time as a person reads it: "7.7 s", "41 s", "3 min 5 s", "17 min", "2 h 4 min" ("?"
+    where `seconds` is not a finite number)."""
+    try:
+        total = float(seconds)
+    except (TypeError, ValueError):
+        return "?"
+    if not math.isfinite(total):
+        return "?"
+    if total < 60:
+        return f"{total:.1f} s" if total < 10 else f"{total:.0f} s"
+    whole = round(total)
+    if whole < 600:
+        return f"{whole // 60} min {whole % 60} s"
+    if whole < 3600:
+        return f"{round(total / 60)} min"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
 
 
 def threshold_text(value: float) -> str:

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from probe.bounds import MISSING, NOTES, from_attribute, lines
-from probe.plot import colour, log_axis
+from probe.plot import colour, log_axis, styled
 
 from .figures import Figures, numbers
 from .page import esc
@@ -31,31 +32,44 @@ CAVEATS = (
     "SAN+skip is drawn measured only. A bound is vacuous at a layer where it is not "
     "below the input's own residual ‖res(X_0)‖."
 )
+#: How far the theory panel's y axis reaches past the measured values: a decade.
+RANGE_MARGIN = 10.0
 #: The per-layer constants of the table, in its column order.
 _CONSTANTS = ("qk_norm", "vo_norm", "beta", "contraction", "lambda_mlp")
 
 
 def _figure(ds: xr.Dataset, inits: list[str]) -> Figure:
-    fig = Figure(figsize=(5.2 * len(inits), 3.6), layout="constrained")
-    axes = fig.subplots(1, len(inits), squeeze=False)[0]
-    layers = ds["layer"].values
-    for ax, init in zip(axes, inits, strict=True):
-        one = ds.sel(init=init)
-        for name in ds["panel_variant"].values:
-            values = one["panel_residual"].sel(panel_variant=name).values
-            ax.plot(layers, values, color=colour(name), label=f"{name}, measured")
-        for name, label in _bounded(one):
-            # Past 1e100 a bound only flattens the measured lines: the dashed line ends there.
-            bound = one["bound"].sel(panel_variant=name).values
-            values = [v if v <= 1e100 else float("nan") for v in bound]
-            ax.plot(layers, values, color=colour(name), linestyle="--", label=f"{label} bound")
-        log_axis(ax)
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        ax.set_xlabel("layer")
-        ax.set_ylabel("‖res(X)‖₁,∞")
-        ax.set_title(f"init: {init}")
-        ax.legend(fontsize=7)
+    with styled():
+        fig = Figure(figsize=(5.2 * len(inits), 3.6), layout="constrained")
+        axes = fig.subplots(1, len(inits), squeeze=False)[0]
+        layers = ds["layer"].values
+        for ax, init in zip(axes, inits, strict=True):
+            one = ds.sel(init=init)
+            measured = one["panel_residual"].values
+            for name in ds["panel_variant"].values:
+                values = one["panel_residual"].sel(panel_variant=name).values
+                ax.plot(layers, values, color=colour(name), label=f"{name}, measured")
+            for name, label in _bounded(one):
+                bound = one["bound"].sel(panel_variant=name).values
+                ax.plot(layers, bound, color=colour(name), linestyle="--", label=f"{label} bound")
+            log_axis(ax)
+            ax.set_ylim(*_measured_range(measured))
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.set_xlabel("layer")
+            ax.set_ylabel("‖res(X)‖₁,∞")
+            ax.set_title(f"init: {init}")
+            ax.legend(fontsize=7)
     return fig
+
+
+def _measured_range(measured) -> tuple[float, float]:
+    """The y range of a theory panel: the measured residuals' positive values and a decade
+    past them either way, so a bound tens of decades up leaves the axis rather than flatten
+    what was measured."""
+    values = measured[np.isfinite(measured) & (measured > 0)]
+    if not values.size:
+        return 1e-1, 1e1
+    return float(values.min()) / RANGE_MARGIN, float(values.max()) * RANGE_MARGIN
 
 
 def _bounded(one: xr.Dataset) -> list[tuple[str, str]]:
@@ -99,7 +113,10 @@ def _table(one: xr.Dataset) -> str:
             cells += [_fmt(float(bound["bound"])), _fmt(float(bound["bound_ratio"])), _fmt(vacuous)]
         rows.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in cells) + "</tr>")
     header = "<tr>" + "".join(f"<th>{esc(h)}</th>" for h in head) + "</tr>"
-    return f"<table><thead>{header}</thead><tbody>{''.join(rows)}</tbody></table>"
+    return (
+        f'<div class="table-scroll"><table class="theory"><thead>{header}</thead>'
+        f"<tbody>{''.join(rows)}</tbody></table></div>"
+    )
 
 
 def theory_section(ds: xr.Dataset, figure: Figures) -> str:
@@ -124,8 +141,9 @@ def theory_section(ds: xr.Dataset, figure: Figures) -> str:
                 "The paper's upper bounds from this model's weights (dashed; Theorem 2.2 for "
                 "SAN, Corollary 3.2 for SAN+MLP), run layer by layer from the measured "
                 "‖res(X_0)‖, beside the measured ‖res(X_l)‖₁,∞ (solid; token-mean fit, "
-                "median over the first sequences); a dashed line ends where its bound passes "
-                "1e100 (the table has every value, ∞ past float64's range). " + esc(CAVEATS),
+                "median over the first sequences).  The y axis spans the measured values and "
+                "a decade either side: a bound above it runs off the top (the table has "
+                "every value, ∞ past float64's range). " + esc(CAVEATS),
                 "measured residual and the paper's bounds against layer, log axis",
             )
         )

@@ -21,9 +21,10 @@ from probe.results import attrs_id
 
 from . import toy_figures as figs
 from .figures import Figures, numbers
-from .page import esc, href, page
+from .page import esc, esc_code, href, page
 from .provenance import provenance_table
 from .tables import fmt, stat_cell
+from .text import duration
 
 _TASK_WORDS = {
     "sort": "sorting 8-token sequences (per-token accuracy)",
@@ -76,7 +77,7 @@ def _header(ds: xr.Dataset, title: str, result_file: str) -> str:
         *([f"{a.get('setup')} setup"] if a.get("setup") else []),
         f"{a.get('epochs', '?')} epochs, lr {a.get('lr', '?')}, batch {a.get('batch_size', '?')}",
         f"seed {a.get('seed', '?')}",
-        f"{a.get('seconds', '?')} s on {a.get('device', '?')}",
+        f"{duration(a.get('seconds'))} on {a.get('device', '?')}",
         f"created {a.get('created', '?')}",
     ]
     return (
@@ -207,7 +208,7 @@ def _deviations_section(ds: xr.Dataset) -> str:
     if not lines:
         body = "<p>None: this run used the paper's settings.</p>"
     else:
-        items = "".join(f"<li>{esc(line)}</li>" for line in lines)
+        items = "".join(f"<li>{esc_code(line)}</li>" for line in lines)
         body = f"<p>This run differs from the paper's in {len(lines)} ways:</p><ul>{items}</ul>"
     return f'<section id="deviations"><h2>Differences from the paper\'s run</h2>{body}</section>'
 

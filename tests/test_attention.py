@@ -122,6 +122,15 @@ def test_cli_writes_result_and_report_and_rerenders(tiny_bert_with_tokenizer, tm
     html = render(ds, nc.name)
     assert "sink score and attention entropy per layer and head" in html
     assert "where the heads look most" in html
+    # The top positions in the table, the rest folded: as many rows as positions in all.
+    from probe.plot_attention import sink_positions
+    from probe.reports.attention_report import TOP_POSITIONS
+
+    positions = sink_positions(ds, "pretrained")
+    table = html.split("where the heads look most</h3>")[1].split("</table>")[0]
+    assert table.count("<tr>") - 1 == min(len(positions), TOP_POSITIONS)
+    if len(positions) > TOP_POSITIONS:
+        assert f"the other {len(positions) - TOP_POSITIONS} positions" in html
     # The tokens that ran are named: every sequence's first token string is in the data.
     assert all(str(t) for t in ds["token_text"].sel(token=0).values)
 

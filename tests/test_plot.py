@@ -328,14 +328,14 @@ def test_comparison_log_and_init_choice():
         plot.comparison([])
 
 
-def test_comparison_wraps_at_six_panels():
+def test_comparison_wraps_at_three_panels():
     datasets = [make_collapse_dataset(model=f"m{i}", layers=3, seed=i) for i in range(8)]
     fig = plot.comparison(datasets)
     visible = [ax for ax in fig.axes if ax.get_visible()]
     assert [ax.get_title().split("\n")[0] for ax in visible] == [f"m{i}" for i in range(8)]
-    assert len(fig.axes) == 12  # two rows of six, the last four hidden
+    assert len(fig.axes) == 9  # three rows of three, the last one hidden
     rows = sorted({round(ax.get_position().y0, 3) for ax in visible})
-    assert len(rows) == 2
+    assert len(rows) == 3
 
 
 def test_across_models_one_line_per_model_and_variant():
@@ -405,17 +405,17 @@ def test_shared_log_range_covers_every_panel():
 
 
 def test_style_and_palette_are_seaborn_s():
-    # probe.plot writes seaborn's style and palette out so that reports need neither seaborn
-    # nor scipy; they must stay what seaborn gives.
+    # probe.plot_style writes seaborn's style and palette out so that reports need neither
+    # seaborn nor scipy; they must stay what seaborn gives.
     import seaborn as sns
     from matplotlib.colors import to_hex
 
-    from probe import plot as plot_module
+    from probe import plot_style
 
-    assert list(plot_module._palette) == [to_hex(c) for c in sns.color_palette("colorblind")]
+    assert list(plot_style.PALETTE) == [to_hex(c) for c in sns.color_palette("colorblind")]
     expected = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.85)}
     expected.pop("image.cmap")  # seaborn's own colormap; these figures draw no images
-    assert plot_module.STYLE == expected
+    assert plot_style.STYLE == expected
 
 
 def test_collapse_command_path_does_not_import_seaborn():

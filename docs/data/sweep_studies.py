@@ -108,9 +108,13 @@ def table(head: list[str], rows: list[list[str]]) -> str:
 
 
 def sweep_note(command: str, sizes: str, datasets: list[xr.Dataset], extra: str = "") -> str:
-    """The note above a study's table, with the minutes its points took."""
-    minutes = sum(float(ds["seconds"].sum()) for ds in datasets) / 60
-    return note(command, datasets, f"{sizes}, seed 0, float32; {minutes:.1f} min of points", extra)
+    """The note above a study's table, with the time its points took."""
+    from probe.reports.text import duration
+
+    seconds = sum(float(ds["seconds"].sum()) for ds in datasets)
+    return note(
+        command, datasets, f"{sizes}, seed 0, float32; points ran {duration(seconds)}", extra
+    )
 
 
 def checkpoints(args) -> None:
