@@ -71,7 +71,10 @@ docs-strict: $(STAMP)
 
 # The measured tables of docs/ that one CPU machine reruns in minutes to an hour; the
 # toy runs (docs/data/toy.py, hours) and the benchmarks are left to their own commands.
-docs-data: $(STAMP)
+# Then the first run's figures and table (getting-started.md), the screenshot of its report
+# (docs/report.png, headless Chromium) and the tutorial notebooks, executed with their
+# outputs into docs/examples/ (the site renders those and runs nothing).
+docs-data: $(STAMP) browser
 	$(BIN)/python docs/data/fastformer_checkpoints.py
 	$(BIN)/python docs/data/rotary.py
 	$(BIN)/python docs/data/paths_sample.py
@@ -83,6 +86,10 @@ docs-data: $(STAMP)
 	$(BIN)/python docs/data/attention_random.py --out $(OUT)/attention-random
 	$(BIN)/python docs/data/cross_family.py --out $(OUT)/cross-family
 	$(BIN)/python docs/data/sweep_studies.py --out $(OUT)/sweep-studies
+	$(BIN)/probe collapse minilm --init pretrained --out $(OUT)
+	$(BIN)/python docs/data/first_run.py $(OUT)
+	$(BIN)/python docs/data/hero.py $(OUT)
+	$(BIN)/python docs/data/notebooks.py
 	$(DOCS) --strict
 
 bench: $(STAMP)

@@ -2,7 +2,8 @@
 measured tables that are cheap to remeasure still hold under the pinned versions.
 
 Shell examples (```bash blocks) run in tests/test_cli.py, the toy ones in
-tests/test_toy_cli.py.  A ```python block is a runnable example and runs here as written;
+tests/test_toy_cli.py; tests/test_docs_shell.py checks every shell block as bash reads it,
+and tests/test_docs_site.py the built site.  A ```python block is a runnable example and runs here as written;
 a ```py block is a fragment of a file (a registry entry, a dict line), shown, not run.
 `make test` builds the site with `mkdocs build --strict`, which fails on a broken link
 between pages or an API reference to a name that no longer exists.
@@ -80,6 +81,7 @@ def test_measured_tables_say_where_they_come_from() -> None:
         "precision_floor.md",
         "branch_scale.md",
         "removals_minilm.md",
+        "first_run.md",
     ):
         text = (ROOT / "docs" / "data" / name).read_text()
         assert f"python docs/data/{name.removesuffix('.md')}.py" in text, name
