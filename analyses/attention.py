@@ -51,6 +51,7 @@ from probe.attention_stats import (
 from probe.errors import ProbeError
 from probe.inputs import Encoded, model_inputs
 from probe.loading import ProbedModel
+from probe.overflow import check_finite
 from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
 from probe.results import utc_now, versions
 from probe.scaling import ONE, BranchScale, parse_branch_scale
@@ -157,7 +158,8 @@ def run(
     ProbeError
         A request that cannot run: an `epsilon` outside (0, 1), `sequences="all"`, more
         tokens than the model takes, a branch scale its family does not run, weights that
-        cannot be had, too little memory.
+        cannot be had, too little memory; a forward pass that overflows, at its first layer
+        holding NaN or inf (`probe.overflow`).
     """
     epsilon = check_epsilon(epsilon)
     scale = parse_branch_scale(branch_scale)
@@ -236,6 +238,8 @@ def measure_batch(
     real = mask.bool()
     adapter, root = probed.adapter, probed.envoy
     wanted = has_attention(probed)
+    keep = real[:, None, :, None] & real[:, None, None, :]  # the real (query, key) pairs
+    where, scaled = f"{probed.name} ({probed.init})", ablation.branch_scale != 1
     with (
         torch.no_grad(),
         probed.tracer_root.trace(**adapter.model_inputs(ids, mask), **probed.trace_options) as tr,
@@ -245,10 +249,12 @@ def measure_batch(
         else:
             reads = ({"x": x} for x in adapter.stream(root, tr, ablation))
         for layer, values in enumerate(reads):
+            # An overflow stops the run here, before any statistic sees it (probe.overflow).
             if "attn" in values:
-                sums.add_heads(
-                    layer, head_sums(values["attn"], real, spectrum, adapter.causal, epsilon)
-                )
+                probs = values["attn"]
+                check_finite(probs, keep, layer, where, "attention probabilities", scaled)
+                sums.add_heads(layer, head_sums(probs, real, spectrum, adapter.causal, epsilon))
+            check_finite(values["x"], real, layer, where, scaled=scaled)
             sums.add_hidden(layer, values["x"], real, start)
     if len(sums.massive) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(sums.massive)} layers, expected {probed.n_layers + 1}")

@@ -23,10 +23,10 @@ import torch
 
 from probe import metrics, theory
 from probe.ablate import PRESETS, Ablation
-from probe.errors import ProbeError
 from probe.inputs import Encoded
 from probe.loading import ProbedModel
 from probe.names import METRICS
+from probe.overflow import check_finite
 from probe.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
@@ -172,6 +172,7 @@ def _run_batch(
         for j, probed in enumerate(plan.models):
             ablation = plan.removals.get((variant, j), preset)
             reducers[j].panel = tap
+            reducers[j].scope = _scope(plan, i, j)
             runs.append((i, j, layer_values(probed, ids, ablation, reducers[j], mask), tap))
             done[0] += 1
             if progress is not None:
@@ -215,7 +216,9 @@ def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np
         finite = torch.stack([torch.isfinite(x).all() for x, _ in layers]).cpu()  # one wait
         for index in torch.nonzero(~finite).flatten().tolist():
             x, real = layers[index]
-            check_finite(x, real, index % len(runs[0][2]))  # raises where real tokens overflowed
+            i, j, per_layer, _ = runs[index // len(runs[0][2])]
+            # raises where real tokens overflowed
+            check_finite(x, real, index % len(per_layer), *_scope(plan, i, j))
         values = iter(measure_layers(layers, plan.metrics, plan.effective_rank, _to_host))
         measured = []
         for i, j, per_layer, tap in runs:
@@ -231,6 +234,13 @@ def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np
 #: the Gram matrices and the Krylov bases of its sequences), so that measuring many layers
 #: at once stays within a small share of the device's memory.
 MEASURE_BYTES = 2 * 2**30
+
+
+def _scope(plan: Plan, i: int, j: int) -> tuple[str, str, bool]:
+    """``check_finite``'s where, what and scaled for variant ``i`` of model ``j``."""
+    probed = plan.models[j]
+    where = f"{probed.name} ({probed.init}, {plan.variants[i]})"
+    return where, "token representations", plan.branch_scale != 1
 
 
 def measure_layers(layers: list, chosen, method: str, to_host=None) -> list[dict]:
@@ -278,19 +288,6 @@ def _to_host(value: torch.Tensor) -> torch.Tensor:
     return host.copy_(value, non_blocking=True)
 
 
-def check_finite(x: torch.Tensor, mask: torch.Tensor, layer: int) -> None:
-    # One pass over the whole layer first (no copy); only a layer holding a non-finite value
-    # somewhere has its real tokens picked out (padding may hold anything).
-    if bool(torch.isfinite(x).all()):
-        return
-    if not bool(torch.isfinite(x[mask.bool()]).all()):
-        # The weights are finite (checked at load): the forward pass overflowed.
-        raise ProbeError(
-            f"layer {layer}'s token representations hold NaN or inf: the forward pass "
-            f"overflowed in {str(x.dtype).removeprefix('torch.')}; use `dtype` float32 or float64"
-        )
-
-
 class Reducer:
     """The per-layer reduction inside the trace: only per-sequence numbers leave the model.
 
@@ -308,6 +305,8 @@ class Reducer:
         self.first: tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]] | None = None
         #: Sequences whose theory-panel residual this trace also measures (0: none).
         self.panel = 0
+        #: (where, what, scaled) of ``check_finite``: the model, init and variant traced.
+        self.scope: tuple = ()
 
     def __call__(self, x: torch.Tensor, mask: torch.Tensor):
         layer, self.calls = self.calls % self.layers, self.calls + 1
@@ -319,7 +318,7 @@ class Reducer:
             if torch.equal(x, x0) and torch.equal(mask, mask0):
                 values = cached
         if values is None:
-            check_finite(x, mask, layer)
+            check_finite(x, mask, layer, *self.scope)
             values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
             values = {name: value.cpu() for name, value in values.items()}
             if layer == 0:

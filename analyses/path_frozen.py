@@ -19,11 +19,13 @@ import torch
 
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
-from probe.errors import ProbeError
 from probe.loading import ProbedModel, onloaded
+from probe.overflow import check_finite
 
 #: The norms every share and error is reported in: Frobenius and the paper's l1inf.
 NORMS = ("fro", "l1inf")
+#: What the SAN+skip run's reads hold, as an overflow names them (else token representations).
+WHAT = {"attn": "attention probabilities"}
 
 
 def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
@@ -42,12 +44,13 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
             reads.append(layer)
     if len(reads) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(reads)} layers, expected {probed.n_layers + 1}")
+    # An overflow stops the run (probe.overflow); every entry, padding too, feeds the frozen
+    # network, so all are checked; a layer's output X_l last, as the forward makes it.
+    where, every = f"{probed.name} ({probed.init}, SAN+skip)", torch.tensor(True)
     for n, r in enumerate(reads):
-        if not all(bool(torch.isfinite(v).all()) for v in r.values() if torch.is_tensor(v)):
-            raise ProbeError(
-                f"{probed.name} ({probed.init}, {probed.dtype}): layer {n} of the SAN+skip run "
-                "holds NaN or inf (the forward pass overflowed); use `dtype` float64"
-            )
+        for key, v in sorted(r.items(), key=lambda item: item[0] == "x"):
+            if torch.is_tensor(v):
+                check_finite(v, every, n, where, WHAT.get(key, "token representations"))
     xs = [r["x"].to(torch.float64) for r in reads]
     layers = [
         frozen.freeze(w, r["attn"], r["norm_input"], r.get("branch_norm_input"))

@@ -43,6 +43,7 @@ from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
 from probe.loading import ProbedModel
 from probe.names import ORDERS
+from probe.overflow import check_finite
 from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.request import Inputs, Model
@@ -140,12 +141,6 @@ def sample(
             if mine:
                 chosen = [(p, q) for _, _, p, q in mine]
                 for o, products in enumerate(chains(probed, ids, mask, chosen, ORDERS)):
-                    if not bool(torch.isfinite(products).all()):
-                        raise ProbeError(
-                            f"{probed.name} ({probed.init}, {first.dtype}): its attention "
-                            "probabilities hold NaN or inf (the forward pass overflowed); "
-                            "use `dtype` float32 or float64"
-                        )
                     values = metrics.collapse_metrics(products)["relative_residual"]
                     for (d, s, _, _), value in zip(mine, values.cpu().numpy(), strict=True):
                         ratio[i, o, d, s] = value
@@ -251,6 +246,10 @@ def chains(
                 where[layer, seq, head] = len(wanted[layer])
                 wanted[layer].append((seq, head))
     slices = attention_slices(probed, input_ids, attention_mask, wanted)
+    # An overflow stops the run (probe.overflow); every entry, padding too, enters a product.
+    scope, every = f"{probed.name} ({probed.init})", torch.tensor(True)
+    for layer, picked in enumerate(slices):  # slices[l]: layer l + 1 (0 = the embeddings)
+        check_finite(picked, every, layer + 1, scope, "attention probabilities")
     tokens = attention_mask.shape[1]  # ids or an image's patches: the mask has every token
     outs = [torch.empty((len(paths), tokens, tokens), dtype=torch.float64) for _ in orders]
     for n, (path, seq) in enumerate(paths):

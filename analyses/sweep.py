@@ -47,15 +47,18 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from probe import checks
+from probe.attention_stats import check_epsilon
 from probe.errors import ProbeError
+from probe.preflight import check_models
 from probe.request import Inputs, Model, coerce
 from probe.results import settings_id, versions
 from probe.scaling import parse_branch_scale
 
 from . import attention as attention_analysis
-from . import collapse
+from . import collapse, sweep_points
 from .sweep_gather import SUMMARIES, THRESHOLD, gather, summaries
-from .sweep_points import Axis, Point, Store, grid, parse_counts, parse_setting, parse_words
+from .sweep_points import Axis, Point, Store, grid, parse_counts, parse_words
 
 __all__ = [
     "SUMMARIES",
@@ -150,16 +153,12 @@ class Grid:
     def axes(self) -> tuple[list[Axis], dict]:
         """The axes of the values given (two or more each) and the fixed settings (one each)."""
         given: list[tuple[str, str, tuple]] = []
-        for key, values in (self.config or {}).items():
-            if isinstance(values, str):
-                key, values = parse_setting(f"{key}={values}")
-            given.append(
-                (key, "config", tuple(values) if isinstance(values, Sequence) else (values,))
-            )
+        if self.config is not None:
+            given += [(k, "config", v) for k, v in sweep_points.parse_config(self.config)]
         scale = self.branch_scale
         if scale is not None:
             words = parse_words(scale, "branch_scale") if isinstance(scale, str) else (
-                tuple(scale) if isinstance(scale, Sequence) else (scale,))  # fmt: skip
+                sweep_points.listed(scale, "branch_scale"))  # fmt: skip
             given.append(("branch_scale", "branch_scale", words))
         if self.revisions is not None:
             given.append(("revision", "revision", parse_words(self.revisions, "revisions")))
@@ -174,11 +173,7 @@ class Grid:
             else:
                 fixed[(name, kind)] = values[0]
         if self.steps is not None:
-            steps = list(self.steps)
-            numbers = tuple(int(step) for step, _ in steps)
-            axis = Axis("step", "step", numbers, tuple(str(folder) for _, folder in steps))
-            if list(numbers) != sorted(numbers):
-                raise ProbeError("`steps` must increase along the checkpoints")
+            axis = Axis("step", "step", *sweep_points.parse_steps(self.steps))
             axes.insert(len([a for a in axes if a.kind in ("config", "branch_scale")]), axis)
         if len([a for a in axes if a.kind in ("revision", "step")]) > 1:
             raise ProbeError("give either `revisions` or `steps`, not both")
@@ -263,7 +258,8 @@ def plan(
             "`branch_scale` or `revisions`, or several checkpoints with `steps`"
         )
     points = grid(axes)
-    max_points = int(max_points)
+    max_points = checks.integer("`max_points`", max_points, 1)
+    epsilon = check_epsilon(epsilon)
     if len(points) > max_points:
         sizes = " x ".join(f"{len(a.values)} {a.name}" for a in axes)
         raise ProbeError(
@@ -274,10 +270,15 @@ def plan(
                "effective_rank": effective_rank}  # fmt: skip
     base = _fixed_request(request, given, fixed_values, options)
     sweep = Sweep(base[0], base[1], tuple(axes), points, {**options, **base[2]}, bool(attention),
-                  float(epsilon), {}, command)  # fmt: skip
-    for point in points:  # every point's request is checked before any runs
+                  epsilon, {}, command)  # fmt: skip
+    checked = set()  # every point's request and its model are checked before any runs
+    for point in points:
         try:
-            point_request(sweep, point)
+            model, inputs, run_options = point_request(sweep, point)
+            key = (repr(model), repr(inputs), repr(scale := run_options.get("branch_scale")))
+            if key not in checked:
+                checked.add(key)
+                check_models([model], inputs, branch_scale=scale)
         except ProbeError as err:
             raise ProbeError(f"point {point.label()}: {err}") from None
     sweep.fixed = _fixed_settings(sweep)

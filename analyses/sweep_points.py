@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,11 +127,28 @@ def grid(axes: Sequence[Axis]) -> list[Point]:
 # --- reading the values of an axis --------------------------------------------------------
 
 
-def parse_counts(text: str | Sequence[int], name: str, low: int, high: int) -> tuple[int, ...]:
+def listed(given, name: str) -> tuple:
+    """One value, or an ordered collection of them (a list, tuple, range or numpy array), as
+    a tuple of plain Python values (numpy scalars as the numbers they hold); ProbeError for
+    an empty or unordered collection (a set, a mapping) and for bytes."""
+    if isinstance(given, Mapping | Set | bytes | bytearray):
+        raise ProbeError(
+            f"`{name}` takes one value or a list of values, got {type(given).__name__}"
+        )
+    if getattr(given, "ndim", None) == 0:  # a numpy scalar or 0-d array: one value
+        given = given.item() if hasattr(given, "item") else given
+    many = isinstance(given, Iterable) and not isinstance(given, str)
+    values = tuple(checks.plain(v) for v in given) if many else (checks.plain(given),)
+    if not values:
+        raise ProbeError(f"`{name}` has no values; give one value or more")
+    return values
+
+
+def parse_counts(text, name: str, low: int, high: int) -> tuple[int, ...]:
     """``64,256,1024``, ``0-4`` or ``0,3,7`` (ranges inclusive) -> whole numbers in
-    [low, high], in the order given; a sequence of numbers is checked the same way."""
+    [low, high], in the order given; a number or a list of numbers is checked the same way."""
     if not isinstance(text, str):
-        return tuple(checks.integer(f"`{name}`", v, low, high) for v in text)
+        return tuple(checks.integer(f"`{name}`", v, low, high) for v in listed(text, name))
     values: list[int] = []
     for item in text.split(","):
         item = item.strip()
@@ -178,20 +195,61 @@ def parse_setting(text: str) -> tuple[str, tuple]:
         raise ProbeError(
             f"`set` takes KEY=V1,V2,... with KEY a config field; got {checks.shown(text)}"
         )
-    if key in RESERVED:
-        raise ProbeError(
-            f"`set` cannot sweep a config field named {key}: the result has a dimension of "
-            "that name"
-        )
+    config_key(key)
     items = [item.strip() for item in rest.split(",")]
     if not rest.strip() or not all(items):
         raise ProbeError(f"`set` {key} has an empty value; give KEY=V1,V2,...")
     return key, tuple(parse_value(item) for item in items)
 
 
-def parse_words(text: str | Sequence[str], name: str) -> tuple[str, ...]:
-    """A comma list of non-empty words (branch scales, revisions)."""
-    items = text.split(",") if isinstance(text, str) else [str(v) for v in text]
+def config_key(key) -> str:
+    """A config field a sweep may vary: a name, and none of the result's own dimensions."""
+    if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+        raise ProbeError(f"`config` key {key!r} is not a config field name")
+    if key in RESERVED:
+        raise ProbeError(
+            f"`set` cannot sweep a config field named {key}: the result has a dimension of "
+            "that name"
+        )
+    return key
+
+
+def parse_config(config) -> list[tuple[str, tuple]]:
+    """A sweep's ``config``, ``{field: values}`` (a list of values, one value, or a text
+    ``"V1,V2"``) -> (field, values) in the order given."""
+    if not isinstance(config, Mapping):
+        raise ProbeError(
+            "`config` takes a mapping of config fields to the values to sweep "
+            f"(such as {{'n_layer': [2, 4]}}), got {type(config).__name__}"
+        )
+    found = []
+    for key, values in config.items():
+        if isinstance(values, str):
+            found.append(parse_setting(f"{config_key(key)}={values}"))
+        else:
+            found.append((config_key(key), listed(values, "config")))
+    return found
+
+
+def parse_steps(steps) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """(training step, checkpoint folder) pairs -> the steps (whole numbers >= 0, increasing)
+    and their folders (each one that exists)."""
+    numbers, folders = [], []
+    for pair in listed(steps, "steps"):
+        if isinstance(pair, str) or not isinstance(pair, Sequence) or len(pair) != 2:
+            raise ProbeError(f"`steps` takes (step, folder) pairs, got {checks.shown(pair)}")
+        step, folder = pair
+        numbers.append(checks.integer("`steps`", step, 0, checks.MAX_SEED))
+        checks.readable_folder(folder, "`steps`", "checkpoint folder")
+        folders.append(str(folder))
+    if numbers != sorted(numbers):
+        raise ProbeError("`steps` must increase along the checkpoints")
+    return tuple(numbers), tuple(folders)
+
+
+def parse_words(text, name: str) -> tuple[str, ...]:
+    """A comma list of non-empty words (branch scales, revisions), or a list of them."""
+    items = text.split(",") if isinstance(text, str) else [str(v) for v in listed(text, name)]
     words = tuple(item.strip() for item in items)
     if not words or not all(words):
         raise ProbeError(f"`{name}` has an empty value; give a comma list")

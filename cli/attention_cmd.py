@@ -57,9 +57,12 @@ def attention(
     requests = shared.models(models)
     given = shared.inputs(sequences)
     out_dir = shared.out_dir
+    from probe.preflight import check_models
+
     from .output import check_out_dir, no_empty_folder, write_index
 
     check_out_dir(out_dir)
+    check_models(requests, given, branch_scale=branch_scale)  # all, before the first runs
     with no_empty_folder(out_dir):
         for request in requests:
             from probe.analyses import attention as analysis

@@ -93,6 +93,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
+from .checks import plain
 from .errors import ProbeError
 from .linalg.lapack import lapack
 
@@ -102,9 +103,10 @@ EPSILON = 0.3
 
 def check_epsilon(epsilon) -> float:
     """eps as a float in (0, 1), or one line naming `epsilon`."""
-    if isinstance(epsilon, bool) or not isinstance(epsilon, int | float) or not 0 < epsilon < 1:
+    number = plain(epsilon)  # a numpy scalar as the number it holds
+    if isinstance(number, bool) or not isinstance(number, int | float) or not 0 < number < 1:
         raise ProbeError(f"`epsilon` must be a number strictly between 0 and 1, got {epsilon!r}")
-    return float(epsilon)
+    return float(number)
 
 
 def _real_only(probs: Tensor, real: Tensor) -> Tensor:

@@ -25,6 +25,7 @@ while a wrong edit is off by the size of the values themselves.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -34,6 +35,7 @@ from .errors import ProbeError
 from .models.base import first
 from .models.spec import SpecAdapter
 from .models.weights import resolve_module
+from .overflow import overflow_advice
 
 #: The sources a passed self-test depends on besides the model's own (``verified_key``).
 CODE = (
@@ -105,6 +107,12 @@ def verify(probed) -> None:
         if identity.name == ENTRY and identity.error:
             raise ProbeError(identity.error)
         if not identity.holds(ULPS * eps):
+            if not identity.error and not math.isfinite(identity.max_diff + identity.scale):
+                raise ProbeError(  # not the spec: the model's own forward overflowed
+                    f"{probed.name}: the self-test's forward pass ({identity.name}) holds NaN "
+                    f"or inf: it overflowed in {str(probed.dtype).removeprefix('torch.')}; "
+                    f"{overflow_advice(probed.dtype)}"
+                )
             what = identity.error or (
                 f"off by {identity.max_diff:.3g} (values of size {identity.scale:.3g})"
             )

@@ -52,12 +52,23 @@ def path_length(text: str, name: str) -> None:
         )
 
 
+def plain(value):
+    """A numpy scalar (``np.int64(8)``, ``np.float32(0.5)``, ``np.bool_``) as the Python
+    value it holds; anything else as it is.  numpy is not imported: its scalars are told by
+    their module and 0 dimensions."""
+    if type(value).__module__ == "numpy" and getattr(value, "ndim", None) == 0:
+        return value.item()
+    return value
+
+
 def integer(option: str, value, low: int | None = None, high: int | None = MAX_COUNT) -> int:
-    """``value`` (an int, or text of ASCII digits) within [low, high], else ProbeError.
+    """``value`` (an int, a numpy integer, or text of ASCII digits) within [low, high], else
+    ProbeError.
 
     Unicode digits ("١٢"), underscores ("1_000"), signs other than a leading +, spaces
     and floats are refused: the value a user typed is the value that runs.
     """
+    value = plain(value)
     if isinstance(value, bool):
         raise ProbeError(f"{option} must be a whole number, got {value!r}")
     if isinstance(value, str):
@@ -97,7 +108,9 @@ def real(
     low_open: bool = False,
     high_open: bool = False,
 ) -> float:
-    """A finite float within the bounds (open or closed), else ProbeError."""
+    """A finite float within the bounds (open or closed), else ProbeError (a numpy scalar is
+    taken as the number it holds)."""
+    value = plain(value)
     if isinstance(value, bool):
         raise ProbeError(f"{option} must be a number, got {value!r}")
     if isinstance(value, str):
@@ -188,9 +201,21 @@ def path_state(path, option: str) -> os.stat_result | None:
         raise ProbeError(f"{option} {shown(str(path))}: not a valid path") from None
 
 
+def as_path(value, option: str, what: str = "file") -> Path:
+    """``value`` as a path: a non-empty text or ``os.PathLike`` of text, else ProbeError
+    (a number, a list or bytes is no path this process names files with)."""
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
+    if not isinstance(value, str):
+        raise ProbeError(f"{option} must be a path to a {what}, got {type(value).__name__}")
+    if not value:
+        raise ProbeError(f"{option} is empty; give a {what}")
+    return Path(value)
+
+
 def readable_file(path, option: str, what: str = "file") -> Path:
     """An existing regular file this process can read (not a folder, fifo or device)."""
-    path = Path(path)
+    path = as_path(path, option, what)
     if str(path) in ("", "."):
         raise ProbeError(f"{option} is empty; give a {what}")
     info = path_state(path, option)
@@ -207,7 +232,8 @@ def readable_file(path, option: str, what: str = "file") -> Path:
 
 
 def readable_folder(path, option: str, what: str = "folder") -> Path:
-    path = Path(path)
+    """An existing folder this process can list."""
+    path = as_path(path, option, what)
     info = path_state(path, option)
     if info is None:
         raise ProbeError(f"no such {what}: {path}")

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+import stat
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import torch
 
+from . import checks
 from .errors import ProbeError
 
 SAMPLE = "probe sample text"
@@ -121,11 +123,7 @@ def read_text(path: str | Path | None) -> tuple[str, str]:
     """(text, a description of where it came from); ``None`` is the sample text."""
     if path is None:
         return sample_text(), SAMPLE
-    path = Path(path)
-    if path.is_dir():
-        raise ProbeError(f"`text` {path} is a directory; give a UTF-8 text file")
-    if not path.is_file():
-        raise ProbeError(f"no such text file: {path}")
+    path = checks.readable_file(path, "`text`", "text file")
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
@@ -257,9 +255,11 @@ def make_image_inputs(
 
 def image_files(folder: str | Path) -> list[Path]:
     """The image files of ```images` DIR``, in name order; a clear error for anything else."""
-    folder = Path(folder)
-    if not folder.is_dir():
+    folder = checks.as_path(folder, "`images`", "folder of image files")
+    info = checks.path_state(folder, "`images`")
+    if info is None or not stat.S_ISDIR(info.st_mode):
         raise ProbeError(f"`images` {folder} is not a folder; give a folder of image files")
+    checks.readable_folder(folder, "`images`", "folder of image files")
     files = sorted(f for f in folder.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES)
     if not files:
         raise ProbeError(

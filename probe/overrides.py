@@ -20,6 +20,7 @@ import math
 import re
 from collections.abc import Iterator, Mapping
 
+from .checks import plain
 from .errors import ProbeError
 
 #: What a config key looks like (a Python identifier).
@@ -40,7 +41,8 @@ class ConfigOverrides(Mapping):
     __slots__ = ("_items",)
 
     def __init__(self, items: Mapping | None = None) -> None:
-        given = dict(items or {})
+        # A numpy scalar (np.int64(4)) is kept as the Python number it holds.
+        given = {key: plain(value) for key, value in dict(items or {}).items()}
         for key, value in given.items():
             _check_item(key, value)
         object.__setattr__(self, "_items", tuple(sorted(given.items())))

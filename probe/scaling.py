@@ -27,6 +27,7 @@ import math
 import operator
 from dataclasses import dataclass
 
+from .checks import plain
 from .errors import ProbeError
 
 #: Longest expression accepted (a typo, not a formula, beyond that).
@@ -93,7 +94,9 @@ def parse_branch_scale(text) -> BranchScale:
 
     Refused in one line: an empty text, anything but numbers, ``L``, the four operations,
     powers, parentheses and ``sqrt``/``log``/``exp``, and a value that is not finite and
-    positive at L = 1 (a constant) or at some depth (an expression that never is)."""
+    positive at L = 1 (a constant) or at some depth (an expression that never is).  A numpy
+    scalar is read as the Python number it holds."""
+    text = plain(text)
     if isinstance(text, BranchScale):
         return text
     if isinstance(text, bool) or not isinstance(text, str | int | float):

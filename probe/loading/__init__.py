@@ -78,6 +78,7 @@ __all__ = [
     "as_dtype",
     "bundled_configs",
     "check_config",
+    "preflight",
     "check_device_map",
     "check_finite",
     "check_seed",
@@ -198,18 +199,10 @@ def load(
     check_device_map(device_map)
     torch_device = as_device(device)
     name = str(name_or_path)
-    location, where = locate(name)
-    check_revision(name, location, revision)
-    where += "" if revision is None else f" at revision {revision}"
-
-    config = config_at(name, location, prefer_bundled=init == "random", revision=revision)
-    adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
-    if overrides is not None:
-        config = apply_overrides(name, config, overrides)
-    with _named(name, overrides):  # a point the config rejects says which point
-        adapter.check(config)
-        config._attn_implementation = "eager"
-        check_size(name, config, adapter, torch_device, torch_dtype)
+    location, where, config, adapter = preflight(
+        name, init, config=overrides, revision=revision, device=torch_device, dtype=torch_dtype
+    )
+    config._attn_implementation = "eager"
 
     identity = checkpoint_identity(location, where, config, pretrained=init == "pretrained")
     identity |= request_identity(overrides, revision)
@@ -347,6 +340,68 @@ def wrap(
 OVERRIDES_AT_RANDOM_INIT = (
     "`config` changes the architecture, so it runs at random init only; use `init` random"
 )
+
+
+def _configured(name: str, init: str, overrides, revision: str | None):
+    """(location, where, config, adapter) of a load: the config read for ``init``, with
+    ``overrides`` applied, each key and value checked (:func:`apply_overrides`)."""
+    location, where = locate(name)
+    check_revision(name, location, revision)
+    where += "" if revision is None else f" at revision {revision}"
+    config = config_at(name, location, prefer_bundled=init == "random", revision=revision)
+    adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
+    if overrides is not None:
+        config = apply_overrides(name, config, overrides)
+    return location, where, config, adapter
+
+
+def preflight(
+    name,
+    init: str = "pretrained",
+    *,
+    config: Mapping | None = None,
+    revision: str | None = None,
+    device: str | torch.device | None = None,
+    dtype: str | torch.dtype | None = None,
+):
+    """What [`load`][probe.loading.load] refuses a model for before it reads a weight: where
+    it is, its revision, its config with the `config` overrides (an unknown key, a value of
+    another type, 0 layers, heads that do not divide the width), its family and what that
+    family refuses, its size against the device.  Reads the config only.
+
+    Parameters
+    ----------
+    name
+        A model name or folder.
+    init
+        `pretrained` or `random`: which config is read (a bundled one for random init).
+    config
+        Config overrides (`{"n_layer": 4}`), or None.
+    revision
+        The hub revision to read the config at, or None.
+    device
+        Where the model would run; None: the CPU.
+    dtype
+        The precision it would run in; None: float32.
+
+    Returns
+    -------
+    tuple
+        ``(location, where, config, adapter)``: the model's folder or hub id, words for
+        where it came from, the config with the overrides, the family's adapter.
+
+    Raises
+    ------
+    ProbeError
+        One line; with overrides it names the settings (`gpt2 with n_layer=0: ...`).
+    """
+    overrides = freeze(config)
+    name = str(name)
+    location, where, checked, adapter = _configured(name, init, overrides, revision)
+    with _named(name, overrides):  # a point the config rejects says which point
+        adapter.check(checked)
+        check_size(name, checked, adapter, as_device(device), as_dtype(dtype))
+    return location, where, checked, adapter
 
 
 @contextlib.contextmanager
