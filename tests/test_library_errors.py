@@ -102,6 +102,7 @@ def test_a_bad_value_is_one_probe_error_line_naming_it(call, name):
         ({"n_layer": [2, 1.5]}, "n_layer=1.5"),
         ({"n_head": [4, 3]}, "n_head=3"),
         ({"no_such_field": [1, 2]}, "no_such_field"),
+        ({"vocab_size": [100, 0]}, "vocab_size=0"),  # random ids from no vocabulary
     ],
 )
 def test_a_config_value_no_model_takes_is_refused_before_any_point(

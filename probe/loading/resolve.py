@@ -232,6 +232,11 @@ def check_config(name: str, config, adapter: Adapter) -> int:
         raise ProbeError(
             f"the config of {name}: hidden size {hidden} is not a multiple of its {heads} heads"
         )
+    vocab = getattr(config, "vocab_size", None)  # None: the model reads no token ids
+    if vocab is not None and (not isinstance(vocab, int) or isinstance(vocab, bool) or vocab < 1):
+        raise ProbeError(
+            f"the config of {name} has vocab_size {vocab!r}; it must be a positive whole number"
+        )
     try:
         if layers > WHOLE_BUILD_LAYERS and (counted := _extrapolated(config, adapter, layers)):
             return counted
