@@ -52,6 +52,7 @@ from probe.errors import ProbeError
 from probe.inputs import Encoded, model_inputs
 from probe.loading import ProbedModel
 from probe.overflow import check_finite
+from probe.preflight import check_tokens
 from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
 from probe.results import utc_now, versions
 from probe.scaling import ONE, BranchScale, parse_branch_scale
@@ -172,11 +173,7 @@ def run(
     alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
     clean = TRANSFORMER if alpha == 1 else Ablation(branch_scale=alpha)
     check_norm_variant(first, clean)  # a family outside the walker refuses a scale
-    limit = first.adapter.max_tokens(first.config)
-    if first.adapter.inputs == "ids" and limit is not None and given.tokens > limit:
-        raise ProbeError(
-            f"{first.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
-        )
+    check_tokens(first, given.tokens)
     tokens = given.tokens
     if first.adapter.inputs == "pixels":
         from probe.inputs import image_tokens

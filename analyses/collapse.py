@@ -46,6 +46,7 @@ from probe.inputs import check_input_kind, image_files, model_inputs, read_text
 from probe.loading import ProbedModel
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
+from probe.preflight import check_tokens
 from probe.request import (
     Inputs,
     Model,
@@ -208,11 +209,7 @@ def prepare(
             check_norm_variant(first, replace(PRESETS[name], branch_scale=alpha))
     check_input_kind(first, given.text, given.images)
     tokens, batch_size = given.tokens, given.batch_size
-    limit = first.adapter.max_tokens(first.config)
-    if first.adapter.inputs == "ids" and limit is not None and tokens > limit:
-        raise ProbeError(
-            f"{first.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
-        )
+    check_tokens(first, tokens)
     # "all": every image of the folder, or as many sequences as the text holds (one per
     # `tokens` characters at most).
     if given.sequences != "all":

@@ -53,7 +53,7 @@ from .stats import (
     stats,
 )
 
-# The style and colour names are probe.plot_style's, importable from here as before.
+# The style and colour names live in probe.plot_style; they are importable from here too.
 __all__ = [
     "COLOURS",
     "LINESTYLES",

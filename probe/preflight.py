@@ -68,13 +68,33 @@ def _check_model(request, name: str, inputs, tokens, branch_scale) -> None:
                 )
         probed = SimpleNamespace(name=name, adapter=adapter, config=config)
         check_input_kind(probed, inputs.text, inputs.images)
-        limit = adapter.max_tokens(config)
-        if adapter.inputs == "ids" and limit is not None and tokens is not None and tokens > limit:
-            raise ProbeError(
-                f"{name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
-            )
+        if tokens is not None:
+            check_tokens(probed, tokens)
         if branch_scale is not None:
             _check_branch_scale(probed, adapter, config, branch_scale)
+
+
+def check_tokens(probed, tokens: int) -> None:
+    """A model that reads token ids takes at most its position table's length of them.
+
+    Parameters
+    ----------
+    probed
+        A [`ProbedModel`][probe.loading.ProbedModel], or anything with its `name`,
+        `adapter` and `config`.
+    tokens
+        Tokens per sequence the run asks for.
+
+    Raises
+    ------
+    ProbeError
+        One line with the model's limit.
+    """
+    limit = probed.adapter.max_tokens(probed.config)
+    if probed.adapter.inputs == "ids" and limit is not None and tokens > limit:
+        raise ProbeError(
+            f"{probed.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
+        )
 
 
 def _check_branch_scale(probed, adapter, config, branch_scale) -> None:

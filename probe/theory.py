@@ -66,7 +66,7 @@ from .theory_norms import (
     residual_norms,
 )
 
-# The norms are probe.theory_norms', importable from here as before.
+# The norms live in probe.theory_norms; they are importable from here too.
 __all__ = [
     "GATED",
     "PANEL_SEQUENCES",
