@@ -11,8 +11,8 @@ Runs the same batches of a random-init model through
 
 interleaved so that machine noise hits them alike, and prints the medians and the ratios
 (b)/(a) and (c)/(a), of wall-clock time and of the process's CPU time (all threads: on a
-machine shared with other work, the CPU time is the steadier of the two).  The issue's goal is (b)/(a) <= 1.3 at bert-base 32 x 128 and at the
-Llama-3.2-1B config at 4 x 1024 (on a GPU):
+machine shared with other work, the CPU time is the steadier of the two).  The goal is
+(b)/(a) <= 1.3 at bert-base 32 x 128 and at the Llama-3.2-1B config at 4 x 1024 (on a GPU):
 
     python benchmarks/attention.py --model bert-base-uncased --batch 32 --tokens 128
     python benchmarks/attention.py --model meta-llama/Llama-3.2-1B --batch 4 --tokens 1024 \

@@ -116,8 +116,8 @@ PROBE="$BIN/probe"
 step "tests marked cuda" 120 "$PY" -m pytest -q -m cuda -p no:cacheprovider --tb=line -rf \
     tests/test_cuda.py tests/test_metrics.py
 
-# The first GPU run spent its whole 260 s on three of eight rows with 3 repeats and the
-# profile each: the small size gets those, the large ones one run each.
+# With 3 repeats and the profile at every size, only three of the eight rows fit in 260 s
+# on an H100: the small size gets those, the large ones one run each.
 step "collapse.run vs its forwards, $SMALL" 70 "$PY" benchmarks/collapse_e2e.py \
     --device "$DEVICE" --sizes "$SMALL" --dtype float32,bfloat16 --repeats "$REPEATS" --profile
 

@@ -4,7 +4,7 @@ For each model (random init), ``probe.theory.layer_constants`` runs
 
   (a) with each layer's products (each head's W_QK and W_V W_O, the MLP's two matrices) one
       at a time in one serial thread;
-  (b) as it runs now, the products side by side in ``probe.linalg.lapack.serial_threads``
+  (b) as probe runs them, the products side by side in ``probe.linalg.lapack.serial_threads``
       (as many serial threads as torch's intra-op setting);
 
 interleaved ``--repeats`` times after one warm-up each; the medians, their ratio (b)/(a),
