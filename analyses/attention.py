@@ -51,7 +51,7 @@ from probe.attention_stats import (
 from probe.errors import ProbeError
 from probe.inputs import Encoded, model_inputs
 from probe.loading import ProbedModel
-from probe.overflow import check_finite
+from probe.overflow import DEGENERATE, check_finite, check_nonzero
 from probe.preflight import check_tokens
 from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
 from probe.results import utc_now, versions
@@ -99,6 +99,10 @@ LONG_NAMES = {
     "input_ids": "token ids that ran (-1: padding; pixel inputs: the patch index)",
     "token_text": "the tokenizer's string of each token ('' for padding or without a tokenizer)",
 }
+
+
+#: Why a run of one sequence has no anisotropy, in its variable's ``note``.
+ONE_SEQUENCE = "NaN: one sequence has no pair of tokens from different sequences; run two or more"
 
 
 def has_attention(probed: ProbedModel) -> bool:
@@ -160,7 +164,8 @@ def run(
         A request that cannot run: an `epsilon` outside (0, 1), `sequences="all"`, more
         tokens than the model takes, a branch scale its family does not run, weights that
         cannot be had, too little memory; a forward pass that overflows, at its first layer
-        holding NaN or inf (`probe.overflow`).
+        holding NaN or inf (`probe.overflow`); degenerate weights: a layer all zero in a
+        sequence, or zero in half its entries or more in every sequence.
     """
     epsilon = check_epsilon(epsilon)
     scale = parse_branch_scale(branch_scale)
@@ -195,6 +200,7 @@ def run(
             done += 1
             if progress is not None:
                 progress(done, len(models) * len(batches), f"{probed.init} attention")
+        _check_medians(probed, sums)
         totals.append(sums)
     if command is None and isinstance(request.source, str | Path):
         dtype = dtype_name(first.dtype)
@@ -252,9 +258,26 @@ def measure_batch(
                 check_finite(probs, keep, layer, where, "attention probabilities", scaled)
                 sums.add_heads(layer, head_sums(probs, real, spectrum, adapter.causal, epsilon))
             check_finite(values["x"], real, layer, where, scaled=scaled)
+            check_nonzero(values["x"], real, layer, where, why=ZERO_LAYER)
             sums.add_hidden(layer, values["x"], real, start)
     if len(sums.massive) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(sums.massive)} layers, expected {probed.n_layers + 1}")
+
+
+#: What a layer whose tokens are all zero in a sequence does to this analysis.
+ZERO_LAYER = "nothing is there to measure and the next layer's attention sees no token"
+
+
+def _check_medians(probed: ProbedModel, sums: Totals) -> None:
+    """Refuse, in one line, a layer whose median |entry| is 0 in every sequence: its
+    massive_ratio would divide by 0 (every entry zero is refused at the layer already)."""
+    for layer in sorted(sums.massive):
+        if float(sums.massive[layer]["median"]) == 0:
+            raise ProbeError(
+                f"{probed.name} ({probed.init}): layer {layer}'s token representations are "
+                "zero in half their entries or more in every sequence, so massive_ratio "
+                f"divides by a median of 0: {DEGENERATE}"
+            )
 
 
 def token_text(probed: ProbedModel, encoded: Encoded) -> tuple[np.ndarray, np.ndarray]:
@@ -320,6 +343,8 @@ def _dataset(
         ds[name] = ds[name].astype(np.int64)
     for name, long_name in LONG_NAMES.items():
         ds[name].attrs["long_name"] = long_name
+    if encoded.sequences == 1:
+        ds["anisotropy"].attrs["note"] = ONE_SEQUENCE
     ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output)"
     ds.attrs = {
         "analysis": "attention",

@@ -26,7 +26,7 @@ from probe.ablate import PRESETS, Ablation
 from probe.inputs import Encoded
 from probe.loading import ProbedModel
 from probe.names import METRICS
-from probe.overflow import check_finite
+from probe.overflow import check_finite, check_nonzero, has_zero_sequence
 from probe.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
@@ -213,12 +213,15 @@ def _measure_cuda(plan: Plan, sequences: int, runs: list, ready) -> dict[str, np
     with torch.cuda.stream(side):
         side.wait_event(ready)
         layers = [layer for _, _, per_layer, _ in runs for layer in per_layer]
-        finite = torch.stack([torch.isfinite(x).all() for x, _ in layers]).cpu()  # one wait
-        for index in torch.nonzero(~finite).flatten().tolist():
+        # Per layer: all finite, and no sequence all zero; both read back in one wait.
+        flags = [(torch.isfinite(x).all(), has_zero_sequence(x, real)) for x, real in layers]
+        flags = torch.stack([torch.stack(f) for f in flags]).cpu()
+        for index in torch.nonzero(~flags[:, 0] | flags[:, 1]).flatten().tolist():
             x, real = layers[index]
             i, j, per_layer, _ = runs[index // len(runs[0][2])]
-            # raises where real tokens overflowed
+            # raises where real tokens overflowed, or are all zero in a sequence
             check_finite(x, real, index % len(per_layer), *_scope(plan, i, j))
+            check_nonzero(x, real, index % len(per_layer), *_scope(plan, i, j)[:2])
         values = iter(measure_layers(layers, plan.metrics, plan.effective_rank, _to_host))
         measured = []
         for i, j, per_layer, tap in runs:
@@ -319,6 +322,7 @@ class Reducer:
                 values = cached
         if values is None:
             check_finite(x, mask, layer, *self.scope)
+            check_nonzero(x, mask, layer, *self.scope[:2])
             values = metrics.collapse_metrics(x, mask, self.metrics, self.method)
             values = {name: value.cpu() for name, value in values.items()}
             if layer == 0:

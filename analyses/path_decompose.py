@@ -70,6 +70,7 @@ import xarray as xr
 from probe import frozen
 from probe.errors import ProbeError
 from probe.loading import ProbedModel, onloaded
+from probe.overflow import DEGENERATE
 from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 
@@ -139,7 +140,9 @@ def decompose(
     ------
     ProbeError
         A request that cannot run: a family whose paths are not decomposable,
-        `sequences="all"`, `images`, more tokens than the model takes, too little memory.
+        `sequences="all"`, `images`, more tokens than the model takes, too little memory;
+        a forward pass that overflows; degenerate weights (a layer, or every path through
+        it, all zero in a sequence).
     """
     request, given = request_of(
         model, inputs, flat, sequences=8, tokens=128, batch_size=4, dtype="float64"
@@ -192,9 +195,11 @@ def decompose(
                 if layer < K:
                     stats = layer_stats(terms, const, run["xs"][layer])
                     check_reconstruction(probed, layer, stats["reconstruction_error"])
+                    check_defined(probed, f"layer {layer}", stats)
                     _fill(per_layer, i, layer, rows, stats)
             terms, const = output_terms(run, terms, const)
             out = layer_stats(terms, const, None)
+            check_defined(probed, "the output", out)
             output["output_share"][i, :, rows] = out["share"]
             output["output_error"][i, :, rows] = out["truncation_error"]
             y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
@@ -242,6 +247,21 @@ def check_reconstruction(probed: ProbedModel, layer: int, error: np.ndarray) -> 
             f"of {str(probed.dtype).removeprefix('torch.')}); the {probed.family} family's "
             "entry (its Heads layout, its norms) does not fit this model"
         )
+
+
+def check_defined(probed: ProbedModel, part: str, stats: dict) -> None:
+    """Refuse, in one line, a decomposition whose shares or errors came out NaN or inf.
+
+    Every entry of ``stats`` (``layer_stats``) is computed (no path length past the layer):
+    one that is not finite divided by a zero norm, all of a sequence's path terms or its
+    X_l zero.  An all-zero X_l is refused before (``path_frozen``); this is the rest, e.g.
+    a post-LN layer whose norm scales every path by zero, leaving only its biases."""
+    for name, value in stats.items():
+        if not np.isfinite(value).all():
+            raise ProbeError(
+                f"{probed.name} ({probed.init}, SAN+skip): the {name} of {part} is 0/0 (its "
+                f"paths, or what they sum to, are all zero in a sequence): {DEGENERATE}"
+            )
 
 
 def _fill(per_layer: dict, i: int, layer: int, part: slice, stats: dict) -> None:

@@ -20,12 +20,16 @@ import torch
 from probe import frozen, metrics
 from probe.ablate import SAN_SKIP
 from probe.loading import ProbedModel, onloaded
-from probe.overflow import check_finite
+from probe.overflow import check_finite, check_nonzero
 
 #: The norms every share and error is reported in: Frobenius and the paper's l1inf.
 NORMS = ("fro", "l1inf")
 #: What the SAN+skip run's reads hold, as an overflow names them (else token representations).
 WHAT = {"attn": "attention probabilities"}
+#: What a layer whose tokens are all zero in a sequence does to the decomposition.
+ZERO_PATHS = "every share and error of its paths is 0/0"
+#: The output the final norm (and projection) makes of X_L, as an all-zero one is named.
+FINAL_OUTPUT = "tokens after the final norm"
 
 
 def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
@@ -47,10 +51,13 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
     # An overflow stops the run (probe.overflow); every entry, padding too, feeds the frozen
     # network, so all are checked; a layer's output X_l last, as the forward makes it.
     where, every = f"{probed.name} ({probed.init}, SAN+skip)", torch.tensor(True)
+    real = attention_mask.bool()
     for n, r in enumerate(reads):
         for key, v in sorted(r.items(), key=lambda item: item[0] == "x"):
             if torch.is_tensor(v):
                 check_finite(v, every, n, where, WHAT.get(key, "token representations"))
+        # Every share and error of layer n divides by a norm of X_n or of its paths' terms.
+        check_nonzero(r["x"], real, n, where, why=ZERO_PATHS)
     xs = [r["x"].to(torch.float64) for r in reads]
     layers = [
         frozen.freeze(w, r["attn"], r["norm_input"], r.get("branch_norm_input"))
@@ -74,6 +81,7 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
     if norm is not None or projection is not None:
         # The real output: the model's own final norm (and projection) on the real X_L.
         output = probed.adapter.final_output(probed.model, reads[-1]["x"]).to(torch.float64)
+        check_nonzero(output, real, len(reads) - 1, where, FINAL_OUTPUT, ZERO_PATHS)
     return {
         "x0": xs[0],
         "xs": xs,

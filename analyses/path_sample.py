@@ -43,7 +43,7 @@ from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
 from probe.loading import ProbedModel
 from probe.names import ORDERS
-from probe.overflow import check_finite
+from probe.overflow import check_finite, check_nonzero
 from probe.paths import SKIP, count_by_length, path_str, random_path
 from probe.paths import Path as PathTuple
 from probe.request import Inputs, Model
@@ -108,8 +108,8 @@ def sample(
     ProbeError
         A request that cannot run (`sequences="all"`, `images`, more tokens than the
         model takes, more samples than a depth has distinct (path, sequence) pairs, too
-        little memory), or attention
-        probabilities that overflowed to NaN or inf.
+        little memory), attention probabilities that overflowed to NaN or inf, or
+        degenerate weights (a layer an attention reads all zero in a sequence).
     """
     request, given = request_of(model, inputs, flat, sequences=32, tokens=128, batch_size=8)
     checks.integer("`samples`", samples, 1)
@@ -174,6 +174,12 @@ def draw(layers: int, heads: int, samples: int, sequences: int, seed: int):
     ]
 
 
+#: What a layer whose tokens are all zero in a sequence does to the attention after it.
+SEES_NO_TOKEN = (
+    "the next layer's attention sees no token (its probabilities are set by the positions alone)"
+)
+
+
 def attention_slices(
     probed: ProbedModel,
     input_ids: torch.Tensor,
@@ -194,6 +200,7 @@ def attention_slices(
     ]
     picked: list[torch.Tensor] = []  # outside the trace: nnsight keeps what the body appends
     root = probed.envoy
+    real, scope = attention_mask.to(device).bool(), f"{probed.name} ({probed.init})"
     with (
         torch.no_grad(),
         root.trace(
@@ -201,7 +208,10 @@ def attention_slices(
         ) as tracer,
     ):
         layer = 0
-        for reads in probed.adapter.paths_stream(root, tracer, TRANSFORMER, norms=False):
+        stream = probed.adapter.paths_stream(root, tracer, TRANSFORMER, norms=False)
+        for n, reads in enumerate(stream):
+            if n < probed.n_layers:  # X_n, which the attention of layer n + 1 reads
+                check_nonzero(reads["x"], real, n, scope, why=SEES_NO_TOKEN)
             if "attn" not in reads:
                 continue  # X_0
             seqs, heads = index[layer]

@@ -23,16 +23,15 @@ and a summary of its collapse curve:
   ``massive_ratio`` (init, layer) itself; NaN where not measured (the Fastformer has no
   attention probabilities: its sink rate is NaN, and ``attention=False`` measures neither).
 
-[`gather`][probe.analyses.sweep.gather] stacks the points along the swept dimensions (coordinates: the swept values
-as given).  Points of different depth have different ``layer`` sizes: the per-layer
-variables are padded with NaN beyond a point's last layer; points of different token counts
-keep their own ``sequence`` sizes the same way (the summaries need no padding).  Attributes
-every point shares are kept; those that differ (the config, each point's settings and
-command) are per point in the variables ``command`` and ``point_id``.
+[`gather`][probe.analyses.sweep.gather] stacks the points along the swept dimensions
+(coordinates: the swept values as given).  Points of different depth have different
+``layer`` sizes: the per-layer variables are NaN beyond a point's last layer; points of
+different token counts keep their own ``sequence`` sizes the same way.  Attributes every
+point shares are kept; those that differ (its config, what it removed) become variables.
 
-Each finished point is a file of its own in the store (``sweep_points.Store``), so a
-stopped sweep resumes where it stopped; under torchrun the ranks take the points round
-robin (``part``) and rank 0 gathers them, bit for bit what one process gives.
+Each finished point is a file of its own in the store (``sweep_points.Store``), shared by
+the grids that hold it; under torchrun the ranks take the points round robin (``part``)
+and rank 0 gathers them, bit for bit what one process gives.
 """
 
 from __future__ import annotations
@@ -56,9 +55,9 @@ from probe.results import settings_id, versions
 from probe.scaling import parse_branch_scale
 
 from . import attention as attention_analysis
-from . import collapse, sweep_points
+from . import collapse, sweep_axes, sweep_points
 from .sweep_gather import SUMMARIES, THRESHOLD, gather, summaries
-from .sweep_points import Axis, Point, Store, grid, parse_counts, parse_words
+from .sweep_points import FOLDER, Axis, Point, Store, grid, parse_counts, parse_words
 
 __all__ = [
     "SUMMARIES",
@@ -123,8 +122,9 @@ class Sweep:
         grid_ = [[a.name, [str(v) for v in a.values]] for a in self.axes]
         return settings_id({**self.fixed, "grid": grid_})
 
-    def store(self, out_dir: str | Path, name: str) -> Store:
-        return Store(Path(out_dir) / f"{name}.points", self.fixed)
+    def store(self, out_dir: str | Path) -> Store:
+        """The store of every sweep written to ``out_dir`` (``sweep_points.FOLDER``)."""
+        return Store(Path(out_dir) / FOLDER, self.fixed)
 
 
 @dataclass(frozen=True)
@@ -250,7 +250,7 @@ def plan(
     if given.ids is not None:
         raise ProbeError("a sweep makes the inputs of each point: give `text`, or none")
     if wanted.steps is None and wanted.revisions is None:
-        wanted = replace(wanted, steps=_series(str(request.source)))
+        wanted = replace(wanted, steps=sweep_points.series(str(request.source)))
     axes, fixed_values = wanted.axes()
     if not axes:
         raise ProbeError(
@@ -278,22 +278,12 @@ def plan(
             key = (repr(model), repr(inputs), repr(scale := run_options.get("branch_scale")))
             if key not in checked:
                 checked.add(key)
-                check_models([model], inputs, branch_scale=scale)
+                check_models([model], inputs, branch_scale=scale, tokenize=True, variants=variants)
         except ProbeError as err:
             raise ProbeError(f"point {point.label()}: {err}") from None
+    sweep_axes.check(sweep, point_request)
     sweep.fixed = _fixed_settings(sweep)
     return sweep
-
-
-def _series(name: str) -> list[tuple[int, str]] | None:
-    """A checkpoint series (``gpt2-tiny-steps``, or a folder one training run wrote): its
-    (step, folder) pairs; None for any other name.  A damaged series is said in one line."""
-    try:
-        from probe.loading.shipped import series
-    except ImportError:  # no series ship with this version
-        return None
-    found = series(name)
-    return [(int(step), str(folder)) for step, folder in found] if found else None
 
 
 def _fixed_request(request: Model, given: Inputs, fixed: dict, options: dict):
@@ -340,14 +330,15 @@ def point_request(sweep: Sweep, point: Point) -> tuple[Model, Inputs, dict]:
 
 
 def _fixed_settings(sweep: Sweep) -> dict:
-    """What identifies the sweep's points beside their own values (the store's name)."""
+    """What identifies the sweep's points beside their own values: the weights and inputs by
+    their bytes (a folder's files, the text, the images), the rest by value."""
+    from probe.loading.identity import folder_fingerprint
+
     model, inputs = sweep.model, sweep.inputs
     identity = {k: v for k, v in vars(model).items() if k not in ("source",)}
     identity = {k: (list(v) if isinstance(v, tuple) else v) for k, v in identity.items()}
     source = str(model.source)
     if Path(source).expanduser().is_dir() and not any(a.kind == "step" for a in sweep.axes):
-        from probe.loading.identity import folder_fingerprint
-
         source = folder_fingerprint(Path(source).expanduser())
     text = None
     if inputs.text is not None:
@@ -359,7 +350,7 @@ def _fixed_settings(sweep: Sweep) -> dict:
         **identity,
         "device": device,
         "text": text,
-        "images": str(inputs.images) if inputs.images is not None else None,
+        "images": folder_fingerprint(inputs.images) if inputs.images is not None else None,
         "sequences": inputs.sequences,
         "tokens": inputs.tokens,
         "batch_size": inputs.batch_size,
@@ -452,18 +443,25 @@ def execute(
     mine = list(range(rank, len(sweep.points), size))
     for done, index in enumerate(mine):
         point = sweep.points[index]
-        ds = store.read(point) if store is not None else None
-        label = f"point {point.label()}" + (" (kept from an earlier run)" if ds is not None else "")
-        if ds is None:
-            start = time.perf_counter()
-            ds = run_point(sweep, point, warn)
-            ds.attrs["seconds"] = round(time.perf_counter() - start, 3)
-            if store is not None:
-                store.write(point, ds)
+        if store is not None:
+            ds, kept = store.keep(point, lambda p=point: _timed(sweep, p, warn))
+        else:
+            ds, kept = _timed(sweep, point, warn), False
+        label = f"point {point.label()}" + (" (kept from an earlier run)" if kept else "")
         results[index] = ds
         if progress is not None:
             progress(done + 1, len(mine), label)
     return results
+
+
+def _timed(sweep: Sweep, point: Point, warn) -> xr.Dataset:
+    start = time.perf_counter()
+    try:
+        ds = run_point(sweep, point, warn)
+    except ProbeError as err:  # what only the run finds (an overflow), named by its point
+        raise ProbeError(f"point {point.label()}: {err}") from None
+    ds.attrs["seconds"] = round(time.perf_counter() - start, 3)
+    return ds
 
 
 def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
@@ -496,5 +494,7 @@ def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
         A sweep or point that cannot run (see [`plan`][probe.analyses.sweep.plan]).
     """
     sweep = plan(model, inputs, **options)
-    kept = Store(store, sweep.fixed) if store is not None else None
-    return gather(sweep, execute(sweep, kept, progress=progress))
+    if store is None:
+        return gather(sweep, execute(sweep, progress=progress))
+    with Store(store, sweep.fixed).using() as kept:
+        return gather(sweep, execute(sweep, kept, progress=progress))

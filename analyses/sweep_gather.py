@@ -104,8 +104,12 @@ def gather(sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
     present = [(p, ds) for p, ds in zip(sweep.points, datasets, strict=True) if ds is not None]
     if not present:
         raise ProbeError("no point of the sweep has finished yet")
+    varying = _varying_attrs([ds for _, ds in present], {a.name for a in axes})
     parts = []
     for _, ds in present:
+        ds = ds.assign(
+            {name: kind(ds.attrs.get(name, empty)) for name, (kind, empty) in varying.items()}
+        )
         ds = ds.assign(
             command=str(ds.attrs.get("command", "")),
             point_id=str(ds.attrs.get("settings_id", "")),
@@ -140,6 +144,40 @@ def gather(sweep, datasets: Sequence[xr.Dataset | None]) -> xr.Dataset:
             stacked = stacked.assign_coords(folder=(axis.name, list(axis.folders)))
     stacked.attrs.update(_attrs(sweep, len(present)))
     return stacked
+
+
+#: Attributes of a point that gather keeps as variables of their own (or the grid says).
+_PER_POINT = {"command", "settings_id", "created", "seconds", "n_layers", "branch_scale_value",
+              "sweep_point", "sweep_values"}  # fmt: skip
+
+
+def _varying_attrs(datasets: Sequence[xr.Dataset], swept: set[str]) -> dict[str, tuple]:
+    """The attributes whose values differ between points (what a point's removal variants
+    removed, its config, its checkpoint), each kept as a variable along the swept dims
+    instead of dropped: name -> (type, value where a point lacks it).  A number stays one
+    where every point has a number of one type; anything else is text."""
+    names = sorted({k for ds in datasets for k in ds.attrs} - _PER_POINT - swept)
+    found = {}
+    for name in names:
+        values = [ds.attrs.get(name) for ds in datasets]
+        if all(isinstance(v, str) for v in values) and len(set(values)) == 1:
+            continue
+        if all(_same(v, values[0]) for v in values):
+            continue
+        kinds = {type(v) for v in values}
+        if kinds <= {int, np.int64} or kinds <= {float, np.float64}:
+            found[name] = (float, np.nan) if float in kinds or np.float64 in kinds else (int, -1)
+        else:
+            found[name] = (_text, "")
+    return found
+
+
+def _same(a, b) -> bool:
+    return type(a) is type(b) and np.array_equal(np.asarray(a), np.asarray(b))
+
+
+def _text(value) -> str:
+    return value if isinstance(value, str) else json.dumps(np.asarray(value).tolist())
 
 
 def _attrs(sweep, done: int) -> dict:

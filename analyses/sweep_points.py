@@ -19,18 +19,30 @@ The grid is the product of the axes, in their order, the last varying fastest.  
 the sweep's fixed settings and its own values, so the same point of a larger grid (one more
 seed, say) is the same file.
 
-The store (:class:`Store`): one netCDF file per finished point in a folder beside the
-result, ``<out>/<name>.points/point-<id>.nc``, written as a unit of one
+The store (:class:`Store`): one netCDF file per finished point in one folder for every
+sweep written to the same place, ``<out>/sweep-points/point-<id>.nc``, written as a unit
 (:func:`probe.results.save_result`: staged, then renamed), so an interrupted or killed sweep
-keeps its finished points and never holds half of one.  A point file records the settings it
-was computed with (attribute ``sweep_point``); the store takes a file as the point only when
-they match, so a sweep never gives a point that ran with other settings than the ones it
-names.
+keeps its finished points and never holds half of one.  A point's id hashes what it ran: the
+weights (a folder by its files' bytes), the inputs (the text's and the images' bytes), the
+settings and the point's own values, never the grid, so any grid that holds the point finds
+it.  A point file records those settings (attribute ``sweep_point``); the store takes a file
+as the point only when they match.
+
+Several processes may share a store (two sweeps into one folder, the ranks of a torchrun
+job): a point is run under its claim (an exclusive ``flock`` on ``point-<id>.lock``), and
+read again once claimed, so a point another process has just finished is read, not run
+twice.  A sweep holds the store shared while it runs (:meth:`Store.using`); only a sweep that
+can hold it alone removes its points once its result is written, so no sweep removes a
+point another is reading.  Points of other grids stay, and are named, for the sweeps that
+resume from them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import re
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -42,6 +54,8 @@ from probe import checks
 from probe.errors import ProbeError
 from probe.results import ENGINE, save_result, settings_id
 
+#: The store's folder in a sweep's `out`, shared by every sweep written there.
+FOLDER = "sweep-points"
 #: What each kind of axis changes; dimensions with these names are not config fields.
 KINDS = ("config", "branch_scale", "revision", "step", "tokens", "seed")
 #: Names a config field may not take as a dimension: the result's own dimensions.
@@ -256,6 +270,15 @@ def parse_words(text, name: str) -> tuple[str, ...]:
     return words
 
 
+def series(name: str) -> list[tuple[int, str]] | None:
+    """A checkpoint series (``gpt2-tiny-steps``, or a folder one training run wrote): its
+    (step, folder) pairs; None for any other name.  A damaged series is said in one line."""
+    from probe.loading.shipped import series as shipped
+
+    found = shipped(name)
+    return [(int(step), str(folder)) for step, folder in found] if found else None
+
+
 # --- the store ------------------------------------------------------------------------------
 
 
@@ -291,6 +314,7 @@ class Store:
     def __init__(self, folder: str | Path, fixed: dict) -> None:
         self.folder = Path(folder)
         self.fixed = fixed
+        self._held: int | None = None  # the descriptor of `using`'s shared hold
 
     def path(self, point: Point) -> Path:
         return self.folder / f"point-{point_id(self.fixed, point)}.nc"
@@ -331,4 +355,88 @@ class Store:
         ds = ds.copy()
         ds.attrs["sweep_point"] = self.expected(point)
         ds.attrs["sweep_values"] = json.dumps(point.as_dict(), default=str)
+        self.folder.mkdir(parents=True, exist_ok=True)
         return save_result(ds, self.path(point))
+
+    def keep(self, point: Point, compute) -> tuple[xr.Dataset, bool]:
+        """The point: read from the store (True), or ``compute()`` d and written (False).
+
+        The point is run under its claim and looked for again once claimed: a process that
+        waited for another to finish the point reads it instead of running it again."""
+        ds = self.read(point)
+        if ds is not None:
+            return ds, True
+        self.folder.mkdir(parents=True, exist_ok=True)
+        claim = self.path(point).with_suffix(".lock")
+        with _locked(claim, fcntl.LOCK_EX):
+            try:
+                ds = self.read(point)
+                kept = ds is not None
+                if ds is None:
+                    ds = compute()
+                    self.write(point, ds)
+            finally:
+                # Removed while held: a process waiting on it looks for the point once it
+                # has the claim; one arriving later claims a new file.
+                claim.unlink(missing_ok=True)
+        return ds, kept
+
+    @contextlib.contextmanager
+    def using(self):
+        """Hold the store shared while a sweep runs, so none removes points it needs."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            with _locked(self.folder / ".in-use", fcntl.LOCK_SH) as fd:
+                self._held = fd
+                yield self
+        finally:
+            self._held = None
+            _tidy(self.folder)  # once this sweep's hold is let go
+
+    def clean(self, points: Sequence[Point]) -> int:
+        """After the result is written: remove ``points``' files if no other sweep uses the
+        store, and the folder once nothing is left in it.  Returns how many files of other
+        sweeps' points stay (0 when the folder is gone, or another sweep holds it)."""
+        if self._held is not None:
+            try:  # shared -> alone, without waiting: another sweep may need these points
+                fcntl.flock(self._held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                return 0
+        for point in points:
+            self.path(point).unlink(missing_ok=True)
+        return len(list(self.folder.glob("point-*.nc"))) if self.folder.is_dir() else 0
+
+
+@contextlib.contextmanager
+def _locked(path: Path, how: int):
+    """``path`` opened (made if missing) and ``flock``ed with ``how``; the descriptor."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, how)
+        yield fd
+    finally:
+        os.close(fd)
+
+
+def _tidy(folder: Path) -> None:
+    """Remove the store's folder when it holds no point and no other sweep uses it."""
+    if not folder.is_dir() or any(folder.glob("point-*.nc")):
+        return
+    try:
+        fd = os.open(folder / ".in-use", os.O_RDWR)
+    except OSError:
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return
+    try:
+        for leftover in folder.iterdir():  # the lock files, and stages a kill left behind
+            if leftover.is_file():
+                leftover.unlink(missing_ok=True)
+        folder.rmdir()
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

@@ -14,8 +14,9 @@ import typer
 
 from probe import names
 from probe.ablate import parse_variants
+from probe.errors import NothingToMeasure
 
-from .console import OneLineErrors, checked, fail, out
+from .console import OneLineErrors, checked, fail, in_cli_words, out
 from .domains import (
     Choice,
     CommaList,
@@ -310,6 +311,9 @@ def check(
             found += decomposition_identities(probed, data, torch.ones_like(data))
     else:
         found = identities(probed)
+    stopped = [i.error for i in found if i.error.startswith(f"{NothingToMeasure.__name__}: ")]
+    if stopped:  # the model's numbers, not the spec: the analyses would stop the same way
+        fail(stopped[0].partition(": ")[2])
     table = Table(title=f"{model} · {probed.family} · {shared.init} · {shared.dtype}")
     for column in ("identity", "holds", "max |difference|", "size of values", "where"):
         table.add_column(column)
@@ -321,7 +325,7 @@ def check(
             "exactly" if exact else ("to rounding" if identity.holds(64 * eps) else "NO"),
             f"{identity.max_diff:.3g}",
             f"{identity.scale:.3g}",
-            identity.error or identity.detail.strip(),
+            in_cli_words(identity.error or identity.detail.strip()),
         )
     out.print(table)
     if all(identity.holds(64 * eps) for identity in found):

@@ -11,12 +11,15 @@ its work changes nothing: exit 0, and a line that names what was written.
 Warnings of the libraries are not printed as they are: a numerical one becomes one probe
 warning, the rest are dropped (``_as_note``).
 
-Standard output closed early (``probe collapse ... | head -1``) does not stop the command:
-its lines are dropped, its files still written, and one warning says so at the end.
+Standard output that cannot be written (``probe collapse ... | head -1``, ``>/dev/full``,
+``1>&-``) does not stop the command: its lines are dropped, its files still written, and one
+warning says so at the end.
 """
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 import re
 import shlex
@@ -41,51 +44,89 @@ from probe.interrupts import (
     recorded,
 )
 
-from .domains import OptionError
+from .domains import OptionError, command_of, option_for, options_of
 from .help import HelpGroup
+from .tables import keep_whole
 
 
 class _Stdout:
-    """``sys.stdout`` (looked up at each write: tests swap it) that survives a reader that
-    went away: the first broken pipe points file descriptor 1 at /dev/null (so Python's own
-    flush at exit fails no more) and the rest of the output is dropped."""
+    """``sys.stdout`` (looked up at each write: tests swap it) that survives a standard output
+    that cannot be written: a reader that went away (EPIPE), a full device (``>/dev/full``,
+    ENOSPC), a closed descriptor (``1>&-``: Python then has no ``sys.stdout``).  The first
+    failed write or flush points file descriptor 1 at /dev/null (so Python's own flush at
+    exit fails no more) and the rest of the output is dropped."""
 
     closed_early = False
+    why = ""  # the error's words; "" for a reader that went away
 
     def write(self, text: str) -> int:
         if not _Stdout.closed_early:
             try:
-                return sys.stdout.write(text)
-            except BrokenPipeError:
-                _stdout_gone()
+                return _stdout().write(text)
+            except (OSError, ValueError) as exc:  # ValueError: a closed Python stream
+                _stdout_gone(exc)
         return len(text)
 
     def flush(self) -> None:
         if not _Stdout.closed_early:
             try:
-                sys.stdout.flush()
-            except BrokenPipeError:
-                _stdout_gone()
+                _stdout().flush()
+            except (OSError, ValueError) as exc:
+                _stdout_gone(exc)
 
     def isatty(self) -> bool:
-        return sys.stdout.isatty()
+        return sys.stdout is not None and sys.stdout.isatty()
 
     def fileno(self) -> int:
-        return sys.stdout.fileno()
+        return _stdout().fileno()
 
     @property
     def encoding(self) -> str:
-        return getattr(sys.stdout, "encoding", "utf-8")
+        return getattr(sys.stdout, "encoding", None) or "utf-8"
 
 
-def _stdout_gone() -> None:
+def _stdout():
+    """``sys.stdout``; OSError (EBADF) where Python has none (descriptor 1 closed at start)."""
+    if sys.stdout is None:
+        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+    return sys.stdout
+
+
+def _stdout_gone(exc: BaseException | None = None) -> None:
     _Stdout.closed_early = True
+    broken = exc is None or isinstance(exc, BrokenPipeError | SystemExit)
+    _Stdout.why = "" if broken else getattr(exc, "strerror", None) or str(exc)
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, _stdout().fileno())
         os.close(devnull)
     except (OSError, ValueError):  # no file descriptor (a test's stream): nothing to flush
         pass
+
+
+def _stdout_failed(exc: BaseException) -> bool:
+    """Whether ``exc``, raised under a library's own print (click's help), means standard
+    output cannot be written: a broken pipe (typer exits 1 for one, its streams wrapped), or
+    a flush, or a write of no bytes, fails as it did (/dev/full refuses even that)."""
+    if isinstance(exc, SystemExit):
+        return exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper"
+    try:
+        _stdout().flush()
+        os.write(_stdout().fileno(), b"")
+    except io.UnsupportedOperation:  # a stream without a descriptor (a test's) took the text
+        return isinstance(exc, BrokenPipeError)
+    except (OSError, ValueError) as again:
+        return getattr(again, "errno", None) == getattr(exc, "errno", None)
+    return isinstance(exc, BrokenPipeError)
+
+
+# Descriptor 1 closed before the start (``1>&-``): /dev/null takes it, so that no file the
+# command opens gets number 1, where a stray write meant for the terminal would land.
+if sys.stdout is None:
+    try:
+        os.fstat(1)
+    except OSError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the lowest free descriptor: 1, or 0
 
 
 class _Out(Console):
@@ -105,31 +146,6 @@ class _Out(Console):
         super().print(*objects, **kwargs)
 
 
-#: Words up to this many cells stay whole in a table cell; a longer word (not a number)
-#: may fold across lines of its cell.
-WORD = 12
-#: A number as a table shows it: ``0.007``, ``-1.2e-06``, ``12,345``, ``(±0.01)``, ``4/8``.
-NUMBER = re.compile(r"[(\[<>≤≥~±+−-]*\d[\d.,:/eE^+−-]*[%)\],;:]*")
-
-
-def keep_whole(table) -> None:
-    """Widen each column of ``table`` to what must stay whole in it (see ``_Out``)."""
-    from rich.cells import cell_len
-
-    for column in table.columns:
-        header = getattr(column.header, "plain", column.header)
-        need = [cell_len(w) for w in header.split()] if isinstance(header, str) else []
-        for cell in column.cells:
-            text = getattr(cell, "plain", cell)  # a rich Text, or a str
-            if isinstance(text, str):
-                need += [
-                    cell_len(w) if NUMBER.fullmatch(w) else min(cell_len(w), WORD)
-                    for w in text.split()
-                ]
-        column.min_width = max(column.min_width or 0, *need, 0)
-        column.overflow = "fold"
-
-
 out = _Out(file=_Stdout(), highlight=False, soft_wrap=True)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -147,13 +163,18 @@ settings = {"quiet": False}
 _PARAMETER = re.compile(r"`([a-z][a-z0-9_]*)`")
 #: Parameters the command line spells otherwise than --name-with-dashes.
 _SPELLED = {"source": "MODEL", "ids": "token ids", "config": "--set"}
+#: The command of the running command line (set while ``OneLineErrors.main`` runs).
+running: list = []
 
 
-def in_cli_words(message: str) -> str:
-    """A library message as the command line says it: each `parameter` becomes its option
-    (``--batch-size``), so the library never names the CLI's flags and the user still reads
-    the flag they typed."""
-    return _PARAMETER.sub(lambda m: _SPELLED.get(m[1], "--" + m[1].replace("_", "-")), str(message))
+def in_cli_words(message: str, command=None) -> str:
+    """A library message as the command line says it: each `parameter` becomes the option of
+    ``command`` (by default the running one; outside a command, the option of its name)
+    that sets it (:func:`cli.domains.option_for`), so the library never names the CLI's
+    flags and the user reads a flag the command has."""
+    command = command if command is not None else (running[0] if running else None)
+    flags = None if command is None else options_of(command)
+    return _PARAMETER.sub(lambda m: option_for(m[1], flags, _SPELLED.get(m[1])), str(message))
 
 
 def fail(message: str, code: int = USAGE):
@@ -219,11 +240,16 @@ def wrote(*paths: Path) -> None:
     written.extend(Path(p) for p in paths)
 
 
+#: What the interrupt line adds after the files (a sweep's kept points), if anything.
+kept: list[str] = []
+
+
 def _interrupted_line() -> str:
     if not written:
         return "interrupted; nothing was written"
     names = ", ".join(shown(p) for p in dict.fromkeys(written))
-    return f"interrupted; written before the interrupt: {names}; nothing else was written"
+    line = f"interrupted; written before the interrupt: {names}; nothing else was written"
+    return "; ".join([line, *kept])
 
 
 def _as_note(message, category, filename, lineno, file=None, line=None) -> None:
@@ -259,10 +285,12 @@ class OneLineErrors(HelpGroup):
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         global held
         invocation[:] = list(sys.argv[1:] if args is None else args)
+        running[:] = [command_of(self, invocation)]
         written.clear()
+        kept.clear()
         held = []
         done = False
-        _Stdout.closed_early = False
+        _Stdout.closed_early, _Stdout.why = False, ""
         _noted.clear()
         try:
             with handled(), warnings.catch_warnings():
@@ -271,13 +299,7 @@ class OneLineErrors(HelpGroup):
                     _as_note  # SIGINT, SIGTERM, SIGHUP are recorded, raised at safe points
                 )
                 check_interrupt()  # one that came while the executable started
-                result = super().main(
-                    args=args,
-                    prog_name=prog_name,
-                    complete_var=complete_var,
-                    standalone_mode=False,
-                    **extra,
-                )
+                result = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
                 late = recorded()  # one that came after the last safe point: all is done
             done = True
         except typer.TyperException as exc:  # typer's own (vendored click) errors
@@ -295,20 +317,23 @@ class OneLineErrors(HelpGroup):
             fail(_interrupted_line(), code=exc.code)
         except (typer.Abort, KeyboardInterrupt):
             fail(_interrupted_line(), code=EXIT_CODES[signal.SIGINT])
-        except BrokenPipeError:  # stdout closed under a library's own print (click's help)
-            _stdout_gone()
-            done = True
-            result = 0
-            late = None
+        except (OSError, SystemExit) as exc:  # under a library's own print (click's help)
+            if not _stdout_failed(exc):
+                raise
+            _stdout_gone(exc)
+            done, result, late = True, 0, None
         finally:
+            running.clear()  # every way out passes here, its error line said
             if not done:
                 held = None  # a failure's held warnings are dropped: its error is the line
         checked()
         if late is not None:
             err.print(_finished_line(), markup=False)
         if _Stdout.closed_early:
+            what = f"could not be written ({_Stdout.why})" if _Stdout.why else (
+                "was closed before the command ended")  # fmt: skip
             err.print(
-                "probe: warning: standard output was closed before the command ended; "
+                f"probe: warning: standard output {what}; "
                 "the rest of its lines were dropped, the command went on",
                 markup=False,
             )

@@ -54,7 +54,9 @@ class Domain:
     """The values one option accepts.  Subclasses define ``check`` and ``describe``."""
 
     #: What kind of value, for the fuzzer: "int", "float", "device", "choice", "file",
-    #: "folder", "images", "out-folder", "new-folder", "result", "model", "family", "text".
+    #: "folder", "images", "out-folder", "new-folder", "result", "model", "family", "text",
+    #: "setting", "revision", "branch-scale", and a sweep's lists of them: "grid-setting",
+    #: "revisions", "branch-scales".
     kind = "text"
     metavar = "TEXT"
     #: Literal words accepted beside the domain's values (e.g. "all").
@@ -403,3 +405,44 @@ def domain_of(param) -> Domain | None:
     info = getattr(getattr(param, "type_descriptor", None), "parameter_info", None)
     parser = getattr(info, "parser", None)
     return parser if isinstance(parser, Domain) else None
+
+
+def options_of(command) -> set[str]:
+    """The long options (``--name``) of a click command."""
+    return {
+        flag
+        for param in command.params
+        for flag in (*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ()))
+        if flag.startswith("--")
+    }
+
+
+def command_of(group, words):
+    """The command that the words of a command line run in ``group`` (the last group they
+    name, where they name none of its commands)."""
+    command = group
+    for word in words:
+        commands = getattr(command, "commands", None)
+        if word == "--" or not commands:
+            break
+        if word.startswith("-"):
+            continue
+        if word not in commands:
+            break
+        command = commands[word]
+    return command
+
+
+def option_for(name: str, flags: set[str] | None, spelled: str | None = None) -> str:
+    """The words for the library's parameter ``name`` on a command with options ``flags``:
+    ``spelled`` where that is no option (``MODEL``); else the first of ``spelled``,
+    ``--name`` (dashes for underscores), its plural and its singular that the command has
+    (a sweep takes ``seed`` as ``--seeds``); else the plain name (a config field).
+    ``flags`` None (no command): ``spelled``, else ``--name``."""
+    dashed = "--" + name.replace("_", "-")
+    if flags is None or (spelled and not spelled.startswith("--")):
+        return spelled or dashed
+    for flag in (spelled, dashed, dashed + "s", dashed.removesuffix("s")):
+        if flag in flags:
+            return flag
+    return name

@@ -49,16 +49,18 @@ class Numbers(CommaList):
 
 class Values(Text):
     """A comma list of one option's values, read by the sweep's plan (``--branch-scale
-    1,0.5``, ``--revisions step0,step1000``); ``metavar``: the single value's."""
+    1,0.5``, ``--revisions step0,step1000``); ``metavar``: the single value's; ``kind``: the
+    list's, for the fuzzer (``branch-scales``, ``revisions``)."""
 
-    def __init__(self, metavar: str) -> None:
+    def __init__(self, metavar: str, kind: str) -> None:
         super().__init__()
-        self.metavar = f"{metavar},..."
+        self.metavar, self.kind = f"{metavar},...", kind
 
 
 class Setting(Text):
     """``KEY=V1,V2,...``: a config field and the values it sweeps."""
 
+    kind = "grid-setting"
     metavar = "KEY=VALUE,..."
 
     def check(self, value):
@@ -125,7 +127,7 @@ def sweep(
         str | None,
         option(
             "--branch-scale",
-            domain=Values("ALPHA"),
+            domain=Values("ALPHA", "branch-scales"),
             help="Scales ALPHA of every attention and MLP branch, y = x + ALPHA f(x), e.g. "
             "1,0.5,1/sqrt(L) (L: the depth).",
             show_default="1",
@@ -136,7 +138,7 @@ def sweep(
         str | None,
         option(
             "--revisions",
-            domain=Values("REV"),
+            domain=Values("REV", "revisions"),
             help="Hub revisions, e.g. step0,step1000.",
             rich_help_panel=GRID,
         ),
@@ -242,7 +244,7 @@ def sweep(
     sweep_cost.require(plan, found, max_hours)
     name = result_name(plan)
     if dry_run:
-        print_points(plan, found, plan.store(shared.out_dir, name))
+        print_points(plan, found, plan.store(shared.out_dir))
         return
     from . import sweep_run
 

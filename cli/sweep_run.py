@@ -9,7 +9,6 @@ equal bit for bit.  An interrupt or a failure keeps the finished points, and say
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from probe.errors import ProbeError
 from probe.interrupts import Interrupted
 from probe.stats import point_order_text, shown
 
+from . import console
 from .console import Reporter, checked, named, out, say, warn, wrote
 from .output import check_out_dir, no_empty_folder, write_index, write_pair
 from .sharded import rank_warn, run_sharded
@@ -36,17 +36,21 @@ def run(plan, out_dir: Path, name: str) -> None:
     if here.parallel:
         device = distributed.device_for(plan.model.device, here)
         plan.model = replace(plan.model, device=device)
-        store = plan.store(out_dir, name)
+        store = plan.store(out_dir)
+
+        def work(_) -> None:
+            with store.using():
+                _work(plan, store, (here.rank, here.size), rank_warn(here))
+
+        def publish(_) -> None:
+            with store.using():
+                _publish(plan, store, out_dir, name, here.size)
+
         with distributed.process_group(here, device):
-            run_sharded(
-                here,
-                out_dir,
-                lambda _: _work(plan, store, (here.rank, here.size), rank_warn(here)),
-                lambda _: _publish(plan, store, out_dir, name, here.size),
-            )
+            run_sharded(here, out_dir, work, publish)
         return
-    store = plan.store(out_dir, name)
-    with no_empty_folder(out_dir):
+    store = plan.store(out_dir)
+    with no_empty_folder(out_dir), store.using():
         _work(plan, store, (0, 1), warn)
         _publish(plan, store, out_dir, name, 1)
 
@@ -62,11 +66,12 @@ def _work(plan, store, part: tuple[int, int], warn_) -> None:
         _kept(plan, store)
         raise
     except ProbeError as err:
-        kept = sum(store.done(plan.points))
-        if kept:
+        done = sum(store.done(plan.points))
+        if done:
+            points = "point is" if done == 1 else "points are"
             raise ProbeError(
-                f"{err}; the {kept} finished points are kept in {store.folder}, "
-                "and the same command resumes from them"
+                f"{err}; {done} finished {points} kept in {store.folder}, for this command "
+                "or any sweep that holds them"
             ) from None
         raise
     if any(store.done(plan.points[part[0] :: part[1]])):
@@ -74,16 +79,17 @@ def _work(plan, store, part: tuple[int, int], warn_) -> None:
 
 
 def _kept(plan, store) -> None:
-    kept = sum(store.done(plan.points))
-    if kept:
+    """The interrupt's one line says how many points are kept, and that they resume."""
+    done = sum(store.done(plan.points))
+    if done:
         wrote(store.folder)
-        say(f"probe: note: {kept} of {len(plan.points)} points are kept in {store.folder}; "
-            "the same command resumes from them")  # fmt: skip
+        console.kept[:] = [f"{done} of {len(plan.points)} points are kept there, and the same "
+                           "command resumes from them"]  # fmt: skip
 
 
 def _publish(plan, store, out_dir: Path, name: str, world_size: int) -> None:
-    """Every point from the store, gathered into the result and its report; the store is
-    then removed (the result holds every point)."""
+    """Every point from the store, gathered into the result and its report; the points are
+    then removed from the store (the result holds them) unless another sweep is using it."""
     from probe.reports.sweep_report import render_sweep
 
     datasets = [store.read(point) for point in plan.points]
@@ -93,11 +99,14 @@ def _publish(plan, store, out_dir: Path, name: str, world_size: int) -> None:
     ds = analysis.gather(plan, datasets)
     ds.attrs["world_size"] = int(world_size)
     nc, html = write_pair(ds, out_dir, name, render_sweep(ds, result_file=f"{name}.nc"))
-    shutil.rmtree(store.folder, ignore_errors=True)
+    others = store.clean(plan.points)
     print_summary(ds)
     named("result", nc)
     named("report", html)
     named("index", write_index(out_dir))
+    if others:
+        say(f"probe: note: {store.folder} keeps {others} points of other sweeps, which resume "
+            "from them; delete the folder if none will")  # fmt: skip
 
 
 def _value(at: xr.Dataset, name: str, variant: str, floor_of: xr.Dataset | None = None) -> str:

@@ -16,6 +16,12 @@ class ProbeError(ValueError):
     """
 
 
+class NothingToMeasure(ProbeError):
+    """A run stopped because a layer gave values no statistic can be computed from (NaN or
+    inf, or a sequence of zeros): the model's numbers, not probe's code, are at fault
+    (:mod:`probe.overflow`)."""
+
+
 def one_line(err: BaseException) -> str:
     """``err``'s message on one line of at most 300 characters, to quote inside a ProbeError."""
     text = " ".join(str(err).split())

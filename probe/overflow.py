@@ -8,13 +8,20 @@ has several), the layer, the dtype, and what to change, which depends on that dt
 wider one where there is one (float16: float32 or float64; bfloat16, whose range is
 float32's, and float32: float64), a smaller branch scale where one is set, and for a
 float64 run without one, smaller weights.  Padding is not looked at: it may hold anything.
+
+Beside it, :func:`check_nonzero` stops a run whose representations are finite but hold
+nothing to measure: a sequence whose real tokens are all exactly zero at a layer.  Every
+ratio of the collapse metrics and of the path decomposition is then 0/0, and an attention
+that reads such a layer sees no token at all; no trained model gives one, so the line says
+the weights are degenerate.  A single zero token among others is measurable: the metrics
+count its cosine with any token as 0 (``probe.metrics``, ``probe.attention_stats``).
 """
 
 from __future__ import annotations
 
 import torch
 
-from .errors import ProbeError
+from .errors import NothingToMeasure
 
 #: The dtypes with a wider range to suggest, as the library's `dtype` names them.
 WIDER = {
@@ -59,7 +66,77 @@ def check_finite(
         bad = bad.flatten(mask.dim()).any(-1)
     if bool((bad & mask.bool()).any()):
         dtype = str(x.dtype).removeprefix("torch.")
-        raise ProbeError(
+        raise NothingToMeasure(
             f"{where + ': ' if where else ''}layer {layer}'s {what} hold NaN or inf: the "
             f"forward pass overflowed in {dtype}; {overflow_advice(x.dtype, scaled)}"
+        )
+
+
+#: What a layer with nothing to measure means, and what to do, as every analysis says it.
+DEGENERATE = (
+    "the model's weights are degenerate; use other weights (trained ones, or at random init "
+    "a larger initializer_range through `config`)"
+)
+#: What an all-zero layer means for the statistics of most analyses.
+ZERO_RATIOS = "every ratio measured on it is 0/0"
+
+
+def has_zero_sequence(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Whether some sequence of ``x`` is all zero at its real tokens.
+
+    Parameters
+    ----------
+    x
+        (sequence, token, hidden) representations, any dtype and device.
+    mask
+        (sequence, token), 1 or True at real tokens; a sequence without one is not counted.
+
+    Returns
+    -------
+    torch.Tensor
+        A 0-dim bool tensor on x's device, not yet read (no wait).  A NaN is not zero.
+    """
+    # The largest |entry| of each token, in one reduction over x.
+    peak = torch.linalg.vector_norm(x, float("inf"), dim=-1)
+    real = mask.to(peak.device).bool()  # a layer a device map put on another device
+    return (((peak == 0) | ~real).all(-1) & real.any(-1)).any()
+
+
+def check_nonzero(
+    x: torch.Tensor,
+    mask: torch.Tensor,
+    layer: int,
+    where: str = "",
+    what: str = "token representations",
+    why: str = ZERO_RATIOS,
+) -> None:
+    """Stop a run at a layer whose real tokens are all exactly zero in some sequence.
+
+    No trained model gives one: every ratio measured on such a sequence is 0/0, and an
+    attention that reads it sees no token.  Run it after ``check_finite``.
+
+    Parameters
+    ----------
+    x
+        (sequence, token, hidden) representations.
+    mask
+        (sequence, token), 1 or True at real tokens.
+    layer
+        The layer, as the result's ``layer`` dim counts it (0 = the embeddings' output).
+    where
+        What the line starts with: the model, init and variant.
+    what
+        What ``x`` holds, in words.
+    why
+        What such a layer does to the analysis, in words.
+
+    Raises
+    ------
+    ProbeError
+        One line naming ``where``, the layer, ``why`` and that the weights are degenerate.
+    """
+    if bool(has_zero_sequence(x, mask)):
+        raise NothingToMeasure(
+            f"{where + ': ' if where else ''}layer {layer}'s {what} are all zero in a whole "
+            f"sequence, so {why}: {DEGENERATE}"
         )

@@ -206,8 +206,10 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": [".", "sub/..", "models/tiny-bert", "texts/good.txt", "/proc/ff", "/", ".."]
             + ["texts/fifo", "results"],
         },
+        # Overflow-prone values are good ones: a run they overflow stops with one line.
         "setting": {
-            "good": ["n_layer=1", "num_hidden_layers=1", "initializer_range=0.5"],
+            "good": ["n_layer=1", "num_hidden_layers=1", "initializer_range=0.5"]
+            + ["initializer_range=1e30"],
             "bad": ["", "=", "n_layer", "nope=1", "n_layer=abc", "n_layer=2.5", "n_layer=-1"],
         },
         "revision": {
@@ -215,8 +217,28 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": ["", " ", "a b", "x" * 300],
         },
         "branch-scale": {
-            "good": ["1", "0.5", "1/sqrt(L)", "L^-0.5", "1/L"],
+            "good": ["1", "0.5", "1/sqrt(L)", "L^-0.5", "1/L", "1e30"],
             "bad": ["", "0", "-1", "x", "1/", "__import__('os')", "1/(L-L)", "1e999"],
+        },
+        # A sweep's lists (--set KEY=V1,V2, --branch-scale, --revisions): grids, one value,
+        # overflow-prone values; empty items, repeats, reserved names, what no reader takes.
+        "grid-setting": {
+            "good": ["n_layer=1,2", "num_hidden_layers=1,2", "initializer_range=0.02,1e30"]
+            + ["initializer_range=0.5,1", "n_layer=1", "initializer_range=1e30"],
+            "bad": ["", "=", "n_layer", "n_layer=", "n_layer=1,,2", "n_layer=1,", "n_layer=1,1"]
+            + ["layer=1,2", "seed=1,2", "variant=1,2", "nope=1,2", "n_layer=abc,1", "1=2"]
+            + ["n_layer=1e999", "n_layer=2.5,1", "n_layer=-1,1", "__import__('os')=1"]
+            + ["n_layer=__import__('os')", "n_layer=1\0"],
+        },
+        "branch-scales": {
+            "good": ["1,0.5", "0.5,1", "1,1/sqrt(L)", "1,1e30", "1/L,L^-0.5", "1", "1e30"],
+            "bad": ["", ",", "1,,2", "1,", ",1", "x", "1,x", "__import__('os')", "1e999"]
+            + ["1,1e999", "1,1", "0,1", "-1,1", "1,1/(L-L)", "nan,1", "inf"],
+        },
+        "revisions": {
+            "good": ["main", "main,step1000", "step0,step1000"],
+            "bad": ["", ",", "main,,step1", "main,", "main,main", "a b,main", "x" * 300]
+            + ["main,x\0"],
         },
         "text": {
             "good": ["latest", "results/collapse.html", "results/collapse.nc"],

@@ -16,7 +16,10 @@ the contract of the command line:
   every file the command names as written exists, and no staging or temporary file
   is left behind;
 * exit 2: one line on stderr, ``probe: error: ...``, nothing on stdout, and nothing
-  written, changed or removed.
+  written, changed or removed (but for the finished points a failed sweep keeps, in the
+  folder its line names);
+* every option an error or warning line names (``--seeds``) is one of the command's own,
+  ``--help`` or a word of the line itself (``No such option: --bogus``).
 
 ``make test`` runs a fixed budget of derandomised examples per command.
 ``PROBE_FUZZ=long`` runs ``PROBE_FUZZ_EXAMPLES`` (default 1500) random examples per
@@ -66,6 +69,10 @@ PROGRESS = re.compile(
 )
 #: What probe leaves only while it writes (staging, temporary files, the write check).
 LEFTOVER = re.compile(r"(\.part$|\.old$|^\.probe-write-check-|\.tmp-\d+$|\.old-\d+$)")
+#: A sweep that fails part-way keeps its finished points to resume from, and says where.
+KEPT = re.compile(r"\d+ finished points? (?:is|are) kept in (.+), for this command")
+#: An option as a line of probe names it: ``--seeds``, ``--branch-scale``.
+FLAG = re.compile(r"(?<![\w-])--[A-Za-z][\w-]*")
 
 
 def leaf_commands():
@@ -299,6 +306,26 @@ def unquoted(text: str) -> str:
     return re.sub(r"\\([tnr\\']|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", one, text[2:-1])
 
 
+def nameable(line: list[str]) -> set[str]:
+    """The options a line of ``line`` may name: those of its command (the longest command
+    whose words start the line), ``--help``, and the line's own words (an unknown option
+    is named as typed)."""
+    words, command = max(
+        ((w, c) for w, c in COMMANDS if tuple(line[: len(w)]) == w), key=lambda wc: len(wc[0])
+    )
+    flags = {flag for param in command.params for flag in (*param.opts, *param.secondary_opts)}
+    return flags | {"--help"} | {word.partition("=")[0] for word in line}
+
+
+def check_flags(stderr: str, line: list[str], shown: str) -> None:
+    """Every option an error or warning line names is one the command has (or typed)."""
+    known = nameable(line)
+    for said in stderr.splitlines():
+        if said.startswith(("probe: error: ", "probe: warning: ")):
+            foreign = [flag for flag in FLAG.findall(said) if flag not in known]
+            assert not foreign, f"{said!r} names {foreign}, no option of the command: {shown}"
+
+
 def check_contract(line: list[str], sandbox: Path, ctrl_c: float | None = None) -> str:
     """Run ``line`` in ``sandbox``; assert the contract; the outcome for the log.
 
@@ -321,6 +348,7 @@ def check_contract(line: list[str], sandbox: Path, ctrl_c: float | None = None) 
     if isinstance(result.exception, Stopped):
         return "timeout"
     shown = f"probe {' '.join(map(repr, line))}\nstdout: {result.stdout}\nstderr: {result.stderr}"
+    check_flags(result.stderr, line, shown)
     if alarm["fired"] and result.exit_code == 130:
         if ctrl_c is None:
             return "timeout"
@@ -340,6 +368,10 @@ def check_contract(line: list[str], sandbox: Path, ctrl_c: float | None = None) 
         assert result.stderr.splitlines()[-1] == lines[0], shown
         assert result.stdout == "", shown
         changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        if kept := KEPT.search(lines[0]):  # only in the folder named, and the folders to it
+            store = os.path.relpath(sandbox / unquoted(kept[1]), sandbox)
+            changed = [k for k in changed if not (k == store or k.startswith(store + os.sep)
+                       or (store.startswith(k + os.sep) and k not in before))]  # fmt: skip
         assert not changed, f"wrote {changed} and exited 2: {shown}"
         return "refused: " + lines[0].removeprefix("probe: error: ")[:160]
     for line_ in result.stderr.splitlines():

@@ -386,3 +386,17 @@ def test_the_command_line_starts_without_heavy_imports():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_missing_tensors_are_drawn_from_the_seed(tiny_folders, tmp_path):
+    folder = _damaged_copy(tiny_folders["gpt2"], tmp_path / "partial", _without_layer_1)
+    torch.manual_seed(123)
+    before = torch.random.get_rng_state()
+
+    def missing(seed):
+        probed = probe.load(folder, allow_missing_weights=True, seed=seed)
+        return probed.model.h[1].attn.c_attn.weight.detach().clone()
+
+    first, again, other = missing(0), missing(0), missing(1)
+    assert torch.equal(first, again) and not torch.equal(first, other)
+    assert torch.equal(torch.random.get_rng_state(), before)  # the caller's generator untouched

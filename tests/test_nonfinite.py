@@ -172,3 +172,13 @@ def test_a_self_test_that_overflows_says_so_not_that_the_spec_is_wrong(tmp_path)
         "holds NaN or inf: it overflowed in float16; use --dtype float32 or float64"
     )
     assert "spec does not fit" not in line
+
+
+def test_probe_check_on_a_model_that_overflows_is_the_overflow_line_not_a_table(tiny_folders):
+    args = ["check", tiny_folders["bert"], "--init", "random", "--tokens", "2", "--dtype",
+            "float32", "--set", "initializer_range=1e30"]  # fmt: skip
+    result = runner.invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 2, result.output
+    assert result.stdout == ""  # no table of identities that never ran on finite numbers
+    (line,) = result.stderr.splitlines()
+    assert "hold NaN or inf: the forward pass overflowed in float32; use --dtype float64" in line

@@ -103,23 +103,31 @@ def test_the_summaries_by_hand(swept):
     assert swept["first_below"].dtype == np.int64
 
 
-def test_checkpoints_of_different_depth_are_padded_with_nan(gpt2, tmp_path):
+def test_points_of_different_depth_are_padded_with_nan(gpt2):
+    ds = sweep.run(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES),
+                   config={"n_layer": [2, 3]}, variants="SAN")  # fmt: skip
+    assert list(ds.n_layer.values) == [2, 3] and ds.sizes["layer"] == 4
+    r = ds["relative_residual"]
+    assert np.isnan(r.sel(n_layer=2, layer=3)).all() and np.isfinite(r.sel(n_layer=3)).all()
+    alone = collapse.run(Model(gpt2, init="random", config={"n_layer": 2}),
+                         Inputs(tokens=8, **SIZES), variants="SAN")  # fmt: skip
+    np.testing.assert_array_equal(r.sel(n_layer=2, layer=[0, 1, 2]).values, alone[r.name].values)
+    assert list(ds["n_layers"].values) == [2, 3]
+
+
+def test_checkpoint_steps_keep_their_folders(gpt2, tmp_path):
     from transformers import AutoConfig, GPT2Model
 
-    config = AutoConfig.from_pretrained(gpt2)
-    config.n_layer = 3
-    torch.manual_seed(0)
-    deeper = tmp_path / "deeper"
-    GPT2Model(config).save_pretrained(deeper)
+    torch.manual_seed(0)  # the same config, other weights: a later step of one run
+    later = tmp_path / "later"
+    GPT2Model(AutoConfig.from_pretrained(gpt2)).save_pretrained(later)
     ds = sweep.run(Model(gpt2, init="pretrained"), Inputs(tokens=8, **SIZES),
-                   steps=[(0, gpt2), (50, str(deeper))], variants="SAN")  # fmt: skip
-    assert list(ds.step.values) == [0, 50] and ds.sizes["layer"] == 4
-    r = ds["relative_residual"]
-    assert np.isnan(r.sel(step=0, layer=3)).all() and np.isfinite(r.sel(step=50)).all()
+                   steps=[(0, gpt2), (50, str(later))], variants="SAN")  # fmt: skip
+    assert list(ds.step.values) == [0, 50]
     alone = collapse.run(Model(gpt2, init="pretrained"), Inputs(tokens=8, **SIZES), variants="SAN")
-    np.testing.assert_array_equal(r.sel(step=0, layer=[0, 1, 2]).values, alone[r.name].values)
-    assert list(ds["folder"].values) == [gpt2, str(deeper)]
-    assert list(ds["n_layers"].values) == [2, 3]
+    r = ds["relative_residual"]
+    np.testing.assert_array_equal(r.sel(step=0).values, alone[r.name].values)
+    assert list(ds["folder"].values) == [gpt2, str(later)]
 
 
 @pytest.mark.slow  # seven checkpoints: over a minute on a shared CPU
@@ -294,7 +302,7 @@ def test_the_command_writes_one_result_whose_points_equal_probe_collapse(
     assert done.exit_code == 0, done.output
     (nc,) = (tmp_path / "r").glob("sweep-*.nc")
     assert nc.with_suffix(".html").is_file() and (tmp_path / "r" / "index.html").is_file()
-    assert not list((tmp_path / "r").glob("*.points"))  # the result holds every point
+    assert not (tmp_path / "r" / "sweep-points").exists()  # the result holds every point
     ds = probe.open_result(nc)
     assert ds.attrs["analysis"] == "sweep" and ds.attrs["points_done"] == 2
     alone = _cli(["collapse", gpt2, *args, "--tokens", "12", "--out", "c", "-q"], monkeypatch,

@@ -30,7 +30,7 @@ ARGS = ["--init", "random", "--sequences", "2", "--batch-size", "2", "--tokens",
 def _first_point(run, out: Path, timeout: float = 300) -> list[Path]:
     end = time.monotonic() + timeout
     while time.monotonic() < end and run.process.exitcode is None:
-        found = list(out.glob("*.points/point-*.nc"))
+        found = list(out.glob("sweep-points/point-*.nc"))
         if found:
             return found
         time.sleep(0.05)
@@ -46,16 +46,17 @@ def test_a_stopped_sweep_resumes_from_its_finished_points(tiny_folders, tmp_path
     code = run.wait()
     assert code == (130 if signum == signal.SIGINT else -signal.SIGKILL), run.err()
     kept = {}
-    for path in (tmp_path / "r").glob("*.points/point-*.nc"):
+    for path in (tmp_path / "r").glob("sweep-points/point-*.nc"):
         with xr.open_dataset(path, engine=ENGINE) as ds:  # a whole point, never half of one
             kept[int(ds.attrs["seed"])] = (ds.attrs["created"], ds["relative_residual"].values)
     assert 1 <= len(kept) < SEEDS, run.err()
-    if signum == signal.SIGINT:
-        lines = run.err().splitlines()
-        assert (
-            "points are kept in r/sweep-" in run.err() and "the same command resumes" in run.err()
-        )
-        assert lines[-1].startswith("probe: error: interrupted; written before the interrupt: r/")
+    if signum == signal.SIGINT:  # one line says what was written and what resumes
+        (line,) = [x for x in run.err().splitlines() if "kept" in x or "error" in x]
+        assert line == (
+            "probe: error: interrupted; written before the interrupt: r/sweep-points; nothing "
+            f"else was written; {len(kept)} of {SEEDS} points are kept there, and the same "
+            "command resumes from them"
+        ), run.err()
     again = cli_process.start(args, tmp_path, tmp_path / "logs", "again")
     assert again.wait() == 0, again.err()
     assert again.err().count("(kept from an earlier run) done") == len(kept)

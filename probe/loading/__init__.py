@@ -221,7 +221,7 @@ def load(
             weights += f", with {overrides}"
     else:
         model, note = pretrained_model(
-            name, location, config, adapter, allow_missing_weights, revision
+            name, location, config, adapter, allow_missing_weights, revision, seed
         )
         weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
         stored = stored_dtype(model)
@@ -293,8 +293,9 @@ def wrap(
     ------
     ProbeError
         `model` is a `ProbedModel` already, not an `nn.Module`, has no `.config` or no
-        parameters, is of an unsupported family, or holds NaN or inf; the family
-        self-test fails.
+        parameters, has tensors on the meta device (built without its weights; a model
+        dispatched by accelerate with offloaded weights is accepted), is of an unsupported
+        family, or holds NaN or inf; the family self-test fails.
     """
     if isinstance(model, ProbedModel):
         raise ProbeError(
@@ -307,7 +308,9 @@ def wrap(
         raise ProbeError("probe needs a HuggingFace model with a .config; got a plain module")
     adapter = adapter_for(getattr(config, "model_type", None) or "unknown")
     adapter.check(config)
-    check_finite(model, f"the weights of {name or type(model).__name__}")
+    _check_materialized(model, name or type(model).__name__)
+    with onloaded(model):  # weights a device map offloaded, read in to be checked
+        check_finite(model, f"the weights of {name or type(model).__name__}")
     param = next(model.parameters(), None)
     if param is None:
         raise ProbeError(f"{name or type(model).__name__} has no parameters; nothing to probe")
@@ -334,6 +337,29 @@ def wrap(
             checkpoint={"checkpoint_fingerprint": module_fingerprint(model)},
         )
     )
+
+
+def _check_materialized(model: torch.nn.Module, name: str) -> None:
+    """Refuse a module with tensors on the meta device that no device map offloaded.
+
+    Such a module was built without its weights (under ``torch.device("meta")`` or
+    accelerate's ``init_empty_weights``): it holds shapes, no values, and every number
+    measured on it would be made up.  A model dispatched by accelerate keeps its offloaded
+    weights on the meta device too, under hooks that bring them in for each forward; it is
+    recognised by its ``hf_device_map`` or those hooks and accepted."""
+    if getattr(model, "hf_device_map", None) or any(
+        hasattr(module, "_hf_hook") for module in model.modules()
+    ):
+        return
+    tensors = (*model.named_parameters(), *model.named_buffers())
+    empty = [key for key, tensor in tensors if tensor.device.type == "meta"]
+    if empty:
+        more = f" and {len(empty) - 1} more tensors are" if len(empty) > 1 else " is"
+        raise ProbeError(
+            f"{name} was built without its weights: {empty[0]}{more} on the meta device; "
+            "load it with them (from_pretrained, or load_state_dict with assign=True), or "
+            "pass its name or folder instead"
+        )
 
 
 #: Why overrides go with random weights only.

@@ -139,15 +139,17 @@ def stored_dtype(model: torch.nn.Module) -> str:
 
 
 def pretrained_model(
-    name: str, location, config, adapter: Adapter, allow_missing: bool, revision=None
+    name: str, location, config, adapter: Adapter, allow_missing: bool, revision=None, seed=0
 ) -> tuple[torch.nn.Module, str]:
     """The base model with its checkpoint's weights as stored (at hub ``revision``), and a
-    note on what did not load."""
+    note on what did not load.  Tensors the checkpoint lacks (``allow_missing``) are drawn
+    from ``seed``, as a random init's are, without disturbing the caller's generator."""
     where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
     if revision is not None:
         where += f" at revision {revision}"
     try:
-        with quiet():
+        with quiet(), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
             model, info = model_class(adapter).from_pretrained(
                 location,
                 config=config,
