@@ -182,6 +182,32 @@ def prepare(
     request, given = coerce(model, inputs, flat)
     scale = parse_branch_scale(branch_scale)
     given = given.with_defaults(sequences=32, tokens=128, batch_size=16)
+    names, chosen = _checked_options(variants, surgery, metrics, effective_rank)
+    models = request.load()
+    first = models[0]
+    alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
+    _check_model(first, names, alpha, given)
+    batch_size = given.batch_size
+    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
+    settings = _settings(request, models, names, surgery, encoded, batch_size, chosen)
+    if not scale.is_one:  # the unscaled model's settings have no branch_scale
+        settings["branch_scale"] = scale.text
+    if "effective_rank" in chosen:  # what "auto" means at this size and device
+        settings["effective_rank"] = effective_rank_method(
+            effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
+        )
+    if command is None:
+        command = _equivalent_command(request, given, settings, effective_rank)
+    # The method as resolved here, not "auto": what the result's attrs state is what runs.
+    method = settings.get("effective_rank", "exact")
+    return Plan(
+        models, names, encoded, surgery, batch_size, command, settings, chosen, method,
+        branch_scale=alpha,
+    )  # fmt: skip
+
+
+def _checked_options(variants, surgery, metrics, effective_rank) -> tuple[list, tuple]:
+    """The variant and metric names of ``prepare``'s options, each option checked in turn."""
     if not isinstance(variants, str) and not (
         isinstance(variants, Sequence) and all(isinstance(v, str) for v in variants)
     ):
@@ -199,9 +225,12 @@ def prepare(
             f"unknown effective-rank method {effective_rank!r}; "
             f"choose {', '.join(EFFECTIVE_RANK_METHODS)}"
         )
-    models = request.load()
-    first = models[0]
-    alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
+    return names, chosen
+
+
+def _check_model(first: ProbedModel, names, alpha: float, given: Inputs) -> None:
+    """Refuse, before any input is made, what the model cannot run: a variant, the branch
+    scale, the inputs' kind, their tokens, or the memory the run takes."""
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
         removals.check_removal(first, name)
@@ -219,9 +248,13 @@ def prepare(
     else:
         most = len(read_text(given.text)[0]) // tokens + 1
     memory.require_run(first, most, tokens, batch_size)
-    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
+
+
+def _settings(request, models, names, surgery, encoded, batch_size, chosen) -> dict:
+    """The run's settings as the result records them, before its branch scale and method."""
+    first = models[0]
     identity = checkpoint_of(models)
-    settings = {
+    return {
         # A local folder by what it holds, not by the path as typed (probe.loading.identity).
         "model": identity.get("checkpoint_path", first.name),
         "init": [m.init for m in models],
@@ -238,20 +271,6 @@ def prepare(
         "metrics": list(chosen),
         **{k: v for k, v in identity.items() if k != "checkpoint_path"},
     }
-    if not scale.is_one:  # the unscaled model's settings have no branch_scale
-        settings["branch_scale"] = scale.text
-    if "effective_rank" in chosen:  # what "auto" means at this size and device
-        settings["effective_rank"] = effective_rank_method(
-            effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
-        )
-    if command is None:
-        command = _equivalent_command(request, given, settings, effective_rank)
-    # The method as resolved here, not "auto": what the result's attrs state is what runs.
-    method = settings.get("effective_rank", "exact")
-    return Plan(
-        models, names, encoded, surgery, batch_size, command, settings, chosen, method,
-        branch_scale=alpha,
-    )  # fmt: skip
 
 
 def execute(

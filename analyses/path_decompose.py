@@ -144,6 +144,34 @@ def decompose(
         a forward pass that overflows; degenerate weights (a layer, or every path through
         it, all zero in a sequence).
     """
+    models, inputs, has_lm, batch_size = _checked_run(model, inputs, flat, warn)
+    L = models[0].n_layers
+    per_layer, output = _result_arrays(len(models), L + 1, inputs.sequences, has_lm)
+    chunks = my_batches(inputs, batch_size, part)
+    total, done = len(models) * len(chunks), 0
+    for i, probed in enumerate(models):
+        with onloaded(probed.model):
+            weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]
+            head = probed.adapter.lm_head(probed.model) if has_lm else None
+        for start, ids, mask in chunks:
+            rows = slice(start, start + ids.shape[0])
+            _decompose_batch(probed, weights, head, has_lm, ids, mask, i, rows, per_layer, output)
+            done += 1
+            if progress is not None:
+                progress(done, total, f"{probed.init} decomposition")
+    ds = _dataset(per_layer, output, models, inputs, command)
+    if part[1] == 1:
+        return ds
+    mine = slice(chunks[0][0], chunks[-1][0] + chunks[-1][1].shape[0]) if chunks else slice(0, 0)
+    return ds.isel(sequence=mine)
+
+
+def _checked_run(model, inputs, flat, warn) -> tuple[list[ProbedModel], Inputs, bool, int]:
+    """The loaded models, their path inputs, whether they hold a tied LM head, the batch size.
+
+    Refuses a family whose paths are not decomposable and a run too large for memory before
+    the inputs are made.
+    """
     request, given = request_of(
         model, inputs, flat, sequences=8, tokens=128, batch_size=4, dtype="float64"
     )
@@ -162,62 +190,57 @@ def decompose(
     inputs = path_inputs(first, given, request.seed, warn)
     with onloaded(first.model):  # weights a device_map offloaded are read in for the block
         has_lm = first.adapter.lm_head(first.model) is not None
-    S, K, N = inputs.sequences, L + 1, len(NORMS)
+    return models, inputs, has_lm, batch_size
+
+
+def _result_arrays(n_models: int, K: int, S: int, has_lm: bool) -> tuple[dict, dict]:
+    """The per-layer and the output arrays, all NaN until their batches fill them."""
+    N = len(NORMS)
     per_layer = {
-        name: np.full((len(models), K, K, S, N), np.nan) for name in ("share", "truncation_error")
+        name: np.full((n_models, K, K, S, N), np.nan) for name in ("share", "truncation_error")
     }
     per_layer |= {
-        name: np.full((len(models), K, S, N), np.nan)
+        name: np.full((n_models, K, S, N), np.nan)
         for name in ("effective_length", "constant_share")
     }
-    per_layer["reconstruction_error"] = np.full((len(models), K, S), np.nan)
+    per_layer["reconstruction_error"] = np.full((n_models, K, S), np.nan)
     output = {
-        name: np.full((len(models), K, S, N), np.nan) for name in ("output_share", "output_error")
+        name: np.full((n_models, K, S, N), np.nan) for name in ("output_share", "output_error")
     }
-    output["cosine"] = np.full((len(models), K, S), np.nan)
+    output["cosine"] = np.full((n_models, K, S), np.nan)
     if has_lm:
-        output["loss"] = np.full((len(models), K, S), np.nan)
-        output["loss_full"] = np.full((len(models), S), np.nan)
-    chunks = my_batches(inputs, batch_size, part)
-    total, done = len(models) * len(chunks), 0
-    for i, probed in enumerate(models):
-        with onloaded(probed.model):
-            weights = [probed.adapter.layer_weights(probed.model, n) for n in range(L)]
-            head = probed.adapter.lm_head(probed.model) if has_lm else None
-        for start, ids, mask in chunks:
-            rows = slice(start, start + ids.shape[0])
-            run = frozen_run(probed, weights, ids, mask)
-            # Layer by layer, only the current terms held; the last yield is the output
-            # (X_L, or GPT-2's ln_f(X_L) as one extra yield).
-            for layer, (terms, const) in enumerate(
-                frozen.iter_path_terms(run["layers"], run["x0"], run["final"])
-            ):
-                if layer < K:
-                    stats = layer_stats(terms, const, run["xs"][layer])
-                    check_reconstruction(probed, layer, stats["reconstruction_error"])
-                    check_defined(probed, f"layer {layer}", stats)
-                    _fill(per_layer, i, layer, rows, stats)
-            terms, const = output_terms(run, terms, const)
-            out = layer_stats(terms, const, None)
-            check_defined(probed, "the output", out)
-            output["output_share"][i, :, rows] = out["share"]
-            output["output_error"][i, :, rows] = out["truncation_error"]
-            y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
-            output["cosine"][i, :, rows] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
-            if has_lm:
-                to_logits = logit_map(probed.adapter, probed.config)
-                output["loss"][i, :, rows] = lm_loss(y_partial, head, ids, to_logits).cpu().numpy()
-                real = run["xs"][-1] if run["output"] is None else run["output"]
-                loss = lm_loss(real[None], head, ids, to_logits)[0]
-                output["loss_full"][i, rows] = loss.cpu().numpy()
-            done += 1
-            if progress is not None:
-                progress(done, total, f"{probed.init} decomposition")
-    ds = _dataset(per_layer, output, models, inputs, command)
-    if part[1] == 1:
-        return ds
-    mine = slice(chunks[0][0], chunks[-1][0] + chunks[-1][1].shape[0]) if chunks else slice(0, 0)
-    return ds.isel(sequence=mine)
+        output["loss"] = np.full((n_models, K, S), np.nan)
+        output["loss_full"] = np.full((n_models, S), np.nan)
+    return per_layer, output
+
+
+def _decompose_batch(probed, weights, head, has_lm, ids, mask, i, rows, per_layer, output) -> None:
+    """Decompose one batch of init ``i`` and fill its sequences ``rows`` of the arrays."""
+    K = per_layer["share"].shape[1]
+    run = frozen_run(probed, weights, ids, mask)
+    # Layer by layer, only the current terms held; the last yield is the output
+    # (X_L, or GPT-2's ln_f(X_L) as one extra yield).
+    for layer, (terms, const) in enumerate(
+        frozen.iter_path_terms(run["layers"], run["x0"], run["final"])
+    ):
+        if layer < K:
+            stats = layer_stats(terms, const, run["xs"][layer])
+            check_reconstruction(probed, layer, stats["reconstruction_error"])
+            check_defined(probed, f"layer {layer}", stats)
+            _fill(per_layer, i, layer, rows, stats)
+    terms, const = output_terms(run, terms, const)
+    out = layer_stats(terms, const, None)
+    check_defined(probed, "the output", out)
+    output["output_share"][i, :, rows] = out["share"]
+    output["output_error"][i, :, rows] = out["truncation_error"]
+    y_partial = torch.cumsum(terms, 0) + const  # (k, batch, token, hidden)
+    output["cosine"][i, :, rows] = pooled_cosine(y_partial, y_partial[-1]).cpu().numpy()
+    if has_lm:
+        to_logits = logit_map(probed.adapter, probed.config)
+        output["loss"][i, :, rows] = lm_loss(y_partial, head, ids, to_logits).cpu().numpy()
+        real = run["xs"][-1] if run["output"] is None else run["output"]
+        loss = lm_loss(real[None], head, ids, to_logits)[0]
+        output["loss_full"][i, rows] = loss.cpu().numpy()
 
 
 def reconstruction_tolerance(dtype: torch.dtype, layers: int) -> float:

@@ -29,6 +29,43 @@ def path_task(
     task, opts, seed, dev, n_paths, repeats, sub_path, path_attention, path_norm, text, progress
 ) -> xr.Dataset:
     rng_train, rng_eval = np.random.default_rng([seed, 0]), np.random.default_rng([seed, 1])
+    arrays, cfg, setup = _task_data(task, opts, text, rng_train, rng_eval)
+    torch.manual_seed(seed)
+    model = ToySAN(
+        ToyConfig(hidden=opts["hidden"], heads=opts["width"], depth=opts["depth"], **cfg)
+    ).to(dev)
+    x_tr, y_tr, x_ev, y_ev = (torch.as_tensor(a, device=dev) for a in arrays)
+    epochs = opts["epochs"]
+    cells = (opts["depth"] + 1) * repeats
+    total = epochs + cells
+    t0 = time.perf_counter()
+    losses = train(
+        model, x_tr, y_tr, epochs=epochs, batch_size=opts["batch_size"], lr=opts["lr"],
+        weight_decay=opts["weight_decay"], schedule=opts["schedule"], clip=setup["clip"],
+        shuffle=setup["shuffle"], seed=seed,
+        progress=lambda d, _t, label: progress(d, total, label),
+    )  # fmt: skip
+    train_seconds = time.perf_counter() - t0
+    with torch.no_grad():
+        full = float((model(x_ev).argmax(-1) == y_ev).double().mean())
+    acc, names = path_accuracy(
+        model, x_ev, y_ev, n_paths=n_paths, repeats=repeats, seed=seed, sub_path=sub_path,
+        attention=path_attention or "full", norm=path_norm or "trained",
+        progress=lambda d, _t, label: progress(epochs + d, total, label),
+    )  # fmt: skip
+    base = baselines(y_tr, y_ev)
+    attrs = _path_attrs(
+        setup, model, y_ev, train_seconds, n_paths, repeats, sub_path, path_attention, path_norm
+    )
+    return _path_dataset(acc, names, losses, full, base, opts["depth"], epochs, attrs)
+
+
+def _task_data(task, opts, text, rng_train, rng_eval) -> tuple[tuple, dict, dict]:
+    """The task's (x_tr, y_tr, x_ev, y_ev), the network's task settings and the training's.
+
+    The training settings: ``eval_set`` (in words), ``shuffle``, ``clip`` (the gradient
+    norm, None: no clipping) and ``extra`` (attributes only memorization has).
+    """
     extra: dict = {}
     shuffle, clip = False, None
     if task == "sort":
@@ -54,31 +91,14 @@ def path_task(
         shuffle, clip = True, 1.0
         extra = {"text": text or "built-in sample text", "text_tokens": len(ids),
                  "vocab_used": len(used)}  # fmt: skip
-    torch.manual_seed(seed)
-    model = ToySAN(
-        ToyConfig(hidden=opts["hidden"], heads=opts["width"], depth=opts["depth"], **cfg)
-    ).to(dev)
-    x_tr, y_tr, x_ev, y_ev = (torch.as_tensor(a, device=dev) for a in (x_tr, y_tr, x_ev, y_ev))
-    epochs = opts["epochs"]
-    cells = (opts["depth"] + 1) * repeats
-    total = epochs + cells
-    t0 = time.perf_counter()
-    losses = train(
-        model, x_tr, y_tr, epochs=epochs, batch_size=opts["batch_size"], lr=opts["lr"],
-        weight_decay=opts["weight_decay"], schedule=opts["schedule"], clip=clip,
-        shuffle=shuffle, seed=seed,
-        progress=lambda d, _t, label: progress(d, total, label),
-    )  # fmt: skip
-    train_seconds = time.perf_counter() - t0
-    with torch.no_grad():
-        full = float((model(x_ev).argmax(-1) == y_ev).double().mean())
-    acc, names = path_accuracy(
-        model, x_ev, y_ev, n_paths=n_paths, repeats=repeats, seed=seed, sub_path=sub_path,
-        attention=path_attention or "full", norm=path_norm or "trained",
-        progress=lambda d, _t, label: progress(epochs + d, total, label),
-    )  # fmt: skip
-    base = baselines(y_tr, y_ev)
-    depth = opts["depth"]
+    setup = {"eval_set": eval_set, "shuffle": shuffle, "clip": clip, "extra": extra}
+    return (x_tr, y_tr, x_ev, y_ev), cfg, setup
+
+
+def _path_attrs(
+    setup, model, y_ev, train_seconds, n_paths, repeats, sub_path, path_attention, path_norm
+) -> dict:
+    """The path task's attributes: how its paths were drawn and how the network was trained."""
     rules = (
         {
             "path_attention": "full (exact decomposition)",
@@ -87,6 +107,23 @@ def path_task(
         if sub_path
         else {"path_attention": path_attention, "path_norm": path_norm}
     )
+    return {
+        "n_paths": n_paths,
+        "repeats": repeats,
+        "sub_path": sub_path,
+        **rules,
+        "eval_set": setup["eval_set"],
+        "eval_size": int(y_ev.shape[0]),
+        "train_seconds": round(train_seconds, 3),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "shuffle": setup["shuffle"],
+        "clip_grad_norm": "none" if setup["clip"] is None else setup["clip"],
+        **setup["extra"],
+    }
+
+
+def _path_dataset(acc, names, losses, full, base, depth, epochs, attrs) -> xr.Dataset:
+    """The path task's Dataset: ``attrs`` holds ``n_paths`` and ``repeats`` among the rest."""
     return xr.Dataset(
         {
             "accuracy": (("path_length", "repeat"), acc),
@@ -98,23 +135,11 @@ def path_task(
         },
         coords={
             "path_length": np.arange(depth + 1),
-            "repeat": np.arange(repeats),
-            "path": np.arange(n_paths),
+            "repeat": np.arange(attrs["repeats"]),
+            "path": np.arange(attrs["n_paths"]),
             "epoch": np.arange(1, epochs + 1),
         },
-        attrs={
-            "n_paths": n_paths,
-            "repeats": repeats,
-            "sub_path": sub_path,
-            **rules,
-            "eval_set": eval_set,
-            "eval_size": int(y_ev.shape[0]),
-            "train_seconds": round(train_seconds, 3),
-            "parameters": sum(p.numel() for p in model.parameters()),
-            "shuffle": shuffle,
-            "clip_grad_norm": "none" if clip is None else clip,
-            **extra,
-        },
+        attrs=attrs,
     )
 
 

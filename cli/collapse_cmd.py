@@ -1,223 +1,230 @@
-"""``probe collapse``: check and load everything, probe each model, write results and reports.
+"""``probe collapse``: the command's options, their checks, and the call to the run.
 
-Order matters for trust: every model, text and output folder is checked (and
-every model loaded) before the first forward pass, so a typo in the third model
-never leaves the first one's result behind with no index and no comparison.
+The run itself (loading, probing, writing) is :mod:`cli.collapse_run`, imported when the
+command runs: it imports xarray and the analyses, which ``probe --help`` must not wait for.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from enum import Enum
 from pathlib import Path
+from typing import Annotated
 
-import xarray as xr
-from rich.table import Table
+import typer
 
-from probe import distributed
-from probe.analyses import collapse
-from probe.analyses.collapse_measure import empty
-from probe.request import Inputs, Model
-from probe.results import ENGINE, check_space, temp_beside
-from probe.stats import shown
-from probe.stream import CHUNK_SEQUENCES
+from probe import names
+from probe.ablate import parse_variants
 
-from .console import Reporter, checked, command_line, err, named, out, warn
-from .output import (
-    PAGES_BYTES,
-    check_out_dir,
-    no_empty_folder,
-    print_family_table,
-    write_comparison,
-    write_index,
-    write_result,
-)
-from .sharded import rank_warn, run_sharded
+from .console import fail, warn
+from .domains import Choice, CommaList, Count, ModelName, argument, option
+from .help import ANALYSIS, INPUTS
+from .options import SHARED, BranchScaleOption, Shared, shared_options
 
 
-def run_collapse(
-    models: list[Model],
-    inputs: Inputs,
+def _choices(values) -> tuple[str, ...]:
+    """The CLI's spelling of one of the library's tuples of names (- for _)."""
+    return tuple(v.replace("_", "-") for v in values)
+
+
+Metric = _choices(names.METRICS)
+Norm = _choices(names.NORMS)
+Fit = _choices(names.FITS)
+Surgery = _choices(names.SURGERIES)
+ErankMethod = _choices(names.EFFECTIVE_RANK_METHODS)
+
+
+def _parse_metrics(text: str):
+    """The library's reader of --metrics (imported when a value is parsed, not for --help)."""
+    from probe.analyses.collapse import parse_metrics
+
+    return parse_metrics(text)
+
+
+@shared_options(*SHARED, tokens=128, dtype="float32", batch_size=16)
+def collapse(
+    models: Annotated[
+        list[str],
+        argument("MODEL", ModelName(), help="Hub ids, local save_pretrained folders, or `minilm`."),
+    ],
+    no_skip: Annotated[
+        bool,
+        typer.Option(
+            "--no-skip",
+            help="Remove the attention skip connection: SAN+MLP (with --no-mlp: SAN).",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = False,
+    no_mlp: Annotated[
+        bool,
+        typer.Option(
+            "--no-mlp",
+            help="Remove the MLP sublayer: SAN+skip (with --no-skip: SAN).",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = False,
+    variants: Annotated[
+        str | None,
+        option(
+            "--variants",
+            domain=CommaList(
+                names.VARIANTS + names.NORM_VARIANTS + names.REMOVAL_VARIANTS,
+                parse_variants,
+                words=("all",),
+                metavar="all|LIST",
+            ),
+            help="all (the paper's four), or a comma list of SAN, SAN+MLP, SAN+skip, "
+            "transformer, LN-affine, no-LN, no-sink, no-massive.",
+            show_default="all",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = None,
+    no_layernorm: Annotated[
+        bool,
+        typer.Option(
+            "--no-layernorm",
+            help="Add LN-affine (norms reduced to their scale and shift) and no-LN (norms "
+            "removed).",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = False,
+    metric: Annotated[
+        str,
+        option(
+            "--metric",
+            domain=Choice(Metric, metavar="METRIC"),
+            help="The metric of the printed table.",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = "relative-residual",
+    metrics: Annotated[
+        str,
+        option(
+            "--metrics",
+            domain=CommaList(
+                [m.replace("_", "-") for m in names.METRICS],
+                _parse_metrics,
+                words=("all",),
+                metavar="all|LIST",
+            ),
+            help="Metrics computed and stored (the relative residual always is).",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = "all",
+    effective_rank: Annotated[
+        str,
+        option(
+            "--effective-rank",
+            domain=Choice(ErankMethod),
+            help="Effective rank from the full spectrum (exact), by stochastic Lanczos "
+            "quadrature (estimate), or by the cheaper here (auto).",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = "auto",
+    norm: Annotated[
+        str | None,
+        option(
+            "--norm",
+            domain=Choice(Norm, metavar="NORM"),
+            help="Norm of the relative residual in the table (l1inf: the paper's).",
+            show_default="l1inf",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = None,
+    fit: Annotated[
+        str | None,
+        option(
+            "--fit",
+            domain=Choice(Fit),
+            help="Residual to the token mean (the paper's) or to the best rank-one fit.",
+            show_default="mean",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = None,
+    surgery: Annotated[
+        str,
+        option(
+            "--surgery",
+            domain=Choice(Surgery),
+            help="probe: the same ablations for every family; paper: the surgery of the "
+            "paper's code, per family (differs for ALBERT without MLP).",
+            rich_help_panel=ANALYSIS,
+        ),
+    ] = "probe",
+    branch_scale: BranchScaleOption = "1",
+    sequences: Annotated[
+        str,
+        option(
+            "--sequences",
+            domain=Count(1, words=("all",)),
+            help="Sequences (images) per model, or all: every full sequence of --text "
+            "(every image of --images).",
+            rich_help_panel=INPUTS,
+        ),
+    ] = "32",
     *,
-    metric: str,
-    norm: str,
-    fit: str,
-    out_dir: Path,
-    **options,
+    shared: Shared,
 ) -> None:
-    """Probe each of ``models`` on ``inputs``; ``options`` are the collapse analysis' own."""
-    check_out_dir(out_dir)
-    here = distributed.world()
-    if here.parallel:  # started by torchrun: this process probes its share
-        device = distributed.device_for(models[0].device, here)
-        models = [replace(model, device=device) for model in models]
-        with distributed.process_group(here, device):
-            _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options)
-        return
-    with no_empty_folder(out_dir):
-        _run(models, inputs, metric, norm, fit, out_dir, options)
+    """Measure rank collapse per layer for the paper's four variants."""
+    from .collapse_run import run_collapse
 
-
-def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> None:
-    command = command_line()
-    reporter = Reporter()
-    plans = []
-    for model in models:
-        with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
-            plans.append(collapse.prepare(model, inputs, warn=warn, command=command, **options))
-    reporter.loaded()
-    check_space(out_dir, needed_bytes(plans), "the results and their reports")
-    checked()
-    results: list[tuple[xr.Dataset, Path]] = []
-    # Results go to disk batch by batch (probe.stream): host memory does not grow with the
-    # number of sequences.  Each file is moved into place, next to its report, at the end.
-    streams = [Path(temp_beside(out_dir / "collapse.nc")) for _ in plans]
-    try:
-        with reporter.bar(sum(plan.steps for plan in plans), summary=True):
-            datasets = [
-                collapse.execute(plan, progress=reporter.update, stream_to=stream)
-                for plan, stream in zip(plans, streams, strict=True)
-            ]
-        for ds, stream in zip(datasets, streams, strict=True):
-            nc, html = write_result(ds, out_dir, streamed=stream)
-            results.append((ds, nc))  # still read lazily: its file was moved, not copied
-            _print_result(ds, nc, html, metric, norm, fit)
-        _finish(results, out_dir)
-    finally:
-        for ds, _ in results:
-            ds.close()
-        for stream in streams:  # left only by a failure
-            stream.unlink(missing_ok=True)
-
-
-def needed_bytes(plans) -> int:
-    """Disk space the results of ``plans`` take, with their reports: each metric's values
-    of one sequence (8 bytes each) times the sequences, plus a last HDF5 chunk of
-    ``CHUNK_SEQUENCES`` allocated whole, plus its pages."""
-    total = PAGES_BYTES
-    for plan in plans:
-        per_sequence = sum(values.nbytes for values in empty(plan, 1).values())
-        total += per_sequence * (plan.inputs.sequences + CHUNK_SEQUENCES) + PAGES_BYTES
-    return total
-
-
-def _run_sharded(models, inputs, here, metric, norm, fit, out_dir, options) -> None:
-    """One rank of a torchrun job (:func:`cli.sharded.run_sharded`): every rank loads,
-    checks and probes its share of every model's batches into a shard; rank 0 then merges
-    the shards (``open_mfdataset``) and writes each result with its report, the comparison
-    and the index, exactly as a single process would."""
-    command = command_line()
-    part = (here.rank, here.size)
-    plans: list = []
-
-    def work(folder: Path) -> None:
-        reporter = Reporter()
-        for model in models:
-            with reporter.loading(f"loading {model.name} ({_inits(model)} weights)"):
-                plans.append(
-                    collapse.prepare(
-                        model, inputs, warn=rank_warn(here), command=command, **options
-                    )
-                )
-        reporter.loaded()
-        if here.main:  # the shards, then the results merged from them, beside them
-            check_space(out_dir, 2 * needed_bytes(plans), "the shards and the results")
-            checked()
-        with reporter.bar(sum(plan.steps_of(part) for plan in plans)):
-            for index, plan in enumerate(plans):
-                path = distributed.shard_path(folder, here.rank, index)
-                collapse.execute(plan, progress=reporter.update, stream_to=path, part=part).close()
-
-    def publish(folder: Path) -> None:
-        _publish(plans, folder, here.size, metric, norm, fit, out_dir)
-
-    run_sharded(here, out_dir, work, publish)
-
-
-def _publish(plans, folder: Path, size: int, metric, norm, fit, out_dir: Path) -> None:
-    """Rank 0: each model's shards merged into its result and report; comparison, index."""
-    results: list[tuple[xr.Dataset, Path]] = []
-    try:
-        for index, _ in enumerate(plans):
-            shards = [distributed.shard_path(folder, rank, index) for rank in range(size)]
-            ds = distributed.merge(shards, size)
-            try:
-                nc, html = write_result(ds, out_dir)
-            finally:
-                ds.close()
-            ds = xr.open_dataset(nc, engine=ENGINE)
-            results.append((ds, nc))
-            _print_result(ds, nc, html, metric, norm, fit)
-        _finish(results, out_dir)
-    finally:
-        for ds, _ in results:
-            ds.close()
-
-
-def _print_result(ds, nc, html, metric: str, norm: str, fit: str) -> None:
-    # The table shows --metric, or the first metric computed where --metrics left it out.
-    shown = metric if metric in ds.data_vars else ds.attrs["metrics"].split(",")[0]
-    print_table(ds, shown, norm, fit)
-    # no-sink / no-massive: what each removed, or one line saying it is the transformer.
-    for line in filter(None, ds.attrs.get("removal_note", "").split("; ")):
-        out.print(line, markup=False)
-    named("result", nc)
-    named("report", html)
-
-
-def _finish(results: list, out_dir: Path) -> None:
-    """The comparison of several models (and its table), then the folder's index."""
-    if len(results) > 1:
-        datasets = [ds for ds, _ in results]
-        comparison = write_comparison(datasets, [nc for _, nc in results], out_dir)
-        print_family_table(datasets)
-        named("comparison", comparison)
-    named("index", write_index(out_dir))
-
-
-def select(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> xr.DataArray:
-    values = ds[metric]
-    if metric == "relative_residual":
-        values = values.sel(norm=norm, fit=fit)
-    return values
-
-
-def print_table(ds: xr.Dataset, metric: str, norm: str = "l1inf", fit: str = "mean") -> None:
-    """One table per init: layers down, variants across, mean ± std over sequences."""
-    values = select(ds, metric, norm, fit)
-    mean, std = values.mean("sequence"), values.std("sequence")
-    label = metric.replace("_", " ") + (
-        f" ({norm}, residual to the {fit})" if metric == "relative_residual" else ""
+    _refuse_conflicts(models, variants, no_skip, no_mlp)
+    metric_name = _metric_name(metric, metrics, norm, fit)
+    chosen = _chosen_variants(variants, no_skip, no_mlp, no_layernorm)
+    run_collapse(
+        shared.models(models),
+        shared.inputs(sequences),
+        variants=chosen,
+        metric=metric_name,
+        norm=_value(norm) if norm is not None else "l1inf",
+        fit=_value(fit) if fit is not None else "mean",
+        surgery=_value(surgery),
+        metrics=metrics,
+        effective_rank=_value(effective_rank),
+        branch_scale=branch_scale,
+        out_dir=shared.out_dir,
     )
-    spread = f"mean ± std over {ds.sizes['sequence']} sequences"
-    for init in ds.init.values:
-        table = Table(
-            title=f"{ds.attrs['model']} · {init} · {label}",
-            caption=spread,
-            title_justify="left",
-            caption_justify="left",
-        )
-        table.add_column("layer", justify="right")
-        for variant in ds.variant.values:
-            table.add_column(str(variant), justify="right")
-        for layer in ds.layer.values:
-            cells = []
-            for v in ds.variant.values:
-                m = float(mean.sel(init=init, variant=v, layer=layer))
-                s = float(std.sel(init=init, variant=v, layer=layer))
-                # A distance to rank one under the run's precision floor is its rounding.
-                text = shown(m, ds) if metric == "relative_residual" else f"{m:.3g}"
-                cells.append(text if text.startswith("<") else f"{m:.3g} ± {s:.1g}")
-            table.add_row(str(int(layer)), *cells)
-        out.print(table)
-    if ds.attrs.get("inputs") == "synthetic ids":
-        err.print(
-            "probe: note: no tokenizer could be loaded; inputs are seeded random token ids",
-            markup=False,
-        )
-    if ds.attrs.get("weights_warning"):
-        warn(str(ds.attrs["weights_warning"]))
 
 
-def _inits(model: Model) -> str:
-    """The weights a model loads, as the command line named them."""
-    return "both" if len(model.init) == 2 else model.init[0]
+def _refuse_conflicts(models: list[str], variants, no_skip: bool, no_mlp: bool) -> None:
+    """A model named twice, or the variants chosen two ways at once: one line, exit 2."""
+    same = [m for i, m in enumerate(models) if _same_model(m) in map(_same_model, models[:i])]
+    if same:
+        fail(f"{', '.join(dict.fromkeys(same))} given more than once; give each model once")
+    if variants is not None and (no_skip or no_mlp):
+        fail("use either --variants or --no-skip/--no-mlp, not both")
+
+
+def _metric_name(metric, metrics: str, norm, fit) -> str:
+    """The library's name of --metric, which --metrics must include; --norm and --fit given
+    with another metric are said to be ignored."""
+    metric_name = _value(metric).replace("-", "_")
+    if metric_name not in _parse_metrics(metrics):
+        fail(f"--metric {_value(metric)} is not among --metrics {metrics}; add it there")
+    if metric_name != "relative_residual":
+        for option, given in (("--norm", norm), ("--fit", fit)):
+            if given is not None:
+                warn(
+                    f"{option} applies to the relative residual only; ignored for --metric {_value(metric)}"
+                )
+    return metric_name
+
+
+def _chosen_variants(variants, no_skip: bool, no_mlp: bool, no_layernorm: bool) -> str:
+    """The library's variant list from --variants, --no-skip/--no-mlp and --no-layernorm."""
+    from probe.ablate import variant_from_flags
+
+    chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
+    if no_layernorm:
+        chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
+        chosen = ",".join([chosen, *names.NORM_VARIANTS])
+    return chosen
+
+
+def _same_model(name: str) -> str:
+    """What a model name points to: a local folder by its real path, else the name."""
+    path = Path(name).expanduser()
+    return str(path.resolve()) if path.is_dir() else name
+
+
+def _value(choice) -> str:
+    return choice.value if isinstance(choice, Enum) else str(choice)

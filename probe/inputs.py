@@ -1,4 +1,6 @@
-"""Inputs: sequences of exactly ``tokens`` real tokens, as in the paper.
+"""Encoding what a model reads (:class:`Encoded`): sequences of exactly ``tokens`` real
+tokens, as in the paper, or images.  The request for them is :class:`probe.Inputs`
+(:mod:`probe.request`); this module turns it into ids or pixels and a mask.
 
 The paper probes 32 sequences of 128 tokens with no padding.  probe tokenizes a
 text (```text` FILE``, or the sample text written for this project) without

@@ -287,71 +287,79 @@ def collapse_order(ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean") -> Fi
         for ax, init in zip(axes, inits, strict=True):
             lows = [0.1]
             for variant in st.variant.values:
-                m = st["mean"].sel(variant=variant, init=init).values.astype(float)
-                x, y = m[:-1], m[1:]
-                ok = np.isfinite(x) & np.isfinite(y)
-                if not ok.any():
-                    continue
-                with np.errstate(invalid="ignore"):
-                    fitted = ok & (np.minimum(x, y) >= fit_low) & (np.maximum(x, y) <= FIT_UPPER)
-                x, y = np.clip(x, clip, None), np.clip(y, clip, None)
-                lows += [x[ok].min(), y[ok].min()]
-                c = colour(str(variant))
-                label = order_label(str(variant), orders.sel(variant=variant, init=init))
-                # The whole path faintly, hollow markers: pairs outside the fit window.
-                ax.plot(
-                    x[ok],
-                    y[ok],
-                    color=c,
-                    alpha=0.45,
-                    linewidth=0.9,
-                    marker="o",
-                    markersize=4,
-                    markerfacecolor="none",
-                    label=label if not fitted.any() else "_path",
-                )
-                if fitted.any():
-                    ax.plot(
-                        x[fitted],
-                        y[fitted],
-                        color=c,
-                        marker="o",
-                        markersize=4.5,
-                        linewidth=1.6,
-                        label=label,
-                    )
-            low = min(lows) / 3
-            ref = np.logspace(np.log10(low), 0, 64)
-            ax.plot(
-                ref,
-                ref,
-                color=REFERENCE_COLOUR,
-                linestyle="--",
-                linewidth=0.9,
-                label="slope 1 (exponential)",
-            )
-            ax.plot(
-                ref,
-                ref**3,
-                color=REFERENCE_COLOUR,
-                linestyle=":",
-                linewidth=1.1,
-                label="slope 3 (doubly exponential)",
-            )
-            log_axis(ax, "x")
-            log_axis(ax)
-            ax.set_xlim(low, 1.5)
-            ax.set_ylim(low, 1.5)
-            ax.set_aspect("equal", adjustable="box")
-            ax.set_xlabel("r at layer l")
-            ax.set_ylabel("r at layer l+1")
-            ax.set_title(f"init: {plain(str(init))}")
-            # Upper left is y > x at small r: empty unless r grows, so the legend hides nothing.
-            ax.legend(loc="upper left", fontsize="small")
+                lows += _order_path(ax, st, orders, variant, init, (clip, fit_low))
+            _order_axes(ax, min(lows) / 3, init)
         fig.suptitle(
             f"{_model_title(ds)}: order of collapse ({describe_selection('relative_residual', norm, fit)})"
         )
     return fig
+
+
+def _order_path(ax: Axes, st: xr.Dataset, orders, variant, init, floors: tuple) -> list:
+    """One variant's (r(l), r(l+1)) pairs on ``ax``; the smallest r of each axis, or none.
+
+    ``floors``: (the clip for the log axes, the lowest r inside the fit window).
+    """
+    clip, fit_low = floors
+    m = st["mean"].sel(variant=variant, init=init).values.astype(float)
+    x, y = m[:-1], m[1:]
+    ok = np.isfinite(x) & np.isfinite(y)
+    if not ok.any():
+        return []
+    with np.errstate(invalid="ignore"):
+        fitted = ok & (np.minimum(x, y) >= fit_low) & (np.maximum(x, y) <= FIT_UPPER)
+    x, y = np.clip(x, clip, None), np.clip(y, clip, None)
+    lows = [x[ok].min(), y[ok].min()]
+    c = colour(str(variant))
+    label = order_label(str(variant), orders.sel(variant=variant, init=init))
+    # The whole path faintly, hollow markers: pairs outside the fit window.
+    ax.plot(
+        x[ok],
+        y[ok],
+        color=c,
+        alpha=0.45,
+        linewidth=0.9,
+        marker="o",
+        markersize=4,
+        markerfacecolor="none",
+        label=label if not fitted.any() else "_path",
+    )
+    if fitted.any():
+        ax.plot(
+            x[fitted], y[fitted], color=c, marker="o", markersize=4.5, linewidth=1.6, label=label
+        )
+    return lows
+
+
+def _order_axes(ax: Axes, low: float, init) -> None:
+    """The reference slopes 1 and 3 from ``low`` up, and the square log axes around them."""
+    ref = np.logspace(np.log10(low), 0, 64)
+    ax.plot(
+        ref,
+        ref,
+        color=REFERENCE_COLOUR,
+        linestyle="--",
+        linewidth=0.9,
+        label="slope 1 (exponential)",
+    )
+    ax.plot(
+        ref,
+        ref**3,
+        color=REFERENCE_COLOUR,
+        linestyle=":",
+        linewidth=1.1,
+        label="slope 3 (doubly exponential)",
+    )
+    log_axis(ax, "x")
+    log_axis(ax)
+    ax.set_xlim(low, 1.5)
+    ax.set_ylim(low, 1.5)
+    ax.set_aspect("equal", adjustable="box")
+    ax.set_xlabel("r at layer l")
+    ax.set_ylabel("r at layer l+1")
+    ax.set_title(f"init: {plain(str(init))}")
+    # Upper left is y > x at small r: empty unless r grows, so the legend hides nothing.
+    ax.legend(loc="upper left", fontsize="small")
 
 
 def comparison(

@@ -419,20 +419,20 @@ class Inputs:
         return args
 
 
-def coerce(model, inputs: Inputs | None, legacy: dict) -> tuple[Model, Inputs]:
+def coerce(model, inputs: Inputs | None, flat: dict) -> tuple[Model, Inputs]:
     """The request of an analysis call: its two values, or the same built from keywords.
 
-    ``legacy`` holds the keywords of the flat form (``collapse.run("gpt2", tokens=64)``),
-    which stays accepted: its model keywords build a :class:`Model`, its input keywords
+    ``flat`` holds the keywords of the flat form (``collapse.run("gpt2", tokens=64)``), the
+    model's and the inputs' keywords side by side: its model keywords build a :class:`Model`, its input keywords
     :class:`Inputs`.  Mixing the two forms is refused.
     """
     model_keys = {f.name for f in fields(Model)} - {"source"}
     input_keys = {f.name for f in fields(Inputs)}
-    unknown = set(legacy) - model_keys - input_keys
+    unknown = set(flat) - model_keys - input_keys
     if unknown:
         raise TypeError(f"unexpected keyword argument {sorted(unknown)[0]!r}")
-    as_model = {k: v for k, v in legacy.items() if k in model_keys}
-    as_inputs = {k: v for k, v in legacy.items() if k in input_keys}
+    as_model = {k: v for k, v in flat.items() if k in model_keys}
+    as_inputs = {k: v for k, v in flat.items() if k in input_keys}
     if isinstance(model, Model):
         if as_model:
             raise ProbeError(f"give `{sorted(as_model)[0]}` in the Model, not beside it")

@@ -175,7 +175,7 @@ def layer_constants(probed) -> dict[str, Any]:
         constant the family cannot give).  Only `missing` where the family has no constants.
     """
     from .models.spec import SpecAdapter
-    from .models.weights import query_key, resolve_module
+    from .models.weights import resolve_module
 
     adapter, model, config = probed.adapter, probed.model, probed.config
     L = probed.n_layers
@@ -190,61 +190,19 @@ def layer_constants(probed) -> dict[str, Any]:
     H = adapter.n_heads(config)
     kv = getattr(config, "num_key_value_heads", None) or H
     layers = resolve_module(model, spec.layers)
-    qk, vo, beta, lam = [], [], [], []
     mlp = spec.mlp_of(config)  # the family's entry says where its MLP is, or that it is gated
     mlp = None if mlp.gated else mlp
     lip = activation_lipschitz(mlp.activation_of(config)) if mlp else float("nan")
-    pool = _serial_pool(probed.device)
-    scratch: dict[int, torch.Tensor] = {}  # per thread: the row blocks of its products
-    d = None
-    for index in range(L):
-        check_interrupt()  # a large model's constants take seconds per layer
-        try:  # views of the weights, no arithmetic: read here
-            query_keys = query_key(layers[index], spec.heads, config, H, kv)
-        except ProbeError as error:
-            out["missing"] = [f"beta: {error}"]
-            return out
-        values, d = _layer_norms(
-            layers[index], query_keys, spec, config, (H, kv), mlp, pool, scratch
-        )
-        heads_qk = [qk_1 for qk_1, _ in values[:H]]
-        heads_vo = [composite(*pair) for pair in values[H : 2 * H]]
-        qk.append(max(heads_qk))
-        vo.append(max(heads_vo))
-        beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
-        if mlp:
-            first_norms, second_norms = values[2 * H :]
-            lam.append(lip * composite(*first_norms) * composite(*second_norms))
+    norms, d, error = _per_layer_norms(probed, L, layers, spec, (H, kv), mlp, lip)
+    if error is not None:
+        out["missing"] = [f"beta: {error}"]
+        return out
+    qk, vo, beta, lam = norms
     if not mlp:
         out["missing"].append(f"lambda (Corollary 3.2): the {spec.name} family has {GATED}")
         lam = [float("nan")] * L
-    scale = getattr(config, "query_pre_attn_scalar", None)
-    notes = []
-    rotary = getattr(config, "rope_theta", None) is not None or "rope" in str(
-        getattr(config, "rope_scaling", "") or getattr(config, "position_embedding_type", "")
-    )
-    if rotary or getattr(config, "rotary_dim", None) or getattr(config, "rotary_pct", None):
-        notes.append("rotary position embeddings rotate queries and keys: W_QK ignores them")
-    if scale is not None:
-        notes.append("the attention's scale is not 1/sqrt(d_qk) in this family")
-    if getattr(config, "relative_attention", False):
-        notes.append("relative position terms add to the attention scores: W_QK leaves them out")
-    notes += [note for note in spec.score_notes if note not in notes]
-    qk_norms = [p for p in spec.qk_norms if resolve_module(layers[0], p, missing_ok=True)]
-    if qk_norms:
-        notes.append(
-            f"query/key norms ({', '.join(qk_norms)}) rescale each token's queries and keys "
-            "inside the scores: W_QK leaves them out"
-        )
-    m = abs(spec.branch_multiplier(config))
-    if m != 1:  # Granite adds m times each branch: W_h = m W_V W_O
-        vo, beta = [v * m for v in vo], [b * m for b in beta]
-        notes.append(f"each branch is added times residual_multiplier {m:g}: W_V W_O includes it")
-    c = [4.0 * b * H / math.sqrt(d) for b in beta]
-    if spec.attention_multiplier:  # Granite: the scores' scale replaces 1/sqrt(d_qk)
-        score = float(getattr(config, spec.attention_multiplier))
-        notes.append(f"the scores are scaled by {spec.attention_multiplier} {score:g}: c uses it")
-        c = [4.0 * b * H * score for b in beta]
+    notes = _config_notes(config, spec, layers[0])
+    vo, beta, c = _branch_and_scale(config, spec, H, d, vo, beta, notes)
     out.update(
         qk=qk,
         vo=vo,
@@ -257,6 +215,76 @@ def layer_constants(probed) -> dict[str, Any]:
         notes=notes,
     )
     return out
+
+
+def _per_layer_norms(probed, L: int, layers, spec, heads: tuple[int, int], mlp, lip: float):
+    """Lists over layers of max_h ||W_QK,h||_1, max_h ||W_h||_{1,inf}, beta and lambda (empty
+    without ``mlp``), d_qk, and None; or None, None and the error where a layer's query/key
+    layout cannot be read."""
+    from .models.weights import query_key
+
+    H, kv = heads
+    qk, vo, beta, lam = [], [], [], []
+    pool = _serial_pool(probed.device)
+    scratch: dict[int, torch.Tensor] = {}  # per thread: the row blocks of its products
+    d = None
+    for index in range(L):
+        check_interrupt()  # a large model's constants take seconds per layer
+        try:  # views of the weights, no arithmetic: read here
+            query_keys = query_key(layers[index], spec.heads, probed.config, H, kv)
+        except ProbeError as error:
+            return None, None, error
+        values, d = _layer_norms(
+            layers[index], query_keys, spec, probed.config, (H, kv), mlp, pool, scratch
+        )
+        heads_qk = [qk_1 for qk_1, _ in values[:H]]
+        heads_vo = [composite(*pair) for pair in values[H : 2 * H]]
+        qk.append(max(heads_qk))
+        vo.append(max(heads_vo))
+        beta.append(max(a * b for a, b in zip(heads_qk, heads_vo, strict=True)))
+        if mlp:
+            first_norms, second_norms = values[2 * H :]
+            lam.append(lip * composite(*first_norms) * composite(*second_norms))
+    return (qk, vo, beta, lam), d, None
+
+
+def _config_notes(config, spec, first_layer) -> list[str]:
+    """What the bound leaves out in this family, read from its config and first layer."""
+    from .models.weights import resolve_module
+
+    scale = getattr(config, "query_pre_attn_scalar", None)
+    notes = []
+    rotary = getattr(config, "rope_theta", None) is not None or "rope" in str(
+        getattr(config, "rope_scaling", "") or getattr(config, "position_embedding_type", "")
+    )
+    if rotary or getattr(config, "rotary_dim", None) or getattr(config, "rotary_pct", None):
+        notes.append("rotary position embeddings rotate queries and keys: W_QK ignores them")
+    if scale is not None:
+        notes.append("the attention's scale is not 1/sqrt(d_qk) in this family")
+    if getattr(config, "relative_attention", False):
+        notes.append("relative position terms add to the attention scores: W_QK leaves them out")
+    notes += [note for note in spec.score_notes if note not in notes]
+    qk_norms = [p for p in spec.qk_norms if resolve_module(first_layer, p, missing_ok=True)]
+    if qk_norms:
+        notes.append(
+            f"query/key norms ({', '.join(qk_norms)}) rescale each token's queries and keys "
+            "inside the scores: W_QK leaves them out"
+        )
+    return notes
+
+
+def _branch_and_scale(config, spec, H: int, d, vo: list, beta: list, notes: list[str]):
+    """``vo`` and ``beta`` times the family's branch multiplier, and c; ``notes`` says so."""
+    m = abs(spec.branch_multiplier(config))
+    if m != 1:  # Granite adds m times each branch: W_h = m W_V W_O
+        vo, beta = [v * m for v in vo], [b * m for b in beta]
+        notes.append(f"each branch is added times residual_multiplier {m:g}: W_V W_O includes it")
+    c = [4.0 * b * H / math.sqrt(d) for b in beta]
+    if spec.attention_multiplier:  # Granite: the scores' scale replaces 1/sqrt(d_qk)
+        score = float(getattr(config, spec.attention_multiplier))
+        notes.append(f"the scores are scaled by {spec.attention_multiplier} {score:g}: c uses it")
+        c = [4.0 * b * H * score for b in beta]
+    return vo, beta, c
 
 
 def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, pool, scratch):

@@ -42,78 +42,117 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
     figure = Figures()
     eps = float(ds.attrs.get("epsilon", 0.3))
     inits = ordered(ds.init.values, INITS)
-    header = (
+    header = _header(ds, title, result_file)
+    summary = _summary(ds, inits, eps)
+    body = ""
+    if np.isfinite(ds["sink_score"].values).any():
+        body += _sinks_section(ds, figure, inits, eps)
+    body += _massive_section(ds, figure, inits)
+    provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
+    meta = {
+        "model": model,
+        "analysis": "attention",
+        "family": str(ds.attrs.get("family", "")),
+        "variants": "transformer",
+        "init": ",".join(inits),
+        "created": str(ds.attrs.get("created", "")),
+        "result": result_file,
+    }
+    return page(title, header + summary + body + provenance, meta)
+
+
+def _header(ds: xr.Dataset, title: str, result_file: str) -> str:
+    return (
         f"<header><h1>{esc(title)}</h1>"
         f'<p class="subtitle">created {esc(ds.attrs.get("created", "?"))} · probe '
         f"{esc(ds.attrs.get('probe_version', '?'))}</p>"
         f'<nav class="toc"><a href="{href(result_file)}">data ({esc(result_file)})</a></nav></header>'
     )
-    lines = []
-    for init in inits:
-        one = ds.sel(init=init)
-        rate = float(one["sink_rate"])
-        peak = int(np.argmax(one["massive_ratio"].values))
-        where = (
-            f"layer {peak}: token {int(one['massive_token'][peak])} of sequence "
-            f"{int(one['massive_sequence'][peak])}, dim {int(one['massive_dim'][peak])}"
-        )
-        rate_text = "not measured" if not np.isfinite(rate) else f"{rate:.3g}"
-        share = float(one["sink_head_share"]) if "sink_head_share" in one else float("nan")
-        if np.isfinite(share):
-            rate_text += f" (heads whose mean sink score passes it: {fmt(share, 3)})"
-        lines.append(
-            f"<li><b>{esc(init)}</b>: sink rate Sink<sub>{fmt(eps, 3)}</sub> {rate_text}; "
-            f"largest massive ratio {fmt(float(one['massive_ratio'][peak]), 4)} at {esc(where)}; "
-            f"anisotropy from {fmt(float(one['anisotropy'][0]), 3)} (layer 0) to "
-            f"{fmt(float(one['anisotropy'][-1]), 3)} (layer {int(ds.layer[-1])}).</li>"
-        )
-    summary = (
+
+
+def _summary(ds: xr.Dataset, inits: list[str], eps: float) -> str:
+    lines = [_summary_line(ds, init, eps) for init in inits]
+    return (
         '<section id="summary"><p>Reproduce with:</p>'
         f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
         f"<ul>{''.join(lines)}</ul><p>{esc(ds.attrs.get('attention_note', ''))}</p></section>"
     )
-    body = ""
-    if np.isfinite(ds["sink_score"].values).any():
-        body += '<section id="sinks"><h2>Attention sinks and entropy</h2>' + figure(
-            heatmaps(ds),
-            "Left: the attention the first token receives (mean over query rows and sequences; "
-            "a row that cannot see it counts 0), per layer and head. Right: the mean entropy of "
-            "the attention rows in nats (ln T is uniform attention).",
-            "sink score and attention entropy per layer and head",
+
+
+def _summary_line(ds: xr.Dataset, init: str, eps: float) -> str:
+    """One init's sink rate, largest massive activation and anisotropy, as a list item."""
+    one = ds.sel(init=init)
+    rate = float(one["sink_rate"])
+    peak = int(np.argmax(one["massive_ratio"].values))
+    where = (
+        f"layer {peak}: token {int(one['massive_token'][peak])} of sequence "
+        f"{int(one['massive_sequence'][peak])}, dim {int(one['massive_dim'][peak])}"
+    )
+    rate_text = "not measured" if not np.isfinite(rate) else f"{rate:.3g}"
+    share = float(one["sink_head_share"]) if "sink_head_share" in one else float("nan")
+    if np.isfinite(share):
+        rate_text += f" (heads whose mean sink score passes it: {fmt(share, 3)})"
+    return (
+        f"<li><b>{esc(init)}</b>: sink rate Sink<sub>{fmt(eps, 3)}</sub> {rate_text}; "
+        f"largest massive ratio {fmt(float(one['massive_ratio'][peak]), 4)} at {esc(where)}; "
+        f"anisotropy from {fmt(float(one['anisotropy'][0]), 3)} (layer 0) to "
+        f"{fmt(float(one['anisotropy'][-1]), 3)} (layer {int(ds.layer[-1])}).</li>"
+    )
+
+
+def _sinks_section(ds: xr.Dataset, figure: Figures, inits: list[str], eps: float) -> str:
+    body = '<section id="sinks"><h2>Attention sinks and entropy</h2>' + figure(
+        heatmaps(ds),
+        "Left: the attention the first token receives (mean over query rows and sequences; "
+        "a row that cannot see it counts 0), per layer and head. Right: the mean entropy of "
+        "the attention rows in nats (ln T is uniform attention).",
+        "sink score and attention entropy per layer and head",
+    )
+    for init in inits:
+        body += _top_positions(ds, init) + _sink_heads(ds, init, eps)
+    return body + "</section>"
+
+
+def _top_positions(ds: xr.Dataset, init: str) -> str:
+    """The key positions the heads look at most: the first few shown, the rest folded."""
+    positions = [[str(p), str(n), esc(t)] for p, n, t in sink_positions(ds, init)]
+    head = ["top key position", "heads", "tokens there"]
+    body = f"<h3>{esc(init)}: where the heads look most</h3>" + html_table(
+        head, positions[:TOP_POSITIONS], "attention"
+    )
+    if len(positions) > TOP_POSITIONS:
+        rest = positions[TOP_POSITIONS:]
+        body += numbers(
+            html_table(head, rest, "attention"),
+            f"{init}: the other {len(rest)} positions some head looks at most",
         )
-        for init in inits:
-            positions = [[str(p), str(n), esc(t)] for p, n, t in sink_positions(ds, init)]
-            head = ["top key position", "heads", "tokens there"]
-            body += f"<h3>{esc(init)}: where the heads look most</h3>" + html_table(
-                head, positions[:TOP_POSITIONS], "attention"
-            )
-            if len(positions) > TOP_POSITIONS:
-                rest = positions[TOP_POSITIONS:]
-                body += numbers(
-                    html_table(head, rest, "attention"),
-                    f"{init}: the other {len(rest)} positions some head looks at most",
-                )
-            rows = sinks(ds, init, eps)
-            body += numbers(
-                html_table(
-                    ["layer", "head", "top key", "its attention", "sink score", "tokens"],
-                    [
-                        [
-                            str(r["layer"]),
-                            str(r["head"]),
-                            str(r["top_key"]),
-                            fmt(r["top_key_score"], 3),
-                            fmt(r["sink_score"], 3),
-                            esc(r["tokens"]),
-                        ]
-                        for r in rows
-                    ],  # fmt: skip
-                    "attention",
-                ),
-                f"{init}: the {len(rows)} heads whose top key receives more than {eps:g}",
-            )
-        body += "</section>"
-    body += '<section id="massive"><h2>Massive activations and anisotropy</h2>' + figure(
+    return body
+
+
+def _sink_heads(ds: xr.Dataset, init: str, eps: float) -> str:
+    rows = sinks(ds, init, eps)
+    return numbers(
+        html_table(
+            ["layer", "head", "top key", "its attention", "sink score", "tokens"],
+            [
+                [
+                    str(r["layer"]),
+                    str(r["head"]),
+                    str(r["top_key"]),
+                    fmt(r["top_key_score"], 3),
+                    fmt(r["sink_score"], 3),
+                    esc(r["tokens"]),
+                ]
+                for r in rows
+            ],  # fmt: skip
+            "attention",
+        ),
+        f"{init}: the {len(rows)} heads whose top key receives more than {eps:g}",
+    )
+
+
+def _massive_section(ds: xr.Dataset, figure: Figures, inits: list[str]) -> str:
+    body = '<section id="massive"><h2>Massive activations and anisotropy</h2>' + figure(
         massive(ds),
         "Left: the mean over sequences of the largest |entry| of each layer's output over the "
         "mean median |entry| (Sun et al. 2024), log axis. Right: the mean cosine between "
@@ -138,20 +177,11 @@ def render_attention(ds: xr.Dataset, result_file: str | None = None) -> str:
     head = ["layer"] + [
         f"{esc(i)} {c}" for i in inits for c in ("massive ratio", "token", "dim", "anisotropy")
     ]
-    body += (
-        numbers(html_table(head, rows, "attention"), "massive activations per layer") + "</section>"
+    return (
+        body
+        + numbers(html_table(head, rows, "attention"), "massive activations per layer")
+        + "</section>"
     )
-    provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
-    meta = {
-        "model": model,
-        "analysis": "attention",
-        "family": str(ds.attrs.get("family", "")),
-        "variants": "transformer",
-        "init": ",".join(inits),
-        "created": str(ds.attrs.get("created", "")),
-        "result": result_file,
-    }
-    return page(title, header + summary + body + provenance, meta)
 
 
 def _massive_token(ds: xr.Dataset, init: str, layer: int) -> str:

@@ -70,6 +70,20 @@ def render_comparison(
         f"<header><h1>{esc(title)}</h1>"
         f'<p class="subtitle">{len(datasets)} models · relative residual, '
         "residual to the token mean, l1inf norm</p></header>",
+        _families_section(datasets, threshold, figure),
+    ]
+    for init in shared or [None]:
+        parts.append(_init_section(datasets, init, figure))
+    parts.append(_final_section(models, datasets, threshold))
+    parts.append(
+        f'<section id="sources"><h2>Sources</h2>{_sources(datasets, result_files)}</section>'
+    )
+    meta = _meta(models, datasets, result_files, created)
+    return page(title, "\n".join(parts), meta)
+
+
+def _families_section(datasets: list[xr.Dataset], threshold: float, figure: Figures) -> str:
+    return (
         '<section id="families"><h2>Across models</h2>'
         "<p>Per model and init: the mean relative residual r after the last layer for each "
         f"variant, the first layer at which the pure-attention SAN falls below {threshold:g} "
@@ -84,39 +98,50 @@ def render_comparison(
             "clipped at each model's machine epsilon.",
             "relative residual per variant, one line per model, log axis",
         )
-        + "</section>",
-    ]
-    for init in shared or [None]:
-        which = f"init: {init}" if init else "pretrained where available"
-        parts.append(
-            f"<section><h2>{esc(which.capitalize())}</h2>"
-            + figure(
-                comparison(datasets, log=False, init=init),
-                f"Relative residual against layer, one panel per model on shared axes ({esc(which)}); "
-                "mean over sequences, band ±1 sd.",
-                f"relative residual per model, {which}, linear axis",
-            )
-            + figure(
-                comparison(datasets, log=True, init=init),
-                "The same on a log axis, clipped at each model's machine epsilon.",
-                f"relative residual per model, {which}, log axis",
-            )
-            + "</section>"
+        + "</section>"
+    )
+
+
+def _init_section(datasets: list[xr.Dataset], init: str | None, figure: Figures) -> str:
+    """One init's panels per model, linear then log (``init`` None: pretrained where any)."""
+    which = f"init: {init}" if init else "pretrained where available"
+    return (
+        f"<section><h2>{esc(which.capitalize())}</h2>"
+        + figure(
+            comparison(datasets, log=False, init=init),
+            f"Relative residual against layer, one panel per model on shared axes ({esc(which)}); "
+            "mean over sequences, band ±1 sd.",
+            f"relative residual per model, {which}, linear axis",
         )
+        + figure(
+            comparison(datasets, log=True, init=init),
+            "The same on a log axis, clipped at each model's machine epsilon.",
+            f"relative residual per model, {which}, log axis",
+        )
+        + "</section>"
+    )
+
+
+def _final_section(models: list[str], datasets: list[xr.Dataset], threshold: float) -> str:
     stories = []
     for model, ds in zip(models, datasets, strict=True):
         story = paragraph(summarise(ds, threshold), threshold, explain=False)
         stories.append(f"<li><strong>{esc(model)}</strong>: {esc(story)}</li>")
     story_list = "<ul>" + "".join(stories) + "</ul>"
-    parts.append(
+    return (
         '<section id="final"><h2>Final layer</h2>'
         "<p>Mean ± sd of r over sequences at each model's last layer.</p>"
         f"{final_table(datasets)}{story_list}<p>{esc(EXPLANATION)}</p></section>"
     )
-    parts.append(
-        f'<section id="sources"><h2>Sources</h2>{_sources(datasets, result_files)}</section>'
-    )
-    meta = {
+
+
+def _meta(
+    models: list[str],
+    datasets: list[xr.Dataset],
+    result_files: Sequence[str],
+    created: str | None,
+) -> dict[str, str]:
+    return {
         "model": ", ".join(models),
         "analysis": "comparison",
         "family": ", ".join(dict.fromkeys(str(ds.attrs.get("family", "")) for ds in datasets)),
@@ -129,4 +154,3 @@ def render_comparison(
         "created": created or max(str(ds.attrs.get("created", "")) for ds in datasets),
         "result": ", ".join(result_files),
     }
-    return page(title, "\n".join(parts), meta)

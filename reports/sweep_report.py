@@ -63,7 +63,6 @@ def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
     dims = swept(ds)
     grid = json.loads(ds.attrs.get("sweep_dims", "{}"))
     title = f"{model} · sweep over {', '.join(dims)}"
-    figure = Figures()
     header = (
         f"<header><h1>{esc(title)}</h1>"
         f'<p class="subtitle">created {esc(ds.attrs.get("created", "?"))} · probe '
@@ -81,6 +80,26 @@ def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
         f"<p>{esc(ds.attrs.get('padding_note', ''))}. {esc(ds.attrs.get('attention_note', ''))}"
         "</p></section>"
     )
+    body = _figures(ds, dims)
+    provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
+    meta = {
+        "model": model,
+        "analysis": "sweep",
+        "family": str(ds.attrs.get("family", "")),
+        "variants": ",".join(ordered(ds.variant.values, VARIANTS)),
+        "init": ",".join(ordered(ds.init.values, INITS)),
+        "created": str(ds.attrs.get("created", "")),
+        "result": result_file,
+        "settings": ", ".join(dims),
+        "id": str(ds.attrs.get("settings_id", "")),
+    }
+    return page(title, header + summary + body + provenance, meta)
+
+
+def _figures(ds: xr.Dataset, dims: list[str]) -> str:
+    """The figures section: the phase diagram (two swept settings besides the seed), the
+    summaries against the first swept value, and every point's row."""
+    figure = Figures()
     body = '<section id="figures"><h2>Summaries against the swept values</h2>'
     besides_seed = [d for d in dims if d != "seed"]
     if len(besides_seed) >= 2:
@@ -102,20 +121,8 @@ def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
         "summaries against the swept value",
     )
     head, rows = _rows(ds)
-    body += (
-        numbers(html_table(head, rows, "sweep"), "every point's summaries and command")
+    return (
+        body
+        + numbers(html_table(head, rows, "sweep"), "every point's summaries and command")
         + "</section>"
     )
-    provenance = f'<section id="provenance"><h2>Provenance</h2>{provenance_table(ds)}</section>'
-    meta = {
-        "model": model,
-        "analysis": "sweep",
-        "family": str(ds.attrs.get("family", "")),
-        "variants": ",".join(ordered(ds.variant.values, VARIANTS)),
-        "init": ",".join(ordered(ds.init.values, INITS)),
-        "created": str(ds.attrs.get("created", "")),
-        "result": result_file,
-        "settings": ", ".join(dims),
-        "id": str(ds.attrs.get("settings_id", "")),
-    }
-    return page(title, header + summary + body + provenance, meta)

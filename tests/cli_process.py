@@ -24,7 +24,7 @@ from pathlib import Path
 PRELOAD = [
     "probe.cli.entry",
     "probe.cli.app",
-    "probe.cli.collapse_cmd",
+    "probe.cli.collapse_run",
     "probe.cli.output",
     "probe.analyses.collapse",
     "probe.analyses.paths",

@@ -423,7 +423,7 @@ def test_collapse_command_path_does_not_import_seaborn():
     import sys
 
     code = (
-        "import sys; sys.argv = ['probe']; import cli.collapse_cmd, probe.reports.render, "
+        "import sys; sys.argv = ['probe']; import cli.collapse_run, probe.reports.render, "
         "probe.plot; print(sorted(m for m in ('seaborn', 'scipy') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

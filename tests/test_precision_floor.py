@@ -86,7 +86,7 @@ def test_summaries_reports_and_the_cli_show_minilm_san_as_below_the_floor(minilm
     raw = f"{summary['final']:.3g}"
     assert raw not in result.output
     # the per-layer table `probe collapse` prints after its run
-    from cli.collapse_cmd import print_table
+    from cli.collapse_run import print_table
     from cli.console import out
 
     with out.capture() as captured:

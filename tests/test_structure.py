@@ -89,6 +89,38 @@ def test_no_source_file_is_too_long():
     assert TOO_LONG <= long, f"split already; drop from TOO_LONG: {sorted(TOO_LONG - long)}"
 
 
+#: The most lines a function's body (after its docstring) may hold: one step, readable on
+#: one screen.  A signature is not counted: a command's is the declaration of its options.
+MAX_BODY = 60
+#: Bodies over MAX_BODY that are one step written out long: (module, function) -> what.
+ONE_STEP: dict[tuple[str, str], str] = {
+    ("probe.analyses.collapse", "_dataset"): "the result's variables and attributes",
+    ("probe.analyses.path_decompose", "_dataset"): "the result's variables and attributes",
+    ("probe.analyses.attention", "_dataset"): "the result's variables and attributes",
+    ("probe.plot_paths", "sample_ratios"): "one figure, panel by panel",
+    ("probe.reports.paths_report", "_decompose"): "one section of the report",
+}
+
+
+def _body_lines(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    body = node.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]  # the docstring
+    return body[-1].end_lineno - body[0].lineno + 1 if body else 0
+
+
+def test_every_function_does_one_thing():
+    long = {}
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                if _body_lines(node) > MAX_BODY:
+                    long[(module, node.name)] = _body_lines(node)
+    over = {k: v for k, v in long.items() if k not in ONE_STEP}
+    assert not over, f"bodies over {MAX_BODY} lines: split them into steps: {over}"
+    assert set(ONE_STEP) <= set(long), f"short now; drop: {sorted(set(ONE_STEP) - set(long))}"
+
+
 def test_no_import_cycle():
     graph = {m: {t for t, _ in _imports(m) if t != m} for m in MODULES}
     # A package's __init__ importing its own submodules is how a package is built, not a

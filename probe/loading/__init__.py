@@ -25,7 +25,8 @@ One concept per module; :func:`load` and :func:`wrap` (here) put them together:
 * :mod:`.placement`: spreading a model over devices with accelerate;
 * :mod:`.remote`: NDIF and its local simulation;
 * :mod:`.tokenizers`: the tokenizer and image processor;
-* :mod:`.options`: the checks of seed, dtype and device;
+* :mod:`.options`: what a load's arguments must be (seed, dtype, device, and the settings
+  that do not go together), before anything is read;
 * :mod:`.model`: :class:`ProbedModel`, what every analysis takes.
 """
 
@@ -40,12 +41,12 @@ import torch
 
 from ..errors import ProbeError, one_line
 from ..models import adapter_for
-from ..names import INITS
 from ..overrides import freeze
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
 from .identity import checkpoint_identity, module_fingerprint
 from .model import ProbedModel
-from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_seed
+from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_request, check_seed, run_options
+from .options import OVERRIDES_AT_RANDOM_INIT as OVERRIDES_AT_RANDOM_INIT
 from .overrides import apply_overrides, point
 from .placement import DEVICE_MAPS, check_device_map, dispatch, input_device, onloaded
 from .remote import remote_model
@@ -184,32 +185,19 @@ def load(
                 "go with a model name"
             )
         return wrap(name_or_path, init=init, seed=seed, device=device, dtype=dtype)
-    if overrides is not None and init != "random":
-        raise ProbeError(OVERRIDES_AT_RANDOM_INIT)
-    if remote and revision is not None:
-        raise ProbeError("`remote` runs the hosted revision; drop `revision`")
-    if init not in INITS:
-        raise ProbeError(f"unknown init {init!r}; choose one of {', '.join(INITS)}")
-    check_seed(seed)
-    torch_dtype = as_dtype(dtype)
-    if device_map is not None and device not in (None, "cpu"):
-        raise ProbeError("use either `device` or `device_map`, not both")
-    if device_map is None and (max_memory is not None or offload_folder is not None):
-        raise ProbeError("`max_memory` and `offload_folder` go with `device_map`")
-    check_device_map(device_map)
-    torch_device = as_device(device)
+    check_request(init, seed, overrides, remote, revision)
+    torch_dtype, torch_device = run_options(device, dtype, device_map, max_memory, offload_folder)
     name = str(name_or_path)
-    location, where, config, adapter = preflight(
+    found = preflight(
         name, init, config=overrides, revision=revision, device=torch_device, dtype=torch_dtype
     )
+    location, where, config, adapter = found
     config._attn_implementation = "eager"
 
     identity = checkpoint_identity(location, where, config, pretrained=init == "pretrained")
     identity |= request_identity(overrides, revision)
     if remote:
-        hosted = remote_model(
-            name, location, where, config, adapter, init, remote, dtype, device_map
-        )
+        hosted = remote_model(name, *found, init, remote, dtype, device_map)
         hosted.checkpoint = identity
         return hosted
     what = f"the {init} weights of {name}"
@@ -220,19 +208,10 @@ def load(
         if overrides is not None:
             weights += f", with {overrides}"
     else:
-        model, note = pretrained_model(
-            name, location, config, adapter, allow_missing_weights, revision, seed
+        model, weights = _pretrained(
+            name, found, allow_missing_weights, revision, seed, torch_dtype, identity, what
         )
-        weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
-        stored = stored_dtype(model)
-        if stored != str(torch_dtype).removeprefix("torch."):  # said where it is not the run's
-            identity["weights_stored_dtype"] = stored
-            weights += f"; stored in {stored}"
-        check_finite(model, what)
-    if device_map is None:
-        model = model.to(device=torch_device, dtype=torch_dtype).eval()
-    else:  # spread, never moved as a whole: ``.to()`` would undo the placement
-        model = dispatch(model.to(dtype=torch_dtype).eval(), device_map, max_memory, offload_folder)
+    model = _placed(model, torch_device, torch_dtype, device_map, max_memory, offload_folder)
     choose_attention(model, adapter)
     return (_verified if verify else _as_is)(
         ProbedModel(
@@ -248,6 +227,32 @@ def load(
             _image_processor=image_processor_at(location) if adapter.inputs == "pixels" else None,
         )
     )
+
+
+def _pretrained(name, found, allow_missing_weights, revision, seed, torch_dtype, identity, what):
+    """(model, words for its weights) of a pretrained load, checked finite (``what`` names
+    them in an error); ``found`` is :func:`preflight`'s answer.  A checkpoint stored in
+    another dtype than the run's says so, in the words and in ``identity``."""
+    location, where, config, adapter = found
+    model, note = pretrained_model(
+        name, location, config, adapter, allow_missing_weights, revision, seed
+    )
+    weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
+    stored = stored_dtype(model)
+    if stored != str(torch_dtype).removeprefix("torch."):  # said where it is not the run's
+        identity["weights_stored_dtype"] = stored
+        weights += f"; stored in {stored}"
+    check_finite(model, what)
+    return model, weights
+
+
+def _placed(model, torch_device, torch_dtype, device_map, max_memory, offload_folder):
+    """``model`` in eval mode in ``torch_dtype``, on ``torch_device`` or spread by
+    ``device_map``."""
+    if device_map is None:
+        return model.to(device=torch_device, dtype=torch_dtype).eval()
+    # spread, never moved as a whole: ``.to()`` would undo the placement
+    return dispatch(model.to(dtype=torch_dtype).eval(), device_map, max_memory, offload_folder)
 
 
 def wrap(
@@ -360,12 +365,6 @@ def _check_materialized(model: torch.nn.Module, name: str) -> None:
             "load it with them (from_pretrained, or load_state_dict with assign=True), or "
             "pass its name or folder instead"
         )
-
-
-#: Why overrides go with random weights only.
-OVERRIDES_AT_RANDOM_INIT = (
-    "`config` changes the architecture, so it runs at random init only; use `init` random"
-)
 
 
 def _configured(name: str, init: str, overrides, revision: str | None):
