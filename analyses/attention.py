@@ -53,7 +53,7 @@ from probe.inputs import Encoded, model_inputs
 from probe.loading import ProbedModel
 from probe.overflow import DEGENERATE, check_finite, check_nonzero
 from probe.preflight import check_tokens
-from probe.request import Inputs, Model, coerce, dtype_name, provenance, reproduce
+from probe.request import Inputs, Model, coerce, dtype_name, provenance, record
 from probe.results import utc_now, versions
 from probe.scaling import ONE, BranchScale, parse_branch_scale
 from probe.trace import check_norm_variant
@@ -145,8 +145,9 @@ def run(
         Called with one line when the text or image folder holds fewer sequences than
         asked (the run uses those); None: no warnings.
     command
-        The "reproduce with" line the result records; None: the equivalent `probe
-        attention` command.
+        The command line the result records as what made it; None: a library call, whose
+        request the result records as data, attribute `request` (`probe.reports.reproduce`
+        renders its `probe attention` command).
     **flat
         The request's keywords beside a model name (`init=`, `tokens=`, ...), the same
         request as `Model(name, ...)` and `Inputs(...)`; not together with them.
@@ -202,25 +203,25 @@ def run(
                 progress(done, len(models) * len(batches), f"{probed.init} attention")
         _check_medians(probed, sums)
         totals.append(sums)
-    if command is None and isinstance(request.source, str | Path):
-        dtype = dtype_name(first.dtype)
-        command = _equivalent_command(request, given, encoded, epsilon, dtype, scale)
-    command = command or "probe.attention(<a model>)"
-    return _dataset(models, encoded, totals, epsilon, command, (scale, alpha))
+    recorded = ""
+    if isinstance(request.source, str | Path):
+        recorded = _record(request, given, encoded, epsilon, dtype_name(first.dtype), scale)
+    if command is None:
+        command = "" if recorded else "probe.attention(<a model>)"
+    return _dataset(models, encoded, totals, epsilon, (command, recorded), (scale, alpha))
 
 
 #: The library's name for the analysis: ``probe.attention(model, inputs, epsilon=0.3)``.
 attention = run
 
 
-def _equivalent_command(
-    request: Model, given: Inputs, encoded: Encoded, epsilon, dtype, scale=ONE
-) -> str:
-    """The CLI command with the same settings, for the "reproduce with" line of a library run."""
-    own = [] if epsilon == EPSILON else ["--epsilon", repr(epsilon)]
-    own += [] if scale.is_one else ["--branch-scale", scale.text]
+def _record(request: Model, given: Inputs, encoded: Encoded, epsilon, dtype, scale=ONE) -> str:
+    """The request as the result keeps it (``probe.request.record``): the options not at
+    their defaults."""
+    own = {} if epsilon == EPSILON else {"epsilon": epsilon}
+    own |= {} if scale.is_one else {"branch_scale": scale.text}
     sizes = {"sequences": encoded.sequences, "tokens": encoded.tokens}
-    return reproduce("attention", request, given, *own, dtype=dtype, **sizes)
+    return record("attention", request, given, own, dtype=dtype, **sizes)
 
 
 def measure_batch(
@@ -302,7 +303,7 @@ def _dataset(
     encoded: Encoded,
     totals: list[Totals],
     epsilon: float,
-    command,
+    made: tuple[str, str],
     scaled: tuple[BranchScale, float] = (ONE, 1.0),
 ) -> xr.Dataset:
     first = models[0]
@@ -351,7 +352,8 @@ def _dataset(
         **provenance(models, encoded),
         **versions(),
         "world_size": 1,
-        "command": command,
+        "command": made[0],  # the command line; or the request as data (made[1])
+        "request": made[1],
         "created": utc_now(),
         "epsilon": epsilon,
         "attention": first.attn_implementation,

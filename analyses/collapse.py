@@ -54,7 +54,7 @@ from probe.request import (
     coerce,
     dtype_name,
     provenance,
-    reproduce,
+    record,
 )
 from probe.results import ENGINE, settings_id, utc_now, versions
 from probe.scaling import BranchScale, parse_branch_scale
@@ -161,8 +161,10 @@ def prepare(
         Called with one line when the text or image folder holds fewer sequences than asked
         (the run uses those); None: no warnings.
     command
-        The "reproduce with" line the result records; None: the equivalent `probe collapse`
-        command (a description of the call for a model passed as an object).
+        The command line the result records as what made it; None: a library call, whose
+        request the result records as data, attribute `request` (`probe.reports.reproduce`
+        renders its `probe collapse` command), or a model passed as an object, whose result
+        records a description of the call.
     **flat
         The request's keywords beside a model name (`init=`, `tokens=`, ...): the same request
         as `Model(name, ...)` and `Inputs(...)`, and not together with them.
@@ -196,13 +198,14 @@ def prepare(
         settings["effective_rank"] = effective_rank_method(
             effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
         )
+    recorded = _record(request, given, settings, effective_rank)
     if command is None:
-        command = _equivalent_command(request, given, settings, effective_rank)
+        command = "" if recorded else _python_call(settings)
     # The method as resolved here, not "auto": what the result's attrs state is what runs.
     method = settings.get("effective_rank", "exact")
     return Plan(
         models, names, encoded, surgery, batch_size, command, settings, chosen, method,
-        branch_scale=alpha,
+        branch_scale=alpha, request=recorded,
     )  # fmt: skip
 
 
@@ -385,32 +388,28 @@ def run(
     return execute(prepare(model, inputs, **options), progress, stream_to)
 
 
-def _equivalent_command(request: Model, given: Inputs, settings: dict, method: str) -> str:
-    """The CLI command with the same settings, for the "reproduce with" line of a library run."""
+def _record(request: Model, given: Inputs, settings: dict, method: str) -> str:
+    """The request as the result keeps it (``probe.request.record``): the options not at
+    their defaults; "" for a model passed as an object, which no command can name."""
     if not isinstance(request.source, str | os.PathLike):
-        return (
-            "probe.analyses.collapse.run(<a model passed by the caller>, "
-            + ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != "model")
-            + ")"
-        )
-    own = ["--variants", ",".join(settings["variants"])]
+        return ""
+    own = {"variants": ",".join(settings["variants"])}
     if settings["surgery"] != "probe":
-        own += ["--surgery", settings["surgery"]]
+        own["surgery"] = settings["surgery"]
     if tuple(settings["metrics"]) != METRICS:
-        own += ["--metrics", ",".join(m.replace("_", "-") for m in settings["metrics"])]
+        own["metrics"] = ",".join(settings["metrics"])
     if method != "auto" and "effective_rank" in settings:
-        own += ["--effective-rank", method]
+        own["effective_rank"] = method
     if "branch_scale" in settings:
-        own += ["--branch-scale", settings["branch_scale"]]
-    return reproduce(
-        "collapse",
-        request,
-        given,
-        *own,
-        dtype=settings["dtype"],
-        sequences=settings["sequences"],
-        tokens=settings["tokens"],
-    )
+        own["branch_scale"] = settings["branch_scale"]
+    sizes = {"sequences": settings["sequences"], "tokens": settings["tokens"]}
+    return record("collapse", request, given, own, dtype=settings["dtype"], **sizes)
+
+
+def _python_call(settings: dict) -> str:
+    """What a result of a model passed as an object records: the call, described."""
+    described = ", ".join(f"{k}={v!r}" for k, v in settings.items() if k != "model")
+    return f"probe.analyses.collapse.run(<a model passed by the caller>, {described})"
 
 
 def _dataset(
@@ -461,6 +460,7 @@ def _dataset(
         "device_map": json.dumps({k: str(v) for k, v in (first.device_map or {}).items()}),
         **versions(),
         "command": plan.command,
+        "request": plan.request,
         "created": utc_now(),
         "surgery": plan.surgery,
         "metrics": ",".join(plan.metrics),

@@ -57,7 +57,8 @@ class Plan:
     batch_size
         Sequences per forward pass.
     command
-        The "reproduce with" line the result records.
+        The command line that made the run ("" for a library call; a description of the
+        call for a model passed as an object).
     settings
         What identifies the run (model, inits, variants, sizes, dtype, ...), recorded in
         the result's `settings` attribute.
@@ -70,6 +71,9 @@ class Plan:
         (`probe.removals`), filled in by `collapse.execute` before the first batch.
     branch_scale
         alpha of residual branch scaling at the model's depth (`probe.scaling`); 1: none.
+    request
+        The request as data (`probe.request.record`), which the result records; "" for a
+        model passed as an object.
     """
 
     models: list[ProbedModel]
@@ -86,6 +90,8 @@ class Plan:
     removals: dict = field(default_factory=dict)
     #: alpha of residual branch scaling at the model's depth (:mod:`probe.scaling`); 1: none.
     branch_scale: float = 1.0
+    #: The request as data (``probe.request.record``); "" for a model passed as an object.
+    request: str = ""
 
     def ablation(self, variant: str) -> Ablation:
         """The variant's ablation under this run's surgery and branch scale."""

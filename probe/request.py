@@ -14,8 +14,8 @@ checked against a loaded model (its token limit, whether it reads text or images
 is checked by the analysis, before any forward pass.
 
 :func:`provenance` derives the attributes every result carries about how it was made from
-the loaded models and the inputs they read, and :meth:`Model.cli_args` /
-:meth:`Inputs.cli_args` the command line that reproduces a request.
+the loaded models and the inputs they read, and :func:`record` the request as a result keeps
+it, as data (``probe.reports.reproduce`` renders the command line that asks for it).
 
 Nothing here imports torch at module level: the command line builds a request before it
 loads anything heavy.
@@ -24,8 +24,8 @@ loads anything heavy.
 from __future__ import annotations
 
 import copy
+import json
 import os
-import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
@@ -296,25 +296,27 @@ class Model:
             for init in self.init
         ]
 
-    def cli_args(self, dtype: str | None = None) -> list[str]:
-        """The command-line arguments that ask for this model (``dtype``: as resolved)."""
-        args = [self.name, "--init", "both" if self.init == INITS else self.init[0]]
-        args += ["--seed", str(self.seed)]
+    def as_fields(self, dtype: str | None = None) -> dict:
+        """The model as a result records it (``dtype``: as resolved): its name, init and
+        seed, then what differs from the defaults, as data (``probe.reports.reproduce``
+        renders the command line that asks for it)."""
+        found = {"source": self.name, "init": "both" if self.init == INITS else self.init[0]}
+        found["seed"] = self.seed
         if (dtype or self.dtype) is not None:
-            args += ["--dtype", dtype or self.dtype]
+            found["dtype"] = dtype or self.dtype
         if self.device not in (None, "cpu"):
-            args += ["--device", str(self.device)]
+            found["device"] = str(self.device)
         if isinstance(self.device_map, str):
-            args += ["--device-map", self.device_map]
+            found["device_map"] = self.device_map
         if self.remote is True:
-            args.append("--remote")
+            found["remote"] = True
         if self.allow_missing_weights:
-            args.append("--allow-missing-weights")
+            found["allow_missing_weights"] = True
         if self.config is not None:
-            args += [arg for setting in self.config.settings() for arg in ("--set", setting)]
+            found["config"] = list(self.config.settings())
         if self.revision is not None:
-            args += ["--revision", self.revision]
-        return args
+            found["revision"] = self.revision
+        return found
 
 
 @dataclass(frozen=True)
@@ -405,18 +407,18 @@ class Inputs:
                 object.__setattr__(filled, name, value)
         return filled
 
-    def cli_args(self, **resolved) -> list[str]:
-        """The command-line options that ask for these inputs (``resolved``: sizes as run)."""
-        args = []
+    def as_fields(self, **resolved) -> dict:
+        """The inputs as a result records them (``resolved``: sizes as run), as data."""
+        found = {}
         if self.text is not None:
-            args += ["--text", str(self.text)]
+            found["text"] = str(self.text)
         if self.images is not None:
-            args += ["--images", str(self.images)]
+            found["images"] = str(self.images)
         for name in ("sequences", "tokens", "batch_size"):
             value = resolved.get(name, getattr(self, name))
             if value is not None:
-                args += [f"--{name.replace('_', '-')}", str(value)]
-        return args
+                found[name] = value
+        return found
 
 
 def coerce(model, inputs: Inputs | None, flat: dict) -> tuple[Model, Inputs]:
@@ -487,11 +489,11 @@ def provenance(models: list, encoded) -> dict:
     }
 
 
-def reproduce(name: str, model: Model, inputs: Inputs, *own: str, dtype=None, **sizes) -> str:
-    """The command line that reproduces a request: ``probe NAME MODEL --init ...``, the
-    analysis's ``own`` options, then the model's and the inputs' (a model passed as an
-    object has no command line: see the analysis for what it records then).  ``dtype`` and
-    ``sizes`` (sequences, tokens, batch_size): the values as resolved by the run."""
-    model_args = model.cli_args(dtype)
-    return shlex.join(["probe", *name.split(), *model_args[:3], *own, *model_args[3:],
-                       *inputs.cli_args(**sizes)])  # fmt: skip
+def record(analysis: str, model: Model, inputs: Inputs, options: dict, dtype=None, **sizes) -> str:
+    """A request as a result records it (attribute ``request``, JSON): the analysis, its own
+    ``options`` (those not at their defaults, as the library names them), the model's and
+    the inputs' fields.  ``dtype`` and ``sizes`` (sequences, tokens, batch_size): the values
+    as resolved by the run.  ``probe.reports.reproduce`` renders the command that asks for
+    the same."""
+    fields_ = {"analysis": analysis, "model": model.as_fields(dtype), "options": options}
+    return json.dumps({**fields_, "inputs": inputs.as_fields(**sizes)}, default=str)

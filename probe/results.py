@@ -75,7 +75,7 @@ def settings_id(settings: dict) -> str:
 
 #: Attributes that describe a run without changing its numbers.
 #: Attributes that do not change a result's numbers (a torchrun run equals one process).
-_NOT_SETTINGS = ("created", "command", "world_size")
+_NOT_SETTINGS = ("created", "command", "request", "world_size")
 
 
 def attrs_id(attrs: dict) -> str:

@@ -19,6 +19,7 @@ from .figures import Figures, numbers
 from .naming import model_stem
 from .page import esc, href, page
 from .provenance import provenance_table
+from .reproduce import command_line
 from .tables import fmt, html_table
 
 #: Key positions shown in a "where the heads look most" table; the rest are folded away.
@@ -74,7 +75,7 @@ def _summary(ds: xr.Dataset, inits: list[str], eps: float) -> str:
     lines = [_summary_line(ds, init, eps) for init in inits]
     return (
         '<section id="summary"><p>Reproduce with:</p>'
-        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
+        f"<pre><code>{esc(command_line(ds.attrs))}</code></pre>"
         f"<ul>{''.join(lines)}</ul><p>{esc(ds.attrs.get('attention_note', ''))}</p></section>"
     )
 

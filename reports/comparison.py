@@ -18,6 +18,7 @@ from probe.stats import ordered, summarise
 from .figures import Figures
 from .naming import report_name
 from .page import esc, href, page
+from .reproduce import command_line
 from .tables import family_table, final_table
 from .text import EXPLANATION, paragraph
 
@@ -33,7 +34,7 @@ def _sources(datasets: Sequence[xr.Dataset], result_files: Sequence[str]) -> str
         rows.append(
             f"<tr><td>{esc(a.get('model', ''))}</td><td>{esc(a.get('family', ''))}</td>"
             f'<td class="num">{ds.sizes.get("layer", 1) - 1}</td><td>{esc(a.get("dtype", ""))}</td>'
-            f"<td>{esc(a.get('created', ''))}</td><td><code>{esc(a.get('command', ''))}</code></td>"
+            f"<td>{esc(a.get('created', ''))}</td><td><code>{esc(command_line(a))}</code></td>"
             f'<td><a href="{href(result)}">{esc(result)}</a></td></tr>'
         )
     return (

@@ -25,6 +25,7 @@ from .figures import Figures, numbers
 from .naming import model_stem
 from .page import esc, href, page
 from .provenance import ablation_table, provenance_table
+from .reproduce import command_line
 from .tables import fmt, html_table
 
 ANALYSES = ("paths-count", "paths-sample", "paths-decompose")
@@ -63,7 +64,7 @@ def render_paths(ds: xr.Dataset, result_file: str | None = None) -> str:
     )
     reproduce = (
         '<section id="summary"><p>Reproduce with:</p>'
-        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre></section>"
+        f"<pre><code>{esc(command_line(ds.attrs))}</code></pre></section>"
     )
     details = ""
     if ds.attrs.get("ablation_table"):

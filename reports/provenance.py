@@ -15,9 +15,10 @@ import xarray as xr
 from probe.stats import ordered
 
 from .page import esc
+from .reproduce import command_line
 
 # attrs that hold JSON and are shown folded.
-_JSON_ATTRS = ("config", "ablation_table", "deviations")
+_JSON_ATTRS = ("config", "ablation_table", "deviations", "request")
 
 
 def _folded(key: str, value: object) -> str:
@@ -46,7 +47,7 @@ def provenance_table(ds: xr.Dataset) -> str:
     for key, value in ds.attrs.items():
         shown = _folded(key, value) if key in _JSON_ATTRS else esc(value)
         if key == "command":
-            shown = f"<code>{esc(value)}</code>"
+            shown = f"<code>{esc(command_line(ds.attrs))}</code>"
         rows.append(f"<tr><td>{esc(key)}</td><td>{shown}</td></tr>")
     for name in ("variant", "init", "layer", "sequence", "fit", "norm"):
         if name in ds.coords:

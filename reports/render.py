@@ -29,6 +29,7 @@ from .figures import Figures, numbers
 from .naming import report_name, settings_summary
 from .page import esc, href, page
 from .provenance import ablation_table, provenance_table
+from .reproduce import command_line
 from .tables import norms_table, orders_table, stats_table
 from .text import paragraph
 from .theory import theory_section
@@ -103,7 +104,7 @@ def _summary(ds: xr.Dataset, result_file: str, threshold: float) -> str:
         '<section id="summary"><h2>Summary</h2>'
         f'<p class="summary">{esc(paragraph(summarise(ds, threshold), threshold))}</p>'
         "<p>Reproduce with:</p>"
-        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
+        f"<pre><code>{esc(command_line(ds.attrs))}</code></pre>"
         f'<p>Data: <a href="{href(result_file)}">{esc(result_file)}</a> '
         "(netCDF, read it with <code>xarray.open_dataset</code>).</p></section>"
     )

@@ -20,7 +20,15 @@ from probe.stats import ordered, point_order_text, shown
 from .figures import Figures, numbers
 from .page import esc, href, page
 from .provenance import provenance_table
+from .reproduce import command_line
 from .tables import fmt, html_table
+
+
+def _point_command(ds: xr.Dataset, one: xr.Dataset) -> str:
+    """A point's command: the one it recorded, or the one its request renders (a point
+    keeps its own `request` where points differ in it)."""
+    request = one["request"].item() if "request" in one else ds.attrs.get("request", "")
+    return command_line({"command": one["command"].item(), "request": request})
 
 
 def _rows(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
@@ -44,7 +52,7 @@ def _rows(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
                 _cell(at, "final_effective_rank", "transformer"),
                 fmt(float(at["sink_rate"])),
                 fmt(float(at["max_massive_ratio"]), 4),
-                f"<code>{esc(one['command'].item())}</code>",
+                f"<code>{esc(_point_command(ds, one))}</code>",
             ])  # fmt: skip
     return head, rows
 
@@ -73,7 +81,7 @@ def render_sweep(ds: xr.Dataset, result_file: str | None = None) -> str:
     values = "".join(f"<li><b>{esc(d)}</b>: {esc(', '.join(v))}</li>" for d, v in grid.items())
     summary = (
         '<section id="summary"><p>Reproduce with:</p>'
-        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
+        f"<pre><code>{esc(command_line(ds.attrs))}</code></pre>"
         f"<p>{done} of {total} points; each is one <code>probe collapse</code> run with its "
         f"values (its command is in the table below).</p><ul>{values}</ul>"
         f"<p>{esc(ds.attrs.get('summaries_note', ''))}.</p>"

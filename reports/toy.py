@@ -23,6 +23,7 @@ from . import toy_figures as figs
 from .figures import Figures, numbers
 from .page import esc, esc_code, href, page
 from .provenance import provenance_table
+from .reproduce import command_line
 from .tables import fmt, stat_cell
 from .text import duration
 
@@ -92,7 +93,7 @@ def _header(ds: xr.Dataset, title: str, result_file: str) -> str:
 def _reproduce(ds: xr.Dataset, result_file: str) -> str:
     return (
         "<p>Reproduce with:</p>"
-        f"<pre><code>{esc(ds.attrs.get('command', ''))}</code></pre>"
+        f"<pre><code>{esc(command_line(ds.attrs))}</code></pre>"
         f'<p>Data: <a href="{href(result_file)}">{esc(result_file)}</a> '
         "(netCDF, read it with <code>xarray.open_dataset</code>).</p>"
     )

@@ -19,6 +19,7 @@ from matplotlib.figure import Figure
 from .figures import Figures, numbers
 from .page import esc, href, page
 from .provenance import provenance_table
+from .reproduce import command_line
 
 COLOURS = ("#0b5cad", "#c2410c", "#15803d", "#7e22ce")
 WINDOW = 25  # steps in the moving average of the training loss
@@ -117,7 +118,7 @@ def render_training(ds: xr.Dataset, result_file: str = "training.nc") -> str:
         f'<h2 id="summary">Summary</h2><p class="summary">Final validation bits per character '
         f"on the held-out split: {summary}. Same data, split, tokenizer, batches, steps and "
         f"learning-rate schedule for every model.</p>"
-        f"<p>Reproduce with <code>{esc(ds.attrs.get('command', ''))}</code></p>"
+        f"<p>Reproduce with <code>{esc(command_line(ds.attrs))}</code></p>"
         f'<h2 id="curves">Curves</h2>'
         + figures(
             curve_figure(ds, "step"),

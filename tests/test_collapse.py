@@ -10,6 +10,7 @@ import torch
 
 import probe
 from probe.analyses import collapse
+from probe.reports.reproduce import command_line
 from tests.reference import metrics_numpy
 from tests.reference.surgery import reference_hidden_states
 from tests.reference.tiny import FAMILIES
@@ -65,10 +66,11 @@ def test_dataset_schema_and_provenance(tiny_folders):
         "torch_version",
         "transformers_version",
         "nnsight_version",
-        "command",
+        "request",  # a library call's request, as data ...
         "created",
     ):
         assert attrs[key]
+    assert command_line(attrs).startswith("probe collapse ")  # ... and the command it renders
     assert {row["ablation"] for row in json.loads(attrs["ablation_table"])} == {"no skip", "no MLP"}
     assert not np.isnan(ds.relative_residual).any()
 

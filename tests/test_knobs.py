@@ -26,6 +26,7 @@ from probe.analyses import collapse
 from probe.errors import ProbeError
 from probe.loading import hub
 from probe.overrides import ConfigOverrides, parse_setting, parse_settings
+from probe.reports.reproduce import command_line
 from tests.reference import metrics_numpy
 from tests.reference.branch_scale import layer_stream, scaled_copy
 from tests.reference.tiny import tiny_model
@@ -231,7 +232,9 @@ def test_overrides_enter_the_settings_id_and_the_command():
     # The same overrides in another order are the same point.
     again = Model("gpt2", init="random", config=dict(reversed(GPT2_SMALL.items())))
     assert collapse.prepare(again, inputs, variants="SAN").settings == ids[0]
-    assert "--set n_embd=32 --set n_head=4 --set n_layer=2" in plans[0].command
+    assert "--set n_embd=32 --set n_head=4 --set n_layer=2" in command_line(
+        {"request": plans[0].request}
+    )
 
 
 # --- revisions -----------------------------------------------------------------------
@@ -270,7 +273,7 @@ def test_a_revision_loads_the_files_of_that_revision(hub_cache):
     ]
     assert settings[0]["revision"] == "step1" and settings[0] != settings[1]
     command = collapse.prepare(Model(hub_cache, init="pretrained", revision="step1"), inputs)
-    assert "--revision step1" in command.command
+    assert "--revision step1" in command_line({"request": command.request})
 
 
 def test_a_revision_the_cache_lacks_cannot_be_had_offline(hub_cache):
@@ -327,7 +330,7 @@ def test_collapse_with_branch_scale_equals_the_scaled_reference(gpt2_folder):
         # float64 metrics by other operations than numpy's: a few roundings apart.
         np.testing.assert_allclose(got.sel(layer=layer).values, want, rtol=1e-12)
     assert "no theory panel with the residual branches scaled" in ds.attrs["theory_missing"]
-    assert "--branch-scale '1/sqrt(L)'" in ds.attrs["command"]  # shell-quoted
+    assert "--branch-scale '1/sqrt(L)'" in command_line(ds.attrs)  # shell-quoted
 
 
 def test_branch_scale_one_changes_nothing(gpt2_folder):
@@ -390,7 +393,7 @@ def test_attention_with_branch_scale_equals_the_scaled_module(gpt2_folder, monke
     assert (
         "branch_scale" not in plain.attrs
     )  # an unscaled result's attributes (and file name) lack it
-    assert "--branch-scale 0.37" in got.attrs["command"]
+    assert "--branch-scale 0.37" in command_line(got.attrs)
 
 
 def test_collapse_removal_variants_take_the_branch_scale(gpt2_folder):

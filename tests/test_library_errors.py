@@ -155,7 +155,7 @@ def test_numpy_scalars_give_the_same_results_bit_for_bit():
     np.testing.assert_array_equal(
         numpy_run["relative_residual"].values, plain_run["relative_residual"].values
     )
-    assert numpy_run.attrs["command"] == plain_run.attrs["command"]
+    assert numpy_run.attrs["request"] == plain_run.attrs["request"]  # the same request, as data
 
 
 # --- properties ------------------------------------------------------------------------------

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from hypothesis import given
@@ -11,7 +13,8 @@ import probe
 from cli.console import in_cli_words
 from probe.analyses import collapse, paths
 from probe.errors import ProbeError
-from probe.request import Inputs, Model, coerce, parse_inits, provenance, reproduce
+from probe.reports.reproduce import command_line
+from probe.request import Inputs, Model, coerce, parse_inits, provenance, record
 
 SMALL = {"sequences": 3, "tokens": 6, "batch_size": 2}
 
@@ -107,7 +110,7 @@ def test_collapse_gives_the_same_numbers_either_way(tiny_folders):
     )
     assert flat.relative_residual.equals(request.relative_residual)
     assert flat.attrs["settings_id"] == request.attrs["settings_id"]
-    assert flat.attrs["command"] == request.attrs["command"]
+    assert flat.attrs["request"] == request.attrs["request"]
 
 
 def test_paths_take_the_same_request(tiny_folders):
@@ -161,11 +164,14 @@ def test_provenance_is_derived_once(tiny_folders):
     assert all(isinstance(v, str | int | float) for v in attrs.values())
 
 
-def test_reproduce_writes_the_command_line():
-    line = reproduce(
-        "collapse", Model("gpt2", init="random", seed=3), Inputs(tokens=9), "--variants", "SAN",
+def test_a_recorded_request_renders_the_command_line():
+    recorded = record(
+        "collapse", Model("gpt2", init="random", seed=3), Inputs(tokens=9), {"variants": "SAN"},
         dtype="float32", sequences=4,
     )  # fmt: skip
+    assert json.loads(recorded)["model"] == {"source": "gpt2", "init": "random", "seed": 3,
+                                             "dtype": "float32"}  # fmt: skip
+    line = command_line({"request": recorded})
     assert line == (
         "probe collapse gpt2 --init random --variants SAN --seed 3 --dtype float32 "
         "--sequences 4 --tokens 9"

@@ -19,6 +19,7 @@ from probe import Inputs, Model, bounds
 from probe.analyses import attention, collapse, sweep
 from probe.analyses.sweep_points import Store, parse_counts, parse_setting
 from probe.errors import ProbeError
+from probe.reports.reproduce import command_line
 
 METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
 SIZES = {"sequences": 2, "batch_size": 2}
@@ -49,8 +50,8 @@ def test_every_point_equals_its_collapse_run_bit_for_bit(swept, gpt2):
             for name in (*METRICS, *bounds.VARIABLES):
                 assert point[name].dims == alone[name].dims
                 np.testing.assert_array_equal(point[name].values, alone[name].values)
-            assert point["command"].item() == alone.attrs["command"]
-            assert f"--seed {seed}" in alone.attrs["command"]
+            assert point["request"].item() == alone.attrs["request"]
+            assert f"--seed {seed}" in command_line(alone.attrs)
             measured = attention.run(model, inputs)
             np.testing.assert_array_equal(point["sink_rate"].values, measured["sink_rate"].values)
             np.testing.assert_array_equal(
@@ -70,7 +71,7 @@ def test_config_and_branch_scale_points_equal_their_collapse_runs(gpt2):
             point = ds.sel(n_layer=layers, branch_scale=scale, layer=range(layers + 1))
             for name in (*METRICS, *bounds.VARIABLES):
                 np.testing.assert_array_equal(point[name].values, alone[name].values)
-            assert point["command"].item() == alone.attrs["command"]
+            assert point["request"].item() == alone.attrs["request"]
             assert float(point["branch_scale_value"]) == alone.attrs["branch_scale_value"]
             assert int(point["n_layers"]) == layers
             measured = attention.run(model, Inputs(tokens=8, **SIZES), branch_scale=scale)

@@ -126,4 +126,4 @@ def test_a_depth_and_scale_sweep_equals_collapse_point_by_point(tmp_path, monkey
             for name in ("relative_residual", "effective_rank", "stable_rank",
                          "cosine_similarity"):  # fmt: skip
                 np.testing.assert_array_equal(point[name].values, alone[name].values)
-            assert point["command"].item() == alone.attrs["command"]
+            assert point["request"].item() == alone.attrs["request"]
