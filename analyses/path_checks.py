@@ -17,8 +17,8 @@ from __future__ import annotations
 import torch
 
 from probe import frozen
-from probe.check import Identity, one_line
 from probe.loading import ProbedModel, onloaded
+from probe.self_test import Identity, one_line
 
 from .path_decompose import (
     frozen_run,

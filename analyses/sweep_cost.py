@@ -55,7 +55,7 @@ def point_config(model, source: str):
         config = config_at(source, location, prefer_bundled=model.init == ("random",))
     overrides = getattr(model, "config", None)
     if overrides:
-        from probe.loading.overrides import apply_overrides
+        from probe.loading.config_edits import apply_overrides
 
         config = apply_overrides(source, copy.deepcopy(config), overrides)
     return config

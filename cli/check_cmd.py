@@ -24,7 +24,7 @@ def check(
     import torch
     from rich.table import Table
 
-    from probe.check import identities
+    from probe.self_test import identities
 
     if shared.init == "both":
         fail("--init is pretrained or random for probe check")

@@ -3,7 +3,7 @@
 ``probe.Model("gpt2", init="random", config={"n_layer": 4})`` builds GPT-2's architecture
 with 4 layers instead of 12 (on the command line, the shared option ``set n_layer=4``).
 An override changes the architecture, so it applies to random weights only; it is applied
-to the family's config before the model is built (:mod:`probe.loading.overrides` checks
+to the family's config before the model is built (:mod:`probe.loading.config_edits` checks
 each key and value against that config, in one line each).
 
 :class:`ConfigOverrides` is the frozen, ordered (by key), hashable value a request keeps;

@@ -188,7 +188,7 @@ def test_collapse_over_several_families_opens_with_the_table(folders, tmp_path):
 def test_a_passed_self_test_is_remembered_and_a_changed_spec_is_checked_again(
     folders, monkeypatch, tmp_path
 ):
-    from probe import check
+    from probe import self_test as check
 
     monkeypatch.setenv("PROBE_CACHE_DIR", str(tmp_path / "cache"))
     probed = probe.load(folders["llama"])

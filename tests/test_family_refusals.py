@@ -6,7 +6,7 @@ Each wrong entry is made from a registered one by changing one field, as a user 
 family would get it wrong.  It is refused where it is first knowable: when the entry is
 made (a field that cannot mean anything), when a model is loaded (the entry checked
 against the model's modules, :mod:`probe.models.conformance`), or by the self-test's
-identities (:mod:`probe.check`), never with a traceback or a number.
+identities (:mod:`probe.self_test`), never with a traceback or a number.
 """
 
 from __future__ import annotations

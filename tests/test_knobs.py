@@ -209,12 +209,12 @@ def test_a_field_that_is_not_a_scalar_cannot_be_set():
 
 
 def test_a_point_transformers_cannot_build_names_its_settings(monkeypatch):
-    from probe.loading import weights
+    from probe.loading import build
 
     def broken(*args, **kwargs):
         raise RuntimeError("shape mismatch\nsecond line")
 
-    monkeypatch.setattr(weights, "random_model", broken)
+    monkeypatch.setattr(build, "random_model", broken)
     monkeypatch.setattr(probe.loading, "random_model", broken)
     with pytest.raises(ProbeError, match="gpt2 with n_layer=1: transformers cannot build") as err:
         _load("gpt2", n_layer=1)

@@ -21,7 +21,7 @@ One concept per module; :func:`load` and :func:`wrap` (here) put them together:
 * :mod:`.hub`: whether the hub (and NDIF) can be reached;
 * :mod:`.audit`: what a checkpoint may not bring (its own code, tensors that do not fit,
   NaN or inf);
-* :mod:`.weights`: random and pretrained weights;
+* :mod:`.build`: random and pretrained weights;
 * :mod:`.placement`: spreading a model over devices with accelerate;
 * :mod:`.remote`: NDIF and its local simulation;
 * :mod:`.tokenizers`: the tokenizer and image processor;
@@ -43,11 +43,12 @@ from ..errors import ProbeError, one_line
 from ..models import adapter_for
 from ..overrides import freeze
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
+from .build import choose_attention, model_class, pretrained_model, random_model, stored_dtype
+from .config_edits import apply_overrides, point
 from .identity import checkpoint_identity, module_fingerprint
 from .model import ProbedModel
 from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_request, check_seed, run_options
 from .options import OVERRIDES_AT_RANDOM_INIT as OVERRIDES_AT_RANDOM_INIT
-from .overrides import apply_overrides, point
 from .placement import DEVICE_MAPS, check_device_map, dispatch, input_device, onloaded
 from .remote import remote_model
 from .resolve import (
@@ -63,7 +64,6 @@ from .resolve import (
     read_config,
 )
 from .tokenizers import TOKENIZER_FILES, image_processor_at, tokenizer_at
-from .weights import choose_attention, model_class, pretrained_model, random_model, stored_dtype
 
 __all__ = [
     "CODE_MAPS",
@@ -141,7 +141,7 @@ def load(
         wrong shape (they stay at random init); the returned model's `weights` records it.
         Refused otherwise.
     verify
-        Run the family spec's self-test (`probe.check`) and refuse a model on which it
+        Run the family spec's self-test (`probe.self_test`) and refuse a model on which it
         fails; `probe check` turns it off to show every identity instead.
     device_map
         `auto`, `balanced`, `sequential` or an explicit `{module: device}` map: spread a
@@ -464,11 +464,11 @@ def _as_is(probed: ProbedModel) -> ProbedModel:
 
 
 def _verified(probed: ProbedModel) -> ProbedModel:
-    """A model whose family spec passed its self-test (``probe.check``) on a short input."""
+    """A model whose family spec passed its self-test (``probe.self_test``) on a short input."""
     from ..models.spec import SpecAdapter
 
     if isinstance(probed.adapter, SpecAdapter):
-        from ..check import verify
+        from ..self_test import verify
 
         verify(probed)
     return probed

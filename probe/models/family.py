@@ -337,7 +337,7 @@ def validate(family: Family) -> None:
     Checked when the entry is made (at registration), so a misspelled layout or a norm
     that no step reads fails on import with its name, not as a raw error inside a run.
     What depends on the config (``steps`` or ``style`` as functions) is checked on every
-    model by the self-test (:mod:`probe.check`) instead.
+    model by the self-test (:mod:`probe.self_test`) instead.
     """
 
     def fail(what: str) -> None:

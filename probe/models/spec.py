@@ -5,7 +5,7 @@ the steps an analysis and an ablation ask for.  Every edit reaches the addition
 itself, never subtracts afterwards, so an ablated layer equals module surgery to the
 last bit (``tests/reference/layers.py`` is that surgery, written by hand).  The
 operation names are the most fragile lines of the project: each family's entry
-names the transformers source line it binds to, and :mod:`probe.check` verifies,
+names the transformers source line it binds to, and :mod:`probe.self_test` verifies,
 on every model before any numbers are produced, that the edits still mean what
 they say (a transformers release that renames an operation fails there with one
 line, never with wrong numbers).  The weights the path decomposition and the theory

@@ -39,7 +39,7 @@ from .overflow import overflow_advice
 
 #: The sources a passed self-test depends on besides the model's own (``verified_key``).
 CODE = (
-    "check.py",
+    "self_test.py",
     "models/family.py",
     "models/spec.py",
     "models/weights.py",
