@@ -15,6 +15,7 @@ from probe import memory
 from probe.errors import ProbeError
 from probe.inputs import Encoded, make_inputs, passed_inputs
 from probe.loading import ProbedModel
+from probe.preflight import check_tokens
 from probe.request import Inputs, Model, coerce, provenance
 
 
@@ -45,14 +46,6 @@ def my_batches(inputs: Encoded, batch_size: int, part: tuple[int, int]) -> list:
 
     batches = inputs.batches(batch_size)
     return batches[slice(*shard(len(batches), *part))]
-
-
-def check_tokens(probed: ProbedModel, tokens: int) -> None:
-    limit = probed.adapter.max_tokens(probed.config)
-    if limit is not None and tokens > limit:
-        raise ProbeError(
-            f"{probed.name} takes at most {limit} tokens per sequence; use `tokens` {limit} or fewer"
-        )
 
 
 def model_attrs(models: list[ProbedModel], encoded: Encoded) -> dict:
