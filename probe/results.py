@@ -23,6 +23,7 @@ from pathlib import Path
 
 import xarray as xr
 
+from . import registry
 from .errors import ProbeError
 
 # The write path lives in probe.staging; much of probe reaches it through this module.
@@ -192,57 +193,7 @@ def open_result(path: str | os.PathLike) -> xr.Dataset:
     return loaded
 
 
-#: Variables (and their dims) a result of each analysis must hold to be rendered.
-SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
-    "collapse": {
-        "relative_residual": ("variant", "init", "layer", "sequence", "fit", "norm"),
-        "effective_rank": ("variant", "init", "layer", "sequence"),
-        "stable_rank": ("variant", "init", "layer", "sequence"),
-        "cosine_similarity": ("variant", "init", "layer", "sequence"),
-    },
-    "paths-count": {
-        "share": ("architecture", "path_length"),
-        "cumulative_share": ("architecture", "path_length"),
-        "log10_count": ("architecture", "path_length"),
-        "count": ("architecture", "path_length"),
-        "total": ("architecture",),
-        "mean_length": ("architecture",),
-    },
-    "paths-sample": {"ratio": ("init", "order", "depth", "sample", "fit", "norm")},
-    "paths-decompose": {
-        "share": ("init", "layer", "path_length", "sequence", "norm"),
-        "truncation_error": ("init", "layer", "path_length", "sequence", "norm"),
-        "effective_length": ("init", "layer", "sequence", "norm"),
-        "uniform_share": ("layer", "path_length"),
-        "uniform_mean_length": ("layer",),
-        "output_share": ("init", "path_length", "sequence", "norm"),
-        "cosine": ("init", "path_length", "sequence"),
-    },
-    "attention": {
-        "sink_score": ("init", "layer", "head"),
-        "attention_entropy": ("init", "layer", "head"),
-        "massive_ratio": ("init", "layer"),
-        "anisotropy": ("init", "layer"),
-        "sink_rate": ("init",),
-        "input_ids": ("sequence", "token"),
-    },
-    "sweep": {  # besides the swept dimensions (attribute sweep_dims)
-        "final_residual": ("variant", "init"),
-        "first_below": ("variant", "init"),
-        "order": ("variant", "init"),
-        "sink_rate": ("init",),
-        "command": (),
-        "done": (),
-    },
-    "toy": {"train_loss": ()},  # the rest depends on the task: see TOY_SCHEMAS
-    "training": {
-        "train_loss": ("model", "step"),
-        "seconds": ("model", "step"),
-        "eval_step": ("model", "evaluation"),
-        "eval_seconds": ("model", "evaluation"),
-        "val_bits_per_char": ("model", "evaluation"),
-    },
-}
+#: A toy result's variables, by task (its registered variables are what every task has).
 TOY_SCHEMAS: dict[str, dict[str, tuple[str, ...]]] = {
     "circle": {
         "trajectory": ("hidden", "variant", "step", "token", "coord"),
@@ -275,12 +226,13 @@ def check_schema(ds: xr.Dataset, path: str | os.PathLike = "the result") -> None
     """Raise ProbeError naming the first variable a result of its analysis lacks, or the
     analysis itself when probe has no such one (a foreign or edited file)."""
     analysis = str(ds.attrs.get("analysis"))
-    if analysis not in SCHEMAS:
+    known = registry.find(analysis)  # the variables it must hold, as registered
+    if known is None:
         raise ProbeError(
             f"{path} is a result of the analysis {analysis!r}, which probe does not know; "
-            f"it renders {', '.join(SCHEMAS)}"
+            f"it renders {', '.join(a.name for a in registry.ANALYSES)}"
         )
-    schema = SCHEMAS[analysis]
+    schema = dict(known.variables)
     if analysis == "toy":
         schema = TOY_SCHEMAS["circle" if ds.attrs.get("task") == "circle" else "paths"]
     # A variable may be left out only when the result says it chose not to compute it (its

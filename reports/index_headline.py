@@ -25,7 +25,9 @@ from urllib.parse import unquote, urlparse
 import numpy as np
 import xarray as xr
 
+from probe import registry
 from probe.names import INITS, VARIANTS
+from probe.registry import ANALYSES, find, resolve
 from probe.results import ENGINE
 from probe.stats import floor, ordered, shown
 
@@ -34,67 +36,26 @@ from .tables import fmt
 #: Part of every cache stamp: a change to how headlines are computed invalidates them all.
 HEADLINE_VERSION = "1"
 
-#: analysis -> (section title, headline column, what the headline is).  The order is the
-#: order of the index's sections; analyses not listed follow, alphabetically.
-KINDS: dict[str, tuple[str, str, str]] = {
-    "collapse": (
-        "Rank collapse",
-        "r after the last layer",
-        "r = ‖res(X)‖ / ‖X‖ after the last layer (fit mean, norm l1inf), mean over sequences, "
-        "per variant; one line per init where a run has both.",
-    ),
-    "comparison": (
-        "Comparisons across models",
-        "compared",
-        "How many results each comparison reads; its report holds the numbers.",
-    ),
-    "attention": (
-        "Attention sinks",
-        "sink rate",
-        "Sink rate (Gu et al. 2025): the share of (sequence, layer, head) whose sink score for "
-        "the first token exceeds ε, per init.",
-    ),
-    "sweep": (
-        "Sweeps",
-        "final r over the points",
-        "Lowest and highest final relative residual (median over sequences) over the sweep's "
-        "points, per variant; one line per init where the sweep has both.",
-    ),
-    "paths-count": (
-        "Paths: how many of each length",
-        "paths",
-        "(H+1)^L paths and their mean length L·H/(H+1), per architecture.",
-    ),
-    "paths-sample": (
-        "Paths: attention products along sampled paths",
-        "median distance to rank one",
-        "Median over the sampled paths of the deepest depth of the distance of the attention "
-        "product to its best rank-one fit (SVD, norm l1inf), per init.",
-    ),
-    "paths-decompose": (
-        "Paths: path-length decomposition",
-        "effective path length",
-        "Norm-weighted mean path length of the last layer's output (Frobenius, mean over "
-        "sequences), per init, beside the mean length by count.",
-    ),
-    "toy": (
-        "Toy tasks",
-        "final result",
-        "Path tasks: the trained network's accuracy beside the per-position baseline; circle: "
-        "r after the last recurrent step, per variant (one line per hidden size).",
-    ),
-    "training": (
-        "Fastformer training",
-        "validation bits per character",
-        "Validation bits per character at the end of training, per model.",
-    ),
-}
+#: analysis -> (section title, headline column, what the headline is), as
+#: ``probe.registry`` declares them, in the order of the index's sections: comparisons
+#: (of collapse results: no analysis of their own) follow the collapse section; analyses
+#: not listed follow, alphabetically.
+KINDS: dict[str, tuple[str, str, str]] = {ANALYSES[0].name: ANALYSES[0].section}
+KINDS["comparison"] = (
+    "Comparisons across models",
+    "compared",
+    "How many results each comparison reads; its report holds the numbers.",
+)
+KINDS |= {a.name: a.section for a in ANALYSES[1:]}
 
 
 def kind_words(analysis: str) -> tuple[str, str, str]:
     """Section title, headline column and explanation of an analysis (known or not)."""
     if analysis in KINDS:
         return KINDS[analysis]
+    known = find(analysis)  # one registered after this module was read
+    if known is not None:
+        return known.section
     if not analysis:
         return ("Other reports", "contents", "Reports that name no analysis.")
     return (analysis, "contents", f"probe has no headline for {analysis} results: what they hold.")
@@ -102,7 +63,8 @@ def kind_words(analysis: str) -> tuple[str, str, str]:
 
 def sections(analyses: set[str]) -> list[str]:
     """The analyses of a folder in the order of the index's sections."""
-    return [a for a in KINDS if a in analyses] + sorted(analyses - set(KINDS))
+    known = [*KINDS, *(a.name for a in registry.ANALYSES if a.name not in KINDS)]
+    return [a for a in known if a in analyses] + sorted(analyses - set(known))
 
 
 def result_path(result: str, folder: Path) -> Path:
@@ -144,7 +106,8 @@ def headline(ds: xr.Dataset) -> dict:
     analysis = str(ds.attrs.get("analysis", ""))
     if not analysis:
         return problem("not a probe result (no 'analysis' attribute)")
-    found = _HEADLINES.get(analysis, _contents)(ds)
+    known = find(analysis)
+    found = (resolve(known.headline) if known else _contents)(ds)
     found.setdefault("note", "")
     found.setdefault("problem", "")
     sort = found.get("sort")
@@ -198,7 +161,7 @@ def _key(value: float | None, ds: xr.Dataset) -> float | None:
     return low if abs(value) < low else value
 
 
-def _collapse(ds: xr.Dataset) -> dict:
+def collapse_headline(ds: xr.Dataset) -> dict:
     r = ds["relative_residual"]
     r = r.sel(fit="mean") if "fit" in r.dims else r
     r = r.sel(norm="l1inf") if "norm" in r.dims else r
@@ -221,7 +184,7 @@ def _collapse(ds: xr.Dataset) -> dict:
     return {"lines": lines, "sort": _key(_first(firsts), ds)}
 
 
-def _attention(ds: xr.Dataset) -> dict:
+def attention_headline(ds: xr.Dataset) -> dict:
     rate = ds["sink_rate"]
     values = [float(rate.sel(init=i)) for i in ordered(ds.init.values, INITS)]
     items = [
@@ -239,7 +202,7 @@ def _span(low: float, high: float, ds: xr.Dataset) -> str:
     return a if a == b else f"{a} – {b}"
 
 
-def _sweep(ds: xr.Dataset) -> dict:
+def sweep_headline(ds: xr.Dataset) -> dict:
     final = ds["final_residual"]
     points = [d for d in final.dims if d not in ("variant", "init")]
     inits = ordered(ds.init.values, INITS)
@@ -274,7 +237,7 @@ def _big(digits: str) -> str:
         return f"~1e{len(digits) - 1}" if digits.isdigit() else digits
 
 
-def _paths_count(ds: xr.Dataset) -> dict:
+def paths_count_headline(ds: xr.Dataset) -> dict:
     names = [str(a) for a in ds.architecture.values]
     length = ds["mean_length"].values.astype(float)
     if len(names) == 1:
@@ -287,7 +250,7 @@ def _paths_count(ds: xr.Dataset) -> dict:
     return {"lines": [["", items]], "sort": float(np.nanmax(length))}
 
 
-def _paths_sample(ds: xr.Dataset) -> dict:
+def paths_sample_headline(ds: xr.Dataset) -> dict:
     ratio = ds["ratio"]
     ratio = ratio.sel(fit="svd") if "fit" in ratio.dims else ratio
     ratio = ratio.sel(norm="l1inf") if "norm" in ratio.dims else ratio
@@ -304,7 +267,7 @@ def _paths_sample(ds: xr.Dataset) -> dict:
     return {"lines": [[f"depth {depth}", items]], "sort": _key(_first(values), ds)}
 
 
-def _paths_decompose(ds: xr.Dataset) -> dict:
+def paths_decompose_headline(ds: xr.Dataset) -> dict:
     last = ds.layer.values.max()
     eff = ds["effective_length"].sel(norm="fro", layer=last).transpose("init", "sequence")
     mean = _mean(eff, "sequence")
@@ -315,7 +278,7 @@ def _paths_decompose(ds: xr.Dataset) -> dict:
     return {"lines": [["", items]], "note": f"layer {int(last)}", "sort": _first(values)}
 
 
-def _toy(ds: xr.Dataset) -> dict:
+def toy_headline(ds: xr.Dataset) -> dict:
     if "relative_residual" in ds and "hidden" in ds["relative_residual"].dims:  # circle
         r = ds["relative_residual"].isel(step=-1).transpose("hidden", "variant").values
         hidden = [int(h) for h in ds.hidden.values]
@@ -344,7 +307,7 @@ def _toy(ds: xr.Dataset) -> dict:
     return {"lines": [["", items]], "sort": full}
 
 
-def _training(ds: xr.Dataset) -> dict:
+def training_headline(ds: xr.Dataset) -> dict:
     if "final_val_bits_per_char" in ds:
         final = ds["final_val_bits_per_char"].values.astype(float)
     else:  # the last evaluation each model has
@@ -360,15 +323,3 @@ def _contents(ds: xr.Dataset) -> dict:
     names = [str(n) for n in ds.data_vars]
     shown_names = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
     return {"lines": [], "note": f"holds {shown_names}" if names else "holds no variables"}
-
-
-_HEADLINES = {
-    "collapse": _collapse,
-    "attention": _attention,
-    "sweep": _sweep,
-    "paths-count": _paths_count,
-    "paths-sample": _paths_sample,
-    "paths-decompose": _paths_decompose,
-    "toy": _toy,
-    "training": _training,
-}

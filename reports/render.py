@@ -12,6 +12,7 @@ import xarray as xr
 
 from probe.names import INITS, VARIANTS
 from probe.plot import METRICS, collapse, collapse_order, describe_selection, metric
+from probe.registry import find, resolve
 from probe.stats import (
     FIT_UPPER,
     MAX_STDERR,
@@ -193,35 +194,19 @@ def render(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e
     `result_file` defaults to `report_name(ds) + ".nc"`; `threshold` is the
     level of r the summary paragraph calls collapsed.
     """
-    if str(ds.attrs.get("analysis", "")).startswith("paths"):
-        # probe paths results have their own page (imported here: it draws with seaborn,
-        # which a collapse report does not need)
-        from .paths_report import is_paths, render_paths
-
-        if is_paths(ds):
-            return render_paths(ds, result_file)
-    if ds.attrs.get("analysis") == "attention":  # `probe attention` results have their own page
-        from .attention_report import render_attention
-
-        return render_attention(ds, result_file)
-    if ds.attrs.get("analysis") == "sweep":  # `probe sweep` results have their own page
-        from .sweep_report import render_sweep
-
-        return render_sweep(ds, result_file)
-    if ds.attrs.get("analysis") == "toy":  # `probe toy` results have their own page
-        from .toy import render_toy
-
-        return render_toy(ds, result_file)
-    if ds.attrs.get("analysis") == "training":  # `probe fastformer train`'s curves
-        from .training import render_training
-
-        return render_training(ds, result_file=result_file or "training.nc")
-    if ds.attrs.get("analysis", "collapse") != "collapse":
+    analysis = str(ds.attrs.get("analysis", "collapse"))
+    if analysis == "collapse":
+        return render_collapse(ds, result_file, threshold)
+    known = find(analysis)  # each analysis has its own page (probe.registry)
+    if known is None:
         from probe.errors import ProbeError
 
-        raise ProbeError(
-            f"probe has no report for results of the analysis {ds.attrs['analysis']!r}"
-        )
+        raise ProbeError(f"probe has no report for results of the analysis {analysis!r}")
+    return resolve(known.report)(ds, result_file)
+
+
+def render_collapse(ds: xr.Dataset, result_file: str | None = None, threshold: float = 1e-3) -> str:
+    """The report of a collapse result (see :func:`render`)."""
     result_file = result_file or f"{report_name(ds)}.nc"
     if ds.nbytes <= IN_MEMORY_BYTES:
         ds = ds.compute()  # a copy in memory; the caller's Dataset stays as it was

@@ -101,8 +101,9 @@ def finals(ds: xr.Dataset) -> list[tuple[str, float, int]]:
     return [(m, bits[m], params.get(m, 0)) for m in bits]
 
 
-def render_training(ds: xr.Dataset, result_file: str = "training.nc") -> str:
+def render_training(ds: xr.Dataset, result_file: str | None = None) -> str:
     """The HTML page of a training Dataset (pure: no I/O)."""
+    result_file = result_file or "training.nc"
     title = f"Training: {' vs '.join(str(m) for m in ds.model.values)}"
     summary = "; ".join(
         f"{esc(m)}: {bits:.3f} bits/char ({params:,} parameters)" for m, bits, params in finals(ds)
