@@ -26,7 +26,7 @@ import numpy as np
 import xarray as xr
 
 from probe.errors import ProbeError
-from probe.paths import MAX_SHAPE, count_by_length, total_paths
+from probe.path_vocabulary import MAX_SHAPE, count_by_length, total_paths
 from probe.results import command_line, utc_now, versions
 
 from .path_presets import Preset, all_presets

@@ -44,8 +44,8 @@ from probe.errors import ProbeError
 from probe.loading import ProbedModel
 from probe.names import ORDERS
 from probe.overflow import check_finite, check_nonzero
-from probe.paths import SKIP, count_by_length, path_str, random_path
-from probe.paths import Path as PathTuple
+from probe.path_vocabulary import SKIP, count_by_length, path_str, random_path
+from probe.path_vocabulary import Path as PathTuple
 from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 

@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from probe.errors import ProbeError
-from probe.paths import MAX_SHAPE
+from probe.path_vocabulary import MAX_SHAPE
 
 from .console import Reporter, command_line, named, out, warn
 from .domains import (

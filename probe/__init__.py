@@ -54,16 +54,24 @@ _LAZY = {
     "theory": None,
     "plot": None,
     "stats": None,
-    "paths": None,
     "names": None,
     "fastformer": None,
     "loading": None,
 }
 
-__all__ = ["ProbeError", "__version__", *_LAZY]
+#: Names that are modules of another package: ``probe.paths`` is the path analyses
+#: (``probe.paths.count``, ``.sample``, ``.decompose``), as ``probe.attention`` is the
+#: attention analysis; the paths' vocabulary is :mod:`probe.path_vocabulary`.
+_MODULES = {"paths": "analyses.paths"}
+
+__all__ = ["ProbeError", "__version__", *_LAZY, *_MODULES]
 
 
 def __getattr__(name: str):
+    if name in _MODULES:
+        value = importlib.import_module(f".{_MODULES[name]}", __name__)
+        globals()[name] = value
+        return value
     if name not in _LAZY:
         raise AttributeError(f"module 'probe' has no attribute {name!r}")
     module = importlib.import_module(f".{_LAZY[name] or name}", __name__)
@@ -73,7 +81,7 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_MODULES))
 
 
 def _is_the_cli() -> bool:

@@ -20,7 +20,7 @@ from probe.analyses import paths
 from probe.analyses.path_sample import attention_slices, chain, chains, draw
 from probe.cli.app import app
 from probe.models import ADAPTERS, SpecAdapter
-from probe.paths import SKIP, parse_path, path_length
+from probe.path_vocabulary import SKIP, parse_path, path_length
 from probe.plot_paths import fit_decay
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths

@@ -41,3 +41,11 @@ def test_names_are_unique_and_the_index_keeps_the_declared_order():
     assert len(set(names)) == len(names)
     assert index_headline.sections(set(names)) == names
     assert set(TOY_SCHEMAS) == {"circle", "paths"}  # a toy result's variables, by task
+
+
+def test_probe_attention_and_probe_paths_are_both_analyses():
+    import probe
+    from probe.analyses import attention, paths
+
+    assert probe.attention is attention.run and probe.paths is paths
+    assert {"attention", "paths"} <= set(dir(probe))

@@ -71,7 +71,7 @@ from torch import Tensor, nn
 
 from probe.errors import ProbeError
 from probe.names import PATH_ATTENTIONS, PATH_NORMS
-from probe.paths import SKIP
+from probe.path_vocabulary import SKIP
 
 #: Weight initialisations: BERT's (the paper's SAN is a BertPreTrainedModel) or PyTorch's defaults.
 INITS = ("bert", "torch")
