@@ -160,13 +160,13 @@ def _varying_attrs(datasets: Sequence[xr.Dataset], swept: set[str]) -> dict[str,
     found = {}
     for name in names:
         values = [ds.attrs.get(name) for ds in datasets]
-        if all(isinstance(v, str) for v in values) and len(set(values)) == 1:
-            continue
         if all(_same(v, values[0]) for v in values):
             continue
         kinds = {type(v) for v in values}
-        if kinds <= {int, np.int64} or kinds <= {float, np.float64}:
-            found[name] = (float, np.nan) if float in kinds or np.float64 in kinds else (int, -1)
+        if kinds <= {int, np.int64}:
+            found[name] = (int, -1)
+        elif kinds <= {float, np.float64}:
+            found[name] = (float, np.nan)
         else:
             found[name] = (_text, "")
     return found

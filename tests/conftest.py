@@ -110,3 +110,23 @@ def world(tmp_path_factory):
     kept = os.environ.get("PROBE_WORLD")
     root = Path(kept) if kept else tmp_path_factory.mktemp("world")
     return root, build_world(root)
+
+
+@pytest.fixture
+def hub_cache(tmp_path, monkeypatch) -> str:
+    """A local HuggingFace cache of ``probe-test/tiny-gpt2``: revisions step1 and step2 (two
+    tiny GPT-2s of one config, other seeds) and main, which is step1's commit; read offline."""
+    import huggingface_hub.constants
+
+    from probe.loading import hub
+
+    repo = tmp_path / "models--probe-test--tiny-gpt2"
+    (repo / "refs").mkdir(parents=True)
+    for seed, revision in enumerate(("step1", "step2")):
+        commit = f"{seed + 1:040x}"
+        (repo / "refs" / revision).write_text(commit)
+        tiny_model("gpt2", seed=seed).save_pretrained(repo / "snapshots" / commit)
+    (repo / "refs" / "main").write_text(f"{1:040x}")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: False)
+    return "probe-test/tiny-gpt2"

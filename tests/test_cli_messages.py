@@ -136,7 +136,7 @@ def test_parameters_become_the_commands_options_or_words():
 
 
 def test_outside_a_command_every_parameter_is_its_option():
-    """Library use (no command runs): each `parameter` is ``--parameter``, as before."""
+    """Library use (no command runs): each `parameter` is ``--parameter``."""
     assert (
         in_cli_words("`seed` and `n_layer` through `config`")
         == "--seed and --n-layer through --set"

@@ -18,17 +18,15 @@ import pytest
 import torch
 import transformers
 import xarray as xr
-from typer.testing import CliRunner
 
 import probe
-from cli.app import app
 from probe import metrics
 from probe.analyses import attention, collapse, path_decompose, path_sample
 from probe.errors import ProbeError
 from probe.overflow import check_nonzero
 from tests.reference.tiny import tiny_config, tiny_model
+from tests.test_nonfinite import refused
 
-runner = CliRunner()
 SMALL = {"sequences": 2, "tokens": 8, "command": "c"}
 SMALL_ARGS = ["--sequences", "2", "--tokens", "8"]
 DEGENERATE = (
@@ -56,19 +54,6 @@ def zero_folder(tmp_path_factory) -> str:
 def meta_model():
     with torch.device("meta"):
         return transformers.GPT2Model(tiny_config("gpt2"))
-
-
-def refused(tmp_path, *args) -> str:
-    """``probe ARGS --out OUT --quiet``: exit 2, one ``probe: error:`` line, nothing in OUT."""
-    out = tmp_path / "out"
-    args = [*map(str, args), "--out", str(out), "--quiet"]
-    result = runner.invoke(app, args, catch_exceptions=False)
-    assert result.exit_code == 2, result.output
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("probe: error: "), result.stderr
-    assert "Traceback" not in result.output
-    assert not out.exists() or not any(out.iterdir()), sorted(out.iterdir())
-    return lines[0].removeprefix("probe: error: ")
 
 
 # --- a model on the meta device -------------------------------------------------------

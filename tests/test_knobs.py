@@ -24,7 +24,6 @@ import probe
 from probe import Inputs, Model
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from probe.loading import hub
 from probe.overrides import ConfigOverrides, parse_setting, parse_settings
 from probe.reports.reproduce import command_line
 from tests.reference import metrics_numpy
@@ -238,23 +237,6 @@ def test_overrides_enter_the_settings_id_and_the_command():
 
 
 # --- revisions -----------------------------------------------------------------------
-
-
-@pytest.fixture
-def hub_cache(tmp_path, monkeypatch):
-    """A local HuggingFace cache holding ``probe-test/tiny-gpt2`` at revisions step1 and
-    step2 (two tiny GPT-2s of other seeds), read offline."""
-    import huggingface_hub.constants
-
-    repo = tmp_path / "models--probe-test--tiny-gpt2"
-    (repo / "refs").mkdir(parents=True)
-    for seed, revision in enumerate(("step1", "step2")):
-        commit = f"{seed + 1:040x}"
-        (repo / "refs" / revision).write_text(commit)
-        tiny_model("gpt2", seed=seed).save_pretrained(repo / "snapshots" / commit)
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: False)
-    return "probe-test/tiny-gpt2"
 
 
 def test_a_revision_loads_the_files_of_that_revision(hub_cache):

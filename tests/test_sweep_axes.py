@@ -2,8 +2,8 @@
 
 Each refused case is asked twice, of the library (``sweep.plan``) and of the command
 (``probe sweep ... --dry-run``): the same one line (the command's naming flags where the
-library's names parameters), exit 2 and nothing written.  Sweeps whose axes do change the run are planned as before.  Only plans
-run here: configs and tokenizers are read, no point runs.
+library's names parameters), exit 2 and nothing written.  Sweeps whose axes do change the
+run are planned.  Only plans run here: configs and tokenizers are read, no point runs.
 """
 
 from __future__ import annotations
@@ -22,8 +22,6 @@ from probe.analyses import sweep
 from probe.analyses.sweep_axes import one_training_run
 from probe.analyses.sweep_points import Axis
 from probe.errors import ProbeError
-from probe.loading import hub
-from tests.reference.tiny import tiny_model
 
 SIZES = {"sequences": 2, "tokens": 8}
 CLI_SIZES = ["--sequences", "2", "--tokens", "8"]
@@ -57,24 +55,6 @@ def names(tiny_folders, tiny_family_folder, tmp_path_factory) -> dict[str, str]:
         "gpt2-tiny": "gpt2-tiny",
         "gpt2-tiny-steps": "gpt2-tiny-steps",
     }
-
-
-@pytest.fixture
-def hub_cache(tmp_path, monkeypatch) -> str:
-    """A local HuggingFace cache of ``probe-test/tiny-gpt2``: revisions step1 and step2 (two
-    tiny GPT-2s of one config, other seeds) and main, which is step1's commit; read offline."""
-    import huggingface_hub.constants
-
-    repo = tmp_path / "models--probe-test--tiny-gpt2"
-    (repo / "refs").mkdir(parents=True)
-    for seed, revision in enumerate(("step1", "step2")):
-        commit = f"{seed + 1:040x}"
-        (repo / "refs" / revision).write_text(commit)
-        tiny_model("gpt2", seed=seed).save_pretrained(repo / "snapshots" / commit)
-    (repo / "refs" / "main").write_text(f"{1:040x}")
-    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
-    monkeypatch.setattr(hub, "hub_reachable", lambda timeout=3.0: False)
-    return "probe-test/tiny-gpt2"
 
 
 def _given(request, names, key: str) -> str:
