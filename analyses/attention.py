@@ -38,7 +38,6 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import memory
 from probe.ablate import TRANSFORMER, Ablation
 from probe.attention_stats import (
     EPSILON,
@@ -49,14 +48,15 @@ from probe.attention_stats import (
     sink_rate,
 )
 from probe.errors import ProbeError
-from probe.inputs import Encoded, model_inputs
+from probe.inputs import Encoded, image_tokens
 from probe.loading import ProbedModel
 from probe.overflow import DEGENERATE, check_finite, check_nonzero
-from probe.preflight import check_tokens
-from probe.request import Inputs, Model, coerce, dtype_name, provenance, record
+from probe.request import Inputs, Model, dtype_name, provenance, record
 from probe.results import utc_now, versions
 from probe.scaling import ONE, BranchScale, parse_branch_scale
 from probe.trace import check_norm_variant
+
+from .preamble import begin
 
 Progress = Callable[[int, int, str], None]
 """A progress callback: called with (forward passes done, forward passes in all, a label)."""
@@ -170,27 +170,18 @@ def run(
     """
     epsilon = check_epsilon(epsilon)
     scale = parse_branch_scale(branch_scale)
-    request, given = coerce(model, inputs, flat)
-    given = given.with_defaults(sequences=32, tokens=128, batch_size=8)
-    if given.sequences == "all":
-        raise ProbeError("`sequences` 'all' is for collapse; give a number of sequences")
-    models = request.load()
-    first = models[0]
-    alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
-    clean = TRANSFORMER if alpha == 1 else Ablation(branch_scale=alpha)
-    check_norm_variant(first, clean)  # a family outside the walker refuses a scale
-    check_tokens(first, given.tokens)
-    tokens = given.tokens
-    if first.adapter.inputs == "pixels":
-        from probe.inputs import image_tokens
 
-        tokens = image_tokens(first.config)
-    heads = first.adapter.n_heads(first.config)
-    batch = min(given.batch_size, given.sequences)
-    # Per layer: the probabilities in float64, masked, and one sequence's singular values.
-    extra = 3 * batch * heads * tokens * tokens * 8 if has_attention(first) else 0
-    memory.require_run(first, given.sequences, tokens, given.batch_size, extra)
-    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
+    def check(models: list[ProbedModel], given: Inputs) -> int:
+        # A family outside the walker refuses a branch scale.
+        check_norm_variant(models[0], _clean(scale, models[0]))
+        return _extra_bytes(models[0], given)
+
+    sizes = {"sequences": 32, "tokens": 128, "batch_size": 8}
+    begun = begin(model, inputs, flat, sizes=sizes, check=check, warn=warn)
+    request, given, models, encoded = begun.request, begun.given, begun.models, begun.inputs
+    first = begun.first
+    clean = _clean(scale, first)
+    alpha = clean.branch_scale
     totals = []
     batches = encoded.batches(given.batch_size)
     done = 0
@@ -209,6 +200,22 @@ def run(
     if command is None:
         command = "" if recorded else "probe.attention(<a model>)"
     return _dataset(models, encoded, totals, epsilon, (command, recorded), (scale, alpha))
+
+
+def _clean(scale: BranchScale, first: ProbedModel) -> Ablation:
+    """The unablated run, at the model's branch scale."""
+    return TRANSFORMER if scale.is_one else Ablation(branch_scale=scale.value(first.n_layers))
+
+
+def _extra_bytes(first: ProbedModel, given: Inputs) -> int:
+    """What a run holds beyond its inputs and forwards: per layer, the probabilities in
+    float64, masked, and one sequence's singular values."""
+    if not has_attention(first):
+        return 0
+    tokens = image_tokens(first.config) if first.adapter.inputs == "pixels" else given.tokens
+    heads = first.adapter.n_heads(first.config)
+    batch = min(given.batch_size, given.sequences)
+    return 3 * batch * heads * tokens * tokens * 8
 
 
 #: The library's name for the analysis: ``probe.attention(model, inputs, epsilon=0.3)``.

@@ -39,19 +39,16 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import bounds, memory, metrics, removals
+from probe import bounds, metrics, removals
 from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
-from probe.inputs import check_input_kind, image_files, model_inputs, read_text
 from probe.loading import ProbedModel
 from probe.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
-from probe.preflight import check_tokens
 from probe.request import (
     Inputs,
     Model,
     checkpoint_of,
-    coerce,
     dtype_name,
     provenance,
     record,
@@ -70,6 +67,7 @@ from .collapse_extras import (
     surgery_note,
 )
 from .collapse_measure import DEFAULT_METRICS, Plan, Progress
+from .preamble import begin
 
 
 def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
@@ -181,16 +179,20 @@ def prepare(
         weights that cannot be had; inputs the model cannot read, or more tokens than it takes;
         a variant or branch scale its family does not run; too little memory.
     """
-    request, given = coerce(model, inputs, flat)
     scale = parse_branch_scale(branch_scale)
-    given = given.with_defaults(sequences=32, tokens=128, batch_size=16)
     names, chosen = _checked_options(variants, surgery, metrics, effective_rank)
-    models = request.load()
-    first = models[0]
-    alpha = 1.0 if scale.is_one else scale.value(first.n_layers)
-    _check_model(first, names, alpha, given)
+    begun = begin(
+        model,
+        inputs,
+        flat,
+        sizes={"sequences": 32, "tokens": 128, "batch_size": 16},
+        check=lambda models, _: _check_variants(models[0], names, _alpha(scale, models[0])),
+        warn=warn,
+        every_sequence=True,
+    )
+    request, given, models, encoded = begun.request, begun.given, begun.models, begun.inputs
+    first = begun.first
     batch_size = given.batch_size
-    encoded = model_inputs(first, given, seed=request.seed, warn=warn)
     settings = _settings(request, models, names, surgery, encoded, batch_size, chosen)
     if not scale.is_one:  # the unscaled model's settings have no branch_scale
         settings["branch_scale"] = scale.text
@@ -205,7 +207,7 @@ def prepare(
     method = settings.get("effective_rank", "exact")
     return Plan(
         models, names, encoded, surgery, batch_size, command, settings, chosen, method,
-        branch_scale=alpha, request=recorded,
+        branch_scale=_alpha(scale, first), request=recorded,
     )  # fmt: skip
 
 
@@ -231,26 +233,20 @@ def _checked_options(variants, surgery, metrics, effective_rank) -> tuple[list, 
     return names, chosen
 
 
-def _check_model(first: ProbedModel, names, alpha: float, given: Inputs) -> None:
-    """Refuse, before any input is made, what the model cannot run: a variant, the branch
-    scale, the inputs' kind, their tokens, or the memory the run takes."""
+def _alpha(scale: BranchScale, first: ProbedModel) -> float:
+    """The branch scale at the model's depth; 1: the model as it is."""
+    return 1.0 if scale.is_one else scale.value(first.n_layers)
+
+
+def _check_variants(first: ProbedModel, names, alpha: float) -> int:
+    """Refuse a variant, or the branch scale, that the model's family does not run; the run
+    holds no arrays beyond its batches (``preamble.Check``)."""
     for name in names:  # a family without the LayerNorm variants says so before any work
         check_norm_variant(first, PRESETS[name])
         removals.check_removal(first, name)
         if alpha != 1:  # and so does one (or a variant) that takes no branch scaling
             check_norm_variant(first, replace(PRESETS[name], branch_scale=alpha))
-    check_input_kind(first, given.text, given.images)
-    tokens, batch_size = given.tokens, given.batch_size
-    check_tokens(first, tokens)
-    # "all": every image of the folder, or as many sequences as the text holds (one per
-    # `tokens` characters at most).
-    if given.sequences != "all":
-        most = given.sequences
-    elif given.images is not None:
-        most = len(image_files(given.images))
-    else:
-        most = len(read_text(given.text)[0]) // tokens + 1
-    memory.require_run(first, most, tokens, batch_size)
+    return 0
 
 
 def _settings(request, models, names, surgery, encoded, batch_size, chosen) -> dict:

@@ -74,7 +74,7 @@ from probe.overflow import DEGENERATE
 from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_run, model_attrs, my_batches, path_inputs, request_of
+from .path_common import model_attrs, my_batches
 from .path_frozen import (
     NORMS,
     frozen_run,
@@ -84,6 +84,7 @@ from .path_frozen import (
     output_terms,
     pooled_cosine,
 )
+from .preamble import begin
 
 Progress = Callable[[int, int, str], None]
 """A progress callback: called with (batches done, batches in all, a label)."""
@@ -172,25 +173,30 @@ def _checked_run(model, inputs, flat, warn) -> tuple[list[ProbedModel], Inputs, 
     Refuses a family whose paths are not decomposable and a run too large for memory before
     the inputs are made.
     """
-    request, given = request_of(
-        model, inputs, flat, sequences=8, tokens=128, batch_size=4, dtype="float64"
-    )
-    models = request.load()
-    sequences, tokens, batch_size = given.sequences, given.tokens, given.batch_size
-    first = models[0]
-    if first.adapter.not_decomposable:
-        raise ProbeError(f"path decomposition: {first.adapter.not_decomposable}")
-    L = first.n_layers
-    hidden, batch = first.adapter.hidden_size(first.config), min(batch_size, sequences)
-    # The programme holds every path length's term of a layer (float64), three times over
-    # (terms, their running sum, the norms' work), and the result arrays.
-    terms = 3 * (L + 1) * batch * tokens * hidden * 8
-    results = len(models) * (L + 1) * (L + 1) * sequences * 2 * len(NORMS) * 8
-    check_run(first, sequences, tokens, batch, terms + results)
-    inputs = path_inputs(first, given, request.seed, warn)
+    sizes = {"sequences": 8, "tokens": 128, "batch_size": 4}
+    begun = begin(
+        model, inputs, flat, sizes=sizes, check=_memory, warn=warn, dtype="float64",
+        noise_images=True,
+    )  # fmt: skip
+    models, first, inputs = begun.models, begun.first, begun.inputs
+    batch_size = begun.given.batch_size
     with onloaded(first.model):  # weights a device_map offloaded are read in for the block
         has_lm = first.adapter.lm_head(first.model) is not None
     return models, inputs, has_lm, batch_size
+
+
+def _memory(models: list[ProbedModel], given: Inputs) -> int:
+    """Refuse a family whose paths are not decomposable; else the bytes the run holds beyond
+    its inputs and forwards: every path length's term of a layer (float64), three times over
+    (terms, their running sum, the norms' work), and the result arrays."""
+    first = models[0]
+    if first.adapter.not_decomposable:
+        raise ProbeError(f"path decomposition: {first.adapter.not_decomposable}")
+    L, sequences, tokens = first.n_layers, given.sequences, given.tokens
+    hidden, batch = first.adapter.hidden_size(first.config), min(given.batch_size, sequences)
+    terms = 3 * (L + 1) * batch * tokens * hidden * 8
+    results = len(models) * (L + 1) * (L + 1) * sequences * 2 * len(NORMS) * 8
+    return terms + results
 
 
 def _result_arrays(n_models: int, K: int, S: int, has_lm: bool) -> tuple[dict, dict]:

@@ -49,7 +49,8 @@ from probe.path_vocabulary import Path as PathTuple
 from probe.request import Inputs, Model
 from probe.results import command_line, utc_now, versions
 
-from .path_common import check_run, model_attrs, my_batches, path_inputs, request_of
+from .path_common import model_attrs, my_batches
+from .preamble import begin
 
 Progress = Callable[[int, int, str], None]
 """A progress callback: called with (batches done, batches in all, a label)."""
@@ -111,18 +112,19 @@ def sample(
         little memory), attention probabilities that overflowed to NaN or inf, or
         degenerate weights (a layer an attention reads all zero in a sequence).
     """
-    request, given = request_of(model, inputs, flat, sequences=32, tokens=128, batch_size=8)
     checks.integer("`samples`", samples, 1)
-    models = request.load()
-    sequences, tokens, batch_size = given.sequences, given.tokens, given.batch_size
-    first = models[0]
+
+    def drawn_bytes(models: list[ProbedModel], given: Inputs) -> int:
+        # The drawn paths' attention slices and products (float64), and the result array.
+        L, tokens = models[0].n_layers, given.tokens
+        drawn = L * samples * (tokens * tokens * (8 + models[0].dtype.itemsize) + 64)
+        return drawn + len(models) * L * samples * len(metrics.FITS) * len(metrics.NORMS) * 8
+
+    sizes = {"sequences": 32, "tokens": 128, "batch_size": 8}
+    begun = begin(model, inputs, flat, sizes=sizes, check=drawn_bytes, warn=warn, noise_images=True)
+    request, models, first, inputs = begun.request, begun.models, begun.first, begun.inputs
+    batch_size = begun.given.batch_size
     L, H = first.n_layers, first.adapter.path_heads(first.config)
-    per_batch = min(batch_size, sequences)
-    # The drawn paths' attention slices and products (float64), and the result array.
-    drawn_bytes = L * samples * (tokens * tokens * (8 + first.dtype.itemsize) + 64)
-    result_bytes = len(models) * L * samples * len(metrics.FITS) * len(metrics.NORMS) * 8
-    check_run(first, sequences, tokens, per_batch, drawn_bytes + result_bytes)
-    inputs = path_inputs(first, given, request.seed, warn)
     _check_samples(samples, L, H, inputs.sequences)
     drawn = draw(L, H, samples, inputs.sequences, request.seed)
     shape = (len(models), len(ORDERS), L, samples, len(metrics.FITS), len(metrics.NORMS))

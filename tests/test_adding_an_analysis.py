@@ -27,8 +27,8 @@ from typing import Annotated
 import numpy as np
 import xarray as xr
 
-from probe.inputs import model_inputs
-from probe.request import coerce, provenance, record
+from probe.analyses.preamble import begin
+from probe.request import provenance, record
 from probe.results import utc_now, versions
 from probe.trace import hidden_states
 
@@ -37,10 +37,9 @@ NAME = "mean-norm"
 
 # 1. The measurement: the request, the models, their inputs, a Dataset.
 def run(model, inputs=None, *, command=None, **flat):
-    request, given = coerce(model, inputs, flat)
-    given = given.with_defaults(sequences=2, tokens=8, batch_size=2)
-    models = request.load()
-    encoded = model_inputs(models[0], given, seed=request.seed)
+    sizes = {"sequences": 2, "tokens": 8, "batch_size": 2}
+    begun = begin(model, inputs, flat, sizes=sizes)
+    request, given, models, encoded = begun.request, begun.given, begun.models, begun.inputs
     norms = [
         [float(x.double().norm(dim=-1).mean()) for x in hidden_states(p, encoded.input_ids)]
         for p in models
