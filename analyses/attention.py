@@ -2,7 +2,7 @@
 
 Beside the collapse of the same model on the same inputs, this analysis measures what
 research since Dong et al. (2021) found trained transformers doing with the pull toward
-rank one (``probe.attention_stats`` defines every quantity and cites its source):
+rank one (``probe.measures.attention_stats`` defines every quantity and cites its source):
 
 * attention sinks: ``sink_score`` (init, layer, head), the attention the first token
   receives, ``sink_frequency`` (init, layer, head), the share of sequences in which it
@@ -38,8 +38,10 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe.ablate import TRANSFORMER, Ablation
-from probe.attention_stats import (
+from probe.errors import ProbeError
+from probe.files.results import utc_now, versions
+from probe.loading import ProbedModel
+from probe.measures.attention_stats import (
     EPSILON,
     Totals,
     check_epsilon,
@@ -47,14 +49,12 @@ from probe.attention_stats import (
     sink_head_share,
     sink_rate,
 )
-from probe.errors import ProbeError
-from probe.inputs import Encoded, image_tokens
-from probe.loading import ProbedModel
-from probe.overflow import DEGENERATE, check_finite, check_nonzero
-from probe.request import Inputs, Model, dtype_name, provenance, record
-from probe.results import utc_now, versions
-from probe.scaling import ONE, BranchScale, parse_branch_scale
-from probe.trace import check_norm_variant
+from probe.measures.overflow import DEGENERATE, check_finite, check_nonzero
+from probe.requests.inputs import Encoded, image_tokens
+from probe.requests.request import Inputs, Model, dtype_name, provenance, record
+from probe.surgery.ablate import TRANSFORMER, Ablation
+from probe.surgery.scaling import ONE, BranchScale, parse_branch_scale
+from probe.surgery.trace import check_norm_variant
 
 from .preamble import begin
 
@@ -126,17 +126,17 @@ def run(
     Parameters
     ----------
     model
-        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local
+        A [`probe.Model`][probe.requests.request.Model], or what one holds: a hub id, a local
         folder, `minilm`, an `nn.Module` or a loaded
         [`ProbedModel`][probe.loading.ProbedModel] (then only its own init is run).
     inputs
-        A [`probe.Inputs`][probe.request.Inputs]; unset sizes default to 32 sequences of
+        A [`probe.Inputs`][probe.requests.request.Inputs]; unset sizes default to 32 sequences of
         128 tokens in batches of 8.
     epsilon
         The sink threshold of `sink_rate`, strictly between 0 and 1 (Gu et al.: 0.3).
     branch_scale
         The model's residual branches scaled, y = x + alpha f(x), as in
-        [`collapse.prepare`][probe.analyses.collapse.prepare] (`probe.scaling`); 1 runs
+        [`collapse.prepare`][probe.analyses.collapse.prepare] (`probe.surgery.scaling`); 1 runs
         the model as it is.
     progress
         Called after each forward pass with (passes done, passes in all, a label naming
@@ -165,7 +165,7 @@ def run(
         A request that cannot run: an `epsilon` outside (0, 1), `sequences="all"`, more
         tokens than the model takes, a branch scale its family does not run, weights that
         cannot be had, too little memory; a forward pass that overflows, at its first layer
-        holding NaN or inf (`probe.overflow`); degenerate weights: a layer all zero in a
+        holding NaN or inf (`probe.measures.overflow`); degenerate weights: a layer all zero in a
         sequence, or zero in half its entries or more in every sequence.
     """
     epsilon = check_epsilon(epsilon)
@@ -223,7 +223,7 @@ attention = run
 
 
 def _record(request: Model, given: Inputs, encoded: Encoded, epsilon, dtype, scale=ONE) -> str:
-    """The request as the result keeps it (``probe.request.record``): the options not at
+    """The request as the result keeps it (``probe.requests.request.record``): the options not at
     their defaults."""
     own = {} if epsilon == EPSILON else {"epsilon": epsilon}
     own |= {} if scale.is_one else {"branch_scale": scale.text}
@@ -260,7 +260,7 @@ def measure_batch(
         else:
             reads = ({"x": x} for x in adapter.stream(root, tr, ablation))
         for layer, values in enumerate(reads):
-            # An overflow stops the run here, before any statistic sees it (probe.overflow).
+            # An overflow stops the run here, before any statistic sees it (probe.measures.overflow).
             if "attn" in values:
                 probs = values["attn"]
                 check_finite(probs, keep, layer, where, "attention probabilities", scaled)

@@ -11,15 +11,15 @@ several norms, together with effective rank, stable rank and token cosine
 similarity.  The paper shows r_l falling doubly exponentially for a pure
 attention network and staying away from 0 when skip connections are kept.
 The LayerNorm variants (LN-affine, no-LN) and the removal variants (no-sink, no-massive:
-``probe.removals`` finds the sinks and the massive entries in a clean run over the whole
+``probe.surgery.removals`` finds the sinks and the massive entries in a clean run over the whole
 corpus first, attrs ``removed`` and ``removal_note`` say what went) run beside them.
 
 Metrics are computed inside the trace, layer by layer, so only per-sequence
 numbers leave the model.  ``metrics=`` chooses which (``DEFAULT_METRICS``:
 all four, the effective rank by the method ``effective_rank=`` names, see
-``probe.metrics``); the result holds those variables only and states their
+``probe.measures.metrics``); the result holds those variables only and states their
 method and accuracy in its attributes.  ``run`` returns an xarray.Dataset; see
-``probe.results`` for saving it.
+``probe.files.results`` for saving it.
 
 On CUDA the layer loop never waits for the device: it only keeps a copy of
 each layer; once a batch's forwards are queued, a worker thread measures its
@@ -39,13 +39,13 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import bounds, metrics, removals
-from probe.ablate import PRESETS, parse_variants
 from probe.errors import ProbeError
+from probe.files.results import ENGINE, settings_id, utc_now, versions
 from probe.loading import ProbedModel
-from probe.metrics import effective_rank_method
+from probe.measures import bounds, metrics
+from probe.measures.metrics import effective_rank_method
 from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
-from probe.request import (
+from probe.requests.request import (
     Inputs,
     Model,
     checkpoint_of,
@@ -53,9 +53,10 @@ from probe.request import (
     provenance,
     record,
 )
-from probe.results import ENGINE, settings_id, utc_now, versions
-from probe.scaling import BranchScale, parse_branch_scale
-from probe.trace import check_norm_variant
+from probe.surgery import removals
+from probe.surgery.ablate import PRESETS, parse_variants
+from probe.surgery.scaling import BranchScale, parse_branch_scale
+from probe.surgery.trace import check_norm_variant
 
 from . import collapse_measure as measure
 from .collapse_extras import (
@@ -132,11 +133,11 @@ def prepare(
     Parameters
     ----------
     model
-        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local folder,
+        A [`probe.Model`][probe.requests.request.Model], or what one holds: a hub id, a local folder,
         `minilm`, an `nn.Module` or a loaded [`ProbedModel`][probe.loading.ProbedModel] (then
         only its own init is run).
     inputs
-        A [`probe.Inputs`][probe.request.Inputs]; unset sizes default to the paper's 32
+        A [`probe.Inputs`][probe.requests.request.Inputs]; unset sizes default to the paper's 32
         sequences of 128 tokens, in batches of 16.
     variants
         `"all"` (the paper's four: SAN, SAN+MLP, SAN+skip, transformer), a comma list or a
@@ -144,16 +145,16 @@ def prepare(
         (`no-sink`, `no-massive`) variants included.
     surgery
         `"probe"` (the uniform definitions) or `"paper"` (the paper's code, family by family):
-        see [`Ablation`][probe.ablate.Ablation].
+        see [`Ablation`][probe.surgery.ablate.Ablation].
     metrics
         `"all"`/None, a comma list or a sequence of `relative_residual`, `effective_rank`,
         `stable_rank`, `cosine_similarity` (CLI spellings such as `stable-rank` too); the
         relative residual is always computed.
     effective_rank
         `"auto"`, `"exact"` or `"estimate"` (see
-        [`collapse_metrics`][probe.metrics.collapse_metrics]).
+        [`collapse_metrics`][probe.measures.metrics.collapse_metrics]).
     branch_scale
-        alpha of y = x + alpha f(x) in every layer (`probe.scaling`): a number or an expression
+        alpha of y = x + alpha f(x) in every layer (`probe.surgery.scaling`): a number or an expression
         of the depth L such as `"1/sqrt(L)"`; 1 runs the model as it is.
     warn
         Called with one line when the text or image folder holds fewer sequences than asked
@@ -288,7 +289,7 @@ def execute(
         Called after each forward pass with (passes done, passes in all, a label naming the
         model, init and variant); None: silent.
     stream_to
-        A netCDF path: each batch's results are appended to it as they come (`probe.stream`),
+        A netCDF path: each batch's results are appended to it as they come (`probe.files.stream`),
         so memory does not grow with the number of sequences, and the returned Dataset reads
         from that file lazily.  None: in memory.
     part
@@ -318,7 +319,7 @@ def execute(
     ran = {start: input_ids(ids, mask) for start, ids, mask in mine}  # None: pixel inputs
     measured = None  # the theory panel's residuals, from the run's first batch
     if stream_to is not None:
-        from probe.stream import SequenceWriter
+        from probe.files.stream import SequenceWriter
 
         empty = measure.empty(plan, 0) | ids_block(plan, 0)
         skeleton = _dataset(empty, plan, world_size, theory_panel=False)
@@ -355,11 +356,11 @@ def run(
     Parameters
     ----------
     model
-        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local folder,
+        A [`probe.Model`][probe.requests.request.Model], or what one holds: a hub id, a local folder,
         `minilm`, an `nn.Module` or a loaded [`ProbedModel`][probe.loading.ProbedModel] (then
         only its own init is run).
     inputs
-        A [`probe.Inputs`][probe.request.Inputs]; None: the defaults (32 sequences of 128
+        A [`probe.Inputs`][probe.requests.request.Inputs]; None: the defaults (32 sequences of 128
         tokens of the sample text).
     progress
         Called after each forward pass, as in [`execute`][probe.analyses.collapse.execute].
@@ -385,7 +386,7 @@ def run(
 
 
 def _record(request: Model, given: Inputs, settings: dict, method: str) -> str:
-    """The request as the result keeps it (``probe.request.record``): the options not at
+    """The request as the result keeps it (``probe.requests.request.record``): the options not at
     their defaults; "" for a model passed as an object, which no command can name."""
     if not isinstance(request.source, str | os.PathLike):
         return ""
@@ -478,7 +479,7 @@ def _dataset(
         **removal_attrs(plan),
     }
     # The paper's bounds from the model's own weights beside measured residuals
-    # (probe.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
+    # (probe.measures.theory: Theorem 2.2, Corollaries 3.1 and 3.2), for the report's panel.
     if theory_panel:
         panel = panel_variables(plan, measured)
     else:

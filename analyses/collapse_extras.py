@@ -2,8 +2,8 @@
 
 The token ids that ran (``input_ids``, -1 at padding; none for pixels); what the removal
 variants (no-sink, no-massive) remove, found by a clean run over the whole corpus first
-(``probe.removals``), and the attrs that say so; the theory panel's variables (the paper's
-bounds from the model's own weights, ``probe.theory``); and the note on the surgery.
+(``probe.surgery.removals``), and the attrs that say so; the theory panel's variables (the paper's
+bounds from the model's own weights, ``probe.measures.theory``); and the note on the surgery.
 ``probe.analyses.collapse`` assembles the result from them.
 """
 
@@ -16,8 +16,9 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import bounds, removals, theory
-from probe.ablate import PRESETS
+from probe.measures import bounds, theory
+from probe.surgery import removals
+from probe.surgery.ablate import PRESETS
 
 from .collapse_measure import Plan
 
@@ -44,7 +45,7 @@ def ids_block(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
 
 def find_removals(plan: Plan, batches) -> None:
     """no-sink and no-massive: a clean run of every model over the whole corpus (every
-    batch, whatever this process' share) finds what they remove (:mod:`probe.removals`)."""
+    batch, whatever this process' share) finds what they remove (:mod:`probe.surgery.removals`)."""
     wanted = [name for name in plan.variants if PRESETS[name].remove]
     if not wanted or plan.removals:
         return

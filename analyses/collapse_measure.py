@@ -1,15 +1,15 @@
 """How a collapse run measures: batch by batch, the per-layer reduction inside the trace.
 
-For every batch, each variant and init runs once (``probe.trace.layer_values``) with a
+For every batch, each variant and init runs once (``probe.surgery.trace.layer_values``) with a
 reducer that turns each layer's token matrix into per-sequence metrics right there
-(:mod:`probe.metrics`), so only per-sequence numbers leave the model.  The embeddings'
+(:mod:`probe.measures.metrics`), so only per-sequence numbers leave the model.  The embeddings'
 X_0 is the same for every variant, so its metrics are computed once per batch and model.
 
 On CUDA the layer loop never waits for the device: it only keeps a copy of each layer;
 once a batch's forwards are queued, a worker thread measures its layers on a side stream
 (overlapping the next batch's forwards) and copies the numbers to pinned host memory.  On a
 CPU each layer is measured at once.  The run's first batch also measures the theory panel's
-residual norms (``probe.theory.residual_norms``) for SAN, SAN+MLP and SAN+skip.
+residual norms (``probe.measures.theory.residual_norms``) for SAN, SAN+MLP and SAN+skip.
 """
 
 from __future__ import annotations
@@ -21,19 +21,19 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from probe import metrics, theory
-from probe.ablate import PRESETS, Ablation
-from probe.inputs import Encoded
 from probe.loading import ProbedModel
+from probe.measures import metrics, theory
+from probe.measures.overflow import check_finite, check_nonzero, has_zero_sequence
 from probe.names import METRICS
-from probe.overflow import check_finite, check_nonzero, has_zero_sequence
-from probe.trace import layer_values
+from probe.requests.inputs import Encoded
+from probe.surgery.ablate import PRESETS, Ablation
+from probe.surgery.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
 """A progress callback: called with (forward passes done, forward passes in all, a label)."""
 
 #: The metrics a run computes unless told otherwise: all of them (the effective rank by the
-#: method that fits the size, see probe.metrics).
+#: method that fits the size, see probe.measures.metrics).
 DEFAULT_METRICS: tuple[str, ...] = METRICS
 
 
@@ -68,11 +68,11 @@ class Plan:
         The effective-rank method as resolved for this size: `"exact"` or `"estimate"`.
     removals
         (variant, model index) -> the removal variant with what its clean run found
-        (`probe.removals`), filled in by `collapse.execute` before the first batch.
+        (`probe.surgery.removals`), filled in by `collapse.execute` before the first batch.
     branch_scale
-        alpha of residual branch scaling at the model's depth (`probe.scaling`); 1: none.
+        alpha of residual branch scaling at the model's depth (`probe.surgery.scaling`); 1: none.
     request
-        The request as data (`probe.request.record`), which the result records; "" for a
+        The request as data (`probe.requests.request.record`), which the result records; "" for a
         model passed as an object.
     """
 
@@ -86,11 +86,11 @@ class Plan:
     metrics: tuple[str, ...] = DEFAULT_METRICS
     effective_rank: str = "exact"  # as resolved from what was asked: exact or estimate
     #: (variant, model index) -> the removal variant with what its clean run found
-    #: (``probe.removals``), filled in by ``collapse.execute`` before the first batch.
+    #: (``probe.surgery.removals``), filled in by ``collapse.execute`` before the first batch.
     removals: dict = field(default_factory=dict)
-    #: alpha of residual branch scaling at the model's depth (:mod:`probe.scaling`); 1: none.
+    #: alpha of residual branch scaling at the model's depth (:mod:`probe.surgery.scaling`); 1: none.
     branch_scale: float = 1.0
-    #: The request as data (``probe.request.record``); "" for a model passed as an object.
+    #: The request as data (``probe.requests.request.record``); "" for a model passed as an object.
     request: str = ""
 
     def ablation(self, variant: str) -> Ablation:

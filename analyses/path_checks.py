@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import torch
 
-from probe import frozen
 from probe.loading import ProbedModel, onloaded
-from probe.self_test import Identity, one_line
+from probe.measures import frozen
+from probe.surgery.self_test import Identity, one_line
 
 from .path_decompose import (
     frozen_run,

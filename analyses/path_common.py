@@ -6,9 +6,9 @@ with seeded noise images for a vision model.
 
 from __future__ import annotations
 
-from probe.inputs import Encoded
 from probe.loading import ProbedModel
-from probe.request import provenance
+from probe.requests.inputs import Encoded
+from probe.requests.request import provenance
 
 
 def my_batches(inputs: Encoded, batch_size: int, part: tuple[int, int]) -> list:
@@ -22,5 +22,5 @@ def my_batches(inputs: Encoded, batch_size: int, part: tuple[int, int]) -> list:
 
 
 def model_attrs(models: list[ProbedModel], encoded: Encoded) -> dict:
-    """The provenance attributes of a path result (:func:`probe.request.provenance`)."""
+    """The provenance attributes of a path result (:func:`probe.requests.request.provenance`)."""
     return provenance(models, encoded) | {"world_size": 1}  # torchrun sets its own

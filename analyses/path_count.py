@@ -26,8 +26,8 @@ import numpy as np
 import xarray as xr
 
 from probe.errors import ProbeError
-from probe.path_vocabulary import MAX_SHAPE, count_by_length, total_paths
-from probe.results import command_line, utc_now, versions
+from probe.files.results import command_line, utc_now, versions
+from probe.measures.path_vocabulary import MAX_SHAPE, count_by_length, total_paths
 
 from .path_presets import Preset, all_presets
 

@@ -8,7 +8,7 @@ output is exactly
     X_L = sum_{k=0..L} V_L[k] + K_L,
 
 V_L[k] the summed contribution of the C(L,k) H^k paths through k heads, K_L one
-constant that gathers every bias (``probe.frozen`` has the programme).  What is
+constant that gathers every bias (``probe.measures.frozen`` has the programme).  What is
 frozen, per norm kind (the family's spec says which it has):
 
 * LayerNorm (BERT, GPT-2, OPT, GPT-J, Falcon, GPT-NeoX, ModernBERT, ViT, ...):
@@ -67,12 +67,12 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import frozen
 from probe.errors import ProbeError
+from probe.files.results import command_line, utc_now, versions
 from probe.loading import ProbedModel, onloaded
-from probe.overflow import DEGENERATE
-from probe.request import Inputs, Model
-from probe.results import command_line, utc_now, versions
+from probe.measures import frozen
+from probe.measures.overflow import DEGENERATE
+from probe.requests.request import Inputs, Model
 
 from .path_common import model_attrs, my_batches
 from .path_frozen import (
@@ -105,11 +105,11 @@ def decompose(
     Parameters
     ----------
     model
-        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local folder,
+        A [`probe.Model`][probe.requests.request.Model], or what one holds: a hub id, a local folder,
         `minilm`, an `nn.Module` or a loaded [`ProbedModel`][probe.loading.ProbedModel] (then
         only its own init is run).
     inputs
-        A [`probe.Inputs`][probe.request.Inputs]; unset, the model runs in float64 on 8
+        A [`probe.Inputs`][probe.requests.request.Inputs]; unset, the model runs in float64 on 8
         sequences of 128 tokens in batches of 4.  Not `images` (the path analyses read seeded
         noise images).
     progress

@@ -1,7 +1,7 @@
 """One batch of the path decomposition: the SAN+skip run frozen, and what each layer holds.
 
 ``frozen_run`` runs the SAN+skip variant once, reads each layer's input, attention
-probabilities and norm inputs, and freezes them (``probe.frozen``) into the affine network
+probabilities and norm inputs, and freezes them (``probe.measures.frozen``) into the affine network
 whose output is the sum of its paths' terms; ``output_terms`` carries the last layer's terms
 through a bias-free output projection.  ``layer_stats`` gives one layer's norm shares,
 truncation errors, effective length and constant share (in each of ``NORMS``);
@@ -17,10 +17,10 @@ from collections.abc import Callable
 
 import torch
 
-from probe import frozen, metrics
-from probe.ablate import SAN_SKIP
 from probe.loading import ProbedModel, onloaded
-from probe.overflow import check_finite, check_nonzero
+from probe.measures import frozen, metrics
+from probe.measures.overflow import check_finite, check_nonzero
+from probe.surgery.ablate import SAN_SKIP
 
 #: The norms every share and error is reported in: Frobenius and the paper's l1inf.
 NORMS = ("fro", "l1inf")
@@ -48,7 +48,7 @@ def frozen_run(probed: ProbedModel, weights, input_ids, attention_mask) -> dict:
             reads.append(layer)
     if len(reads) != probed.n_layers + 1:
         raise RuntimeError(f"traced {len(reads)} layers, expected {probed.n_layers + 1}")
-    # An overflow stops the run (probe.overflow); every entry, padding too, feeds the frozen
+    # An overflow stops the run (probe.measures.overflow); every entry, padding too, feeds the frozen
     # network, so all are checked; a layer's output X_l last, as the forward makes it.
     where, every = f"{probed.name} ({probed.init}, SAN+skip)", torch.tensor(True)
     real = attention_mask.bool()

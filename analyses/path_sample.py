@@ -17,7 +17,7 @@ real forward pass of the unablated model, and measures
     ||P - rank1_SVD(P)|| / ||P||                              (fit "svd")
     ||P - 1 p^T|| / ||P||       p = the mean row of P         (fit "mean")
 
-in every norm of ``probe.metrics`` (the composite l1inf norm is the paper's).
+in every norm of ``probe.measures.metrics`` (the composite l1inf norm is the paper's).
 The paper's notebook (``walking_casual_transformers.ipynb``: 100 paths per
 depth, 32 sequences of 128 tokens, BERT-base) plots the distance to the best
 rank-one fit of the earliest-left product; that is the headline of the report,
@@ -38,16 +38,17 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe import checks, metrics
-from probe.ablate import TRANSFORMER
 from probe.errors import ProbeError
+from probe.files.results import command_line, utc_now, versions
 from probe.loading import ProbedModel
+from probe.measures import metrics
+from probe.measures.overflow import check_finite, check_nonzero
+from probe.measures.path_vocabulary import SKIP, count_by_length, path_str, random_path
+from probe.measures.path_vocabulary import Path as PathTuple
 from probe.names import ORDERS
-from probe.overflow import check_finite, check_nonzero
-from probe.path_vocabulary import SKIP, count_by_length, path_str, random_path
-from probe.path_vocabulary import Path as PathTuple
-from probe.request import Inputs, Model
-from probe.results import command_line, utc_now, versions
+from probe.requests import checks
+from probe.requests.request import Inputs, Model
+from probe.surgery.ablate import TRANSFORMER
 
 from .path_common import model_attrs, my_batches
 from .preamble import begin
@@ -72,11 +73,11 @@ def sample(
     Parameters
     ----------
     model
-        A [`probe.Model`][probe.request.Model], or what one holds: a hub id, a local
+        A [`probe.Model`][probe.requests.request.Model], or what one holds: a hub id, a local
         folder, `minilm`, an `nn.Module` or a loaded
         [`ProbedModel`][probe.loading.ProbedModel] (then only its own init is run).
     inputs
-        A [`probe.Inputs`][probe.request.Inputs]; unset sizes default to 32 sequences of
+        A [`probe.Inputs`][probe.requests.request.Inputs]; unset sizes default to 32 sequences of
         128 tokens in batches of 8.  Not `images` (the path analyses read seeded noise
         images).
     samples
@@ -258,7 +259,7 @@ def chains(
                 where[layer, seq, head] = len(wanted[layer])
                 wanted[layer].append((seq, head))
     slices = attention_slices(probed, input_ids, attention_mask, wanted)
-    # An overflow stops the run (probe.overflow); every entry, padding too, enters a product.
+    # An overflow stops the run (probe.measures.overflow); every entry, padding too, enters a product.
     scope, every = f"{probed.name} ({probed.init})", torch.tensor(True)
     for layer, picked in enumerate(slices):  # slices[l]: layer l + 1 (0 = the embeddings)
         check_finite(picked, every, layer + 1, scope, "attention probabilities")

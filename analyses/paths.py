@@ -8,7 +8,7 @@
   length to the output of a real model's SAN+skip variant, with attention and LayerNorm
   scales frozen.
 
-Each returns an xarray.Dataset; [`probe.save_result`][probe.results.save_result] writes it
+Each returns an xarray.Dataset; [`probe.save_result`][probe.files.results.save_result] writes it
 and ``probe.reports.paths_report.render_paths`` renders it.
 """
 

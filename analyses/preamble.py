@@ -1,6 +1,6 @@
 """What every model-based analysis does before its first forward pass, in one function.
 
-:func:`begin` takes the request the way every analysis takes it (:func:`probe.request.coerce`:
+:func:`begin` takes the request the way every analysis takes it (:func:`probe.requests.request.coerce`:
 a :class:`probe.Model` and :class:`probe.Inputs`, or a model name and their keywords), fills
 the analysis's default sizes, loads the models (``probe.loading``), runs the analysis's own
 refusals on the first model, checks the tokens against the model's limit and the run
@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 import torch
 
-from probe import memory
 from probe.errors import ProbeError
-from probe.inputs import (
+from probe.loading import ProbedModel
+from probe.requests import memory
+from probe.requests.inputs import (
     Encoded,
     check_input_kind,
     image_files,
@@ -25,9 +26,8 @@ from probe.inputs import (
     model_inputs,
     read_text,
 )
-from probe.loading import ProbedModel
-from probe.preflight import check_tokens
-from probe.request import Inputs, Model, coerce
+from probe.requests.preflight import check_tokens
+from probe.requests.request import Inputs, Model, coerce
 
 #: An analysis's own refusals, given the loaded models (one per init) and the inputs asked
 #: for; it returns the bytes its run holds beyond the inputs and one batch's forward.
@@ -69,7 +69,7 @@ def begin(
     Parameters
     ----------
     model, inputs, flat
-        The analysis's request as the caller gave it (:func:`probe.request.coerce`).
+        The analysis's request as the caller gave it (:func:`probe.requests.request.coerce`).
     sizes
         The analysis's default `sequences`, `tokens` and `batch_size`, where none were given.
     check

@@ -13,9 +13,9 @@ and a summary of its collapse curve:
   to the token mean in the composite l1,inf norm (the paper's), median over sequences;
 * ``first_below`` (variant, init): the first layer whose mean relative residual (same fit
   and norm, mean over sequences, as ``probe collapse``'s reports) is below 1e-3; -1 if none;
-* ``order`` (variant, init): the fitted order of collapse, ``probe.stats.fit_order``,
+* ``order`` (variant, init): the fitted order of collapse, ``probe.measures.stats.fit_order``,
   NaN below the fit's quality; ``order_pairs``, ``order_stderr`` and ``order_spread`` are
-  that quality (``probe.stats.slope_fit``), from which ``probe.stats.fit_reason``
+  that quality (``probe.measures.stats.slope_fit``), from which ``probe.measures.stats.fit_reason``
   says why an order is missing;
 * ``final_effective_rank`` (variant, init): the effective rank after the last layer,
   median over sequences (NaN where the metrics left it out);
@@ -46,13 +46,13 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
-from probe import checks
-from probe.attention_stats import check_epsilon
 from probe.errors import ProbeError
-from probe.preflight import check_models
-from probe.request import Inputs, Model, coerce
-from probe.results import settings_id, versions
-from probe.scaling import parse_branch_scale
+from probe.files.results import settings_id, versions
+from probe.measures.attention_stats import check_epsilon
+from probe.requests import checks
+from probe.requests.preflight import check_models
+from probe.requests.request import Inputs, Model, coerce
+from probe.surgery.scaling import parse_branch_scale
 
 from . import attention as attention_analysis
 from . import collapse, sweep_axes, sweep_points
@@ -202,11 +202,11 @@ def plan(
     Parameters
     ----------
     model
-        A [`probe.Model`][probe.request.Model] or a model name or folder (every point loads it
+        A [`probe.Model`][probe.requests.request.Model] or a model name or folder (every point loads it
         itself, so not a module).  A checkpoint series (`gpt2-tiny-steps`, or a folder one
         training run wrote) sweeps its checkpoints unless `steps` or `revisions` say otherwise.
     inputs
-        A [`probe.Inputs`][probe.request.Inputs] with a `text`, or None (each point makes its
+        A [`probe.Inputs`][probe.requests.request.Inputs] with a `text`, or None (each point makes its
         own inputs).
     variants
         As [`collapse.prepare`][probe.analyses.collapse.prepare] takes them.
@@ -471,9 +471,9 @@ def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
     Parameters
     ----------
     model : Model | str | Path
-        A [`probe.Model`][probe.request.Model] or a model name or folder.
+        A [`probe.Model`][probe.requests.request.Model] or a model name or folder.
     inputs
-        A [`probe.Inputs`][probe.request.Inputs] with a `text`, or None.
+        A [`probe.Inputs`][probe.requests.request.Inputs] with a `text`, or None.
     store
         A folder to keep each finished point in, as `point-<id>.nc`; a sweep run again
         resumes from it.  None: nothing is kept.

@@ -17,7 +17,7 @@ pretrained weights the tokenizers, and the bytes of a series' weight files; no m
 * `tokens`: an image model reads each image as its patches and [CLS] token, as many
   whatever `tokens` says.
 * `branch_scale`: two scales of equal value at every depth the grid runs (`1` and `1.0`,
-  `1/L` and `L^-1`) scale every branch alike; alpha is taken as `probe.scaling` evaluates
+  `1/L` and `L^-1`) scale every branch alike; alpha is taken as `probe.surgery.scaling` evaluates
   it, and 1 and its spellings run the model as it is.
 * `config`: two values a field reads alike (`1` and `1.0` of a real-number field) build
   one config; dropout fields (a name holding ``dropout`` or ending in ``pdrop``) and
@@ -185,7 +185,7 @@ def _seeds(sweep, request_of: Requests, read: _Configs) -> None:
 
 def _tokens(sweep, request_of: Requests, read: _Configs) -> None:
     """Refuse `tokens` where every point's model reads images."""
-    from probe.inputs import image_tokens
+    from probe.requests.inputs import image_tokens
 
     for model, _ in _models(sweep, request_of):
         _, _, config, adapter = read(model, model.init[0])
@@ -200,7 +200,7 @@ def _tokens(sweep, request_of: Requests, read: _Configs) -> None:
 
 def _branch_scales(axis: Axis, sweep, request_of: Requests, read: _Configs) -> None:
     """Refuse two scales of the same value at every depth the grid runs."""
-    from probe.scaling import parse_branch_scale
+    from probe.surgery.scaling import parse_branch_scale
 
     depths = set()
     for model, _ in _models(sweep, request_of):

@@ -6,7 +6,7 @@ model transformers can build, on the meta device), so a point the config rejects
 by name before the first point runs.  From that config:
 
 * memory: the weights (parameters x element size, float32 while loading) plus
-  :func:`probe.memory.forward_bytes` of one batch and the inputs, plus, for ``probe
+  :func:`probe.requests.memory.forward_bytes` of one batch and the inputs, plus, for ``probe
   attention``'s statistics, the float64 probabilities of one layer (three copies);
 * time: the forward passes' floating-point work, 2 x parameters x tokens per sequence
   (the matrix products) plus 4 x layers x tokens^2 x width (attention scores and their
@@ -23,8 +23,8 @@ import functools
 import time
 from dataclasses import dataclass
 
-from probe import memory
 from probe.errors import ProbeError
+from probe.requests import memory
 
 from .sweep_points import Point
 

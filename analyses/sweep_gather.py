@@ -16,9 +16,9 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from probe import stats
 from probe.errors import ProbeError
-from probe.results import utc_now, versions
+from probe.files.results import utc_now, versions
+from probe.measures import stats
 
 #: The threshold of ``first_below`` (as ``probe collapse``'s reports).
 THRESHOLD = 1e-3
@@ -28,8 +28,8 @@ SUMMARIES = {
     "median over sequences",
     "first_below": f"first layer whose mean relative residual (fit mean, norm l1inf) is below "
     f"{THRESHOLD:g}; -1 if none",
-    "order": "fitted order of collapse (probe.stats.fit_order, fit mean, norm l1inf); NaN "
-    "where the fit is below quality (probe.stats.fit_reason says why)",
+    "order": "fitted order of collapse (probe.measures.stats.fit_order, fit mean, norm l1inf); NaN "
+    "where the fit is below quality (probe.measures.stats.fit_reason says why)",
     "order_pairs": "layer pairs the fitted order used (both ends in [the precision floor, 0.5])",
     "order_stderr": "standard error of the fitted order's slope (NaN with two pairs or fewer)",
     "order_spread": "decades of r(l) the fitted order's pairs span",

@@ -21,7 +21,7 @@ seed, say) is the same file.
 
 The store (:class:`Store`): one netCDF file per finished point in one folder for every
 sweep written to the same place, ``<out>/sweep-points/point-<id>.nc``, written as a unit
-(:func:`probe.results.save_result`: staged, then renamed), so an interrupted or killed sweep
+(:func:`probe.files.results.save_result`: staged, then renamed), so an interrupted or killed sweep
 keeps its finished points and never holds half of one.  A point's id hashes what it ran: the
 weights (a folder by its files' bytes), the inputs (the text's and the images' bytes), the
 settings and the point's own values, never the grid, so any grid that holds the point finds
@@ -50,9 +50,9 @@ from pathlib import Path
 
 import xarray as xr
 
-from probe import checks
 from probe.errors import ProbeError
-from probe.results import ENGINE, save_result, settings_id
+from probe.files.results import ENGINE, save_result, settings_id
+from probe.requests import checks
 
 #: The store's folder in a sweep's `out`, shared by every sweep written there.
 FOLDER = "sweep-points"
@@ -181,7 +181,7 @@ def parse_counts(text, name: str, low: int, high: int) -> tuple[int, ...]:
 
 
 #: A whole number and a real number as ``probe collapse --set`` reads them
-#: (:mod:`probe.overrides`), so that a sweep's point and its collapse run read one value alike.
+#: (:mod:`probe.requests.overrides`), so that a sweep's point and its collapse run read one value alike.
 _INT = re.compile(r"[+-]?[0-9]+")
 _FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
 

@@ -18,7 +18,7 @@ exact term instead (probe.toy.model).
 
 The circle experiment trains a one-layer network to move two points one step
 along two arcs of a circle, then applies it to its own output for ``steps``
-steps; the relative residual of the 2-token matrix (probe.metrics) says whether
+steps; the relative residual of the 2-token matrix (probe.measures.metrics) says whether
 the two points merge.  ``setup="paper"`` uses the paper's three networks
 (``run_circle.py``): every network keeps the attention skip connection and its
 LayerNorm, and the embedding ends in a LayerNorm; "SAN" is that network;
@@ -53,8 +53,8 @@ from importlib import metadata
 import torch
 import xarray as xr
 
-from probe import checks
-from probe.results import utc_now
+from probe.files.results import utc_now
+from probe.requests import checks
 
 from .toy_checks import (
     MAX_LR,

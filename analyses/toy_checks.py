@@ -2,19 +2,19 @@
 
 ``rules`` resolves the path-evaluation rules and the circle's setup of one run
 (probe.analyses.toy), refusing the ones that do not apply to its task.  ``check``
-puts every setting in its domain through ``probe.checks`` (the CLI's own bounds) and
+puts every setting in its domain through ``probe.requests.checks`` (the CLI's own bounds) and
 refuses a run whose upper bound of memory (``run_bytes``: data, training and
 evaluation activations, drawn paths, the network with its gradient and Adam's
-moments) exceeds the device's (``probe.memory``).
+moments) exceeds the device's (``probe.requests.memory``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from probe import checks, memory
 from probe.errors import ProbeError
 from probe.names import PATH_ATTENTIONS, PATH_NORMS, SCHEDULES, TOY_SETUPS
+from probe.requests import checks, memory
 
 from .toy_settings import VARIANTS
 
@@ -44,7 +44,7 @@ def rules(task, sub_path, path_attention, path_norm, setup):
 
 
 def check(opts: dict, n_paths: int, repeats: int, device: str = "cpu", task: str = "") -> None:
-    """Every size in its domain (``probe.checks``, the CLI's own), then memory."""
+    """Every size in its domain (``probe.requests.checks``, the CLI's own), then memory."""
     for key, value in opts.items():
         name = f"`{key}`"
         if isinstance(value, bool | str):
@@ -85,7 +85,7 @@ TOY_ACTIVATIONS = 12
 
 
 def run_bytes(task: str, opts: dict, n_paths: int, repeats: int) -> int:
-    """An upper bound of what a toy run holds at once (see ``probe.memory``)."""
+    """An upper bound of what a toy run holds at once (see ``probe.requests.memory``)."""
     hidden, depth, width = opts["hidden"], opts["depth"], opts["width"]
     hidden = max(hidden) if isinstance(hidden, Sequence) else hidden  # the circle's sweep
     if task == "circle":

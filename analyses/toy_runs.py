@@ -4,7 +4,7 @@
 and evaluates it through random subsets of its paths, beside the full model's accuracy
 and the input-blind baselines.  ``circle_task`` trains the circle's networks, each hidden
 size and variant from the same seed, and applies each to its own output
-(``circle_run``); the relative residual of the drawn points (probe.metrics) says
+(``circle_run``); the relative residual of the drawn points (probe.measures.metrics) says
 whether the two points merge.  The settings come resolved and checked from
 probe.analyses.toy; see its docstring for the method.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import xarray as xr
 
-from probe.metrics import relative_residual
+from probe.measures.metrics import relative_residual
 from probe.toy import ToyConfig, ToySAN
 from probe.toy import tasks as data
 from probe.toy.train import baselines, path_accuracy, train

@@ -33,7 +33,7 @@ from timing import interleaved_medians, random_model
 
 import probe
 from probe.analyses.attention import measure_batch
-from probe.attention_stats import Totals
+from probe.measures.attention_stats import Totals
 
 
 def main() -> None:

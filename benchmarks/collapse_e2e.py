@@ -3,7 +3,7 @@
 For each size, a random-init model is loaded once; then, interleaved ``--repeats`` times,
 
   (a) the forwards: every batch of the analysis under each of the four ablations (SAN,
-      SAN+MLP, SAN+skip, transformer) through ``probe.trace.layer_values`` with the trivial
+      SAN+MLP, SAN+skip, transformer) through ``probe.surgery.trace.layer_values`` with the trivial
       reduction, so the residual stream X_0 .. X_L is captured and nothing else is computed;
   (b) the analysis: ``collapse.run`` on the preloaded model (same inputs, same batches, all
       four variants, all metrics), Dataset included;
@@ -51,10 +51,10 @@ import torch
 from timing import timed
 
 import probe
-from probe.ablate import PRESETS, parse_variants
 from probe.analyses import collapse
-from probe.inputs import make_inputs
-from probe.trace import capture, layer_values
+from probe.requests.inputs import make_inputs
+from probe.surgery.ablate import PRESETS, parse_variants
+from probe.surgery.trace import capture, layer_values
 
 SIZES = {
     # tiny sizes: benchmarks/gpu.sh --device cpu runs them to check the script itself

@@ -1,4 +1,4 @@
-"""Cost of the exact path-length decomposition (``probe.frozen.path_terms``).
+"""Cost of the exact path-length decomposition (``probe.measures.frozen.path_terms``).
 
 1. A bert-base-sized random model (12 layers, 12 heads, hidden 768) on 4 x 128
    tokens, float64: the programme's time as a ratio to one plain forward pass
@@ -23,8 +23,8 @@ import torch
 from timing import interleaved_medians
 
 import probe
-from probe import frozen
 from probe.analyses.path_decompose import frozen_run
+from probe.measures import frozen
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.reference
 

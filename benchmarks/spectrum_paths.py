@@ -28,11 +28,11 @@ import torch
 from timing import interleaved_medians
 
 import probe
-from probe import metrics
-from probe.ablate import PRESETS
-from probe.inputs import make_inputs
 from probe.linalg import top
-from probe.trace import capture, layer_values
+from probe.measures import metrics
+from probe.requests.inputs import make_inputs
+from probe.surgery.ablate import PRESETS
+from probe.surgery.trace import capture, layer_values
 
 
 def compare(probed, tokens: int, variant: str, repeats: int) -> str:

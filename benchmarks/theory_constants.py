@@ -1,6 +1,6 @@
 """The theory panel's constants: every head's products side by side against one at a time.
 
-For each model (random init), ``probe.theory.layer_constants`` runs
+For each model (random init), ``probe.measures.theory.layer_constants`` runs
 
   (a) with each layer's products (each head's W_QK and W_V W_O, the MLP's two matrices) one
       at a time in one serial thread;
@@ -25,8 +25,8 @@ import torch
 from timing import interleaved_medians
 
 import probe
-from probe import theory
 from probe.linalg import lapack
+from probe.measures import theory
 
 
 def main() -> None:

@@ -57,7 +57,7 @@ def attention(
     requests = shared.models(models)
     given = shared.inputs(sequences)
     out_dir = shared.out_dir
-    from probe.preflight import check_models
+    from probe.requests.preflight import check_models
 
     from .output import check_out_dir, no_empty_folder, write_index
 

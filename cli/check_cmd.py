@@ -24,7 +24,7 @@ def check(
     import torch
     from rich.table import Table
 
-    from probe.self_test import identities
+    from probe.surgery.self_test import identities
 
     if shared.init == "both":
         fail("--init is pretrained or random for probe check")
@@ -35,7 +35,7 @@ def check(
         limit = probed.adapter.max_tokens(probed.config)
         if limit is not None and shared.tokens > limit:
             fail(f"{model} takes at most {limit} tokens; use --tokens {limit} or fewer")
-        from probe import memory
+        from probe.requests import memory
 
         memory.require_run(probed, 1, shared.tokens, 1)  # one sequence, through every variant
         generator = torch.Generator().manual_seed(0)

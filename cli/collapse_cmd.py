@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from probe import names
-from probe.ablate import parse_variants
+from probe.surgery.ablate import parse_variants
 
 from .console import fail, warn
 from .domains import Choice, CommaList, Count, ModelName, argument, option
@@ -211,7 +211,7 @@ def _metric_name(metric, metrics: str, norm, fit) -> str:
 
 def _chosen_variants(variants, no_skip: bool, no_mlp: bool, no_layernorm: bool) -> str:
     """The library's variant list from --variants, --no-skip/--no-mlp and --no-layernorm."""
-    from probe.ablate import variant_from_flags
+    from probe.surgery.ablate import variant_from_flags
 
     chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
     if no_layernorm:

@@ -16,10 +16,10 @@ from rich.table import Table
 from probe import distributed
 from probe.analyses import collapse
 from probe.analyses.collapse_measure import empty
-from probe.request import Inputs, Model
-from probe.results import ENGINE, check_space, temp_beside
-from probe.stats import shown
-from probe.stream import CHUNK_SEQUENCES
+from probe.files.results import ENGINE, check_space, temp_beside
+from probe.files.stream import CHUNK_SEQUENCES
+from probe.measures.stats import shown
+from probe.requests.request import Inputs, Model
 
 from .console import Reporter, checked, command_line, err, named, out, warn
 from .output import (
@@ -68,7 +68,7 @@ def _run(models, inputs, metric, norm, fit, out_dir: Path, options: dict) -> Non
     check_space(out_dir, needed_bytes(plans), "the results and their reports")
     checked()
     results: list[tuple[xr.Dataset, Path]] = []
-    # Results go to disk batch by batch (probe.stream): host memory does not grow with the
+    # Results go to disk batch by batch (probe.files.stream): host memory does not grow with the
     # number of sequences.  Each file is moved into place, next to its report, at the end.
     streams = [Path(temp_beside(out_dir / "collapse.nc")) for _ in plans]
     try:

@@ -2,9 +2,9 @@
 
 Exit codes: 0 done, 2 a usage error (one line on stderr, ``probe: error: ...``),
 130 interrupted by SIGINT (Ctrl-C), 143 stopped by SIGTERM, 129 by SIGHUP.  A signal is
-recorded when it comes and raised at the command's next safe point (``probe.interrupts``);
+recorded when it comes and raised at the command's next safe point (``probe.files.interrupts``);
 the one line then says which files were written and that nothing else was: results and
-their reports are written as one unit (``probe.results.write_together``), so a
+their reports are written as one unit (``probe.files.results.write_together``), so a
 result never appears without its report.  A signal that comes once the command has done
 its work changes nothing: exit 0, and a line that names what was written.
 
@@ -35,7 +35,7 @@ import typer.core
 from rich.console import Console
 
 from probe.errors import ProbeError
-from probe.interrupts import (
+from probe.files.interrupts import (
     EXIT_CODES,
     Interrupted,
     check_at_module_calls,

@@ -7,10 +7,10 @@ states its bounds in the help (``[≥ 2]``: :func:`bounds`), both from the same 
 Typer calls the domain as the option's ``parser`` while it parses the command line,
 defaults included, so every value is checked before the command runs at all.
 
-Domains (their checks live in :mod:`probe.checks`, shared with the library):
+Domains (their checks live in :mod:`probe.requests.checks`, shared with the library):
 
 * ``Count(low, high)``: whole numbers in ASCII digits, bounded on both sides
-  (``probe.checks.MAX_COUNT`` by default); ``words`` adds literals such as ``all``;
+  (``probe.requests.checks.MAX_COUNT`` by default); ``words`` adds literals such as ``all``;
 * ``Seed()``: 0 to 2^63 - 1;
 * ``Real(low, high, low_open, high_open)``: finite floats; ``inf`` and ``nan`` refused;
 * ``Device()``: ``cpu``, ``cuda``, ``cuda:N``, checked against what torch has;
@@ -25,7 +25,7 @@ Domains (their checks live in :mod:`probe.checks`, shared with the library):
 * ``ModelName()``: a non-empty hub id, local folder or bundled name.
 
 Sizes are checked once more against memory where the model and all sizes are known
-(``probe.memory``), before anything is allocated.  The fuzzer in
+(``probe.requests.memory``), before anything is allocated.  The fuzzer in
 ``tests/test_fuzz_cli.py`` reads these objects back from the command tree (the
 ``parser`` of each option) and draws values inside and outside every domain.
 """
@@ -37,8 +37,8 @@ from typing import Any
 
 import typer
 
-from probe import checks
 from probe.errors import ProbeError
+from probe.requests import checks
 
 
 class OptionError(Exception):
@@ -102,13 +102,13 @@ class Count(Domain):
 
 def bounds(low: int, high: int) -> str:
     """Whole numbers from ``low`` to ``high`` as a person writes them: ``1 to 1000``, and
-    ``≥ 2`` where ``high`` is only the limit of the number type (``probe.checks.MAX_COUNT``
+    ``≥ 2`` where ``high`` is only the limit of the number type (``probe.requests.checks.MAX_COUNT``
     and above: an error line states it, should a value pass it)."""
     return f"≥ {low}" if high >= checks.MAX_COUNT else f"{low} to {high}"
 
 
 class Seed(Count):
-    """A random seed: 0 up to ``probe.checks.MAX_SEED``."""
+    """A random seed: 0 up to ``probe.requests.checks.MAX_SEED``."""
 
     metavar = "SEED"
 
@@ -219,40 +219,40 @@ class Memory(Text):
 
 class Setting(Domain):
     """One ``KEY=VALUE`` of a config override (``--set n_layer=4``): the value is read as a
-    whole number, a real number, true/false or text (:func:`probe.overrides.parse_setting`);
+    whole number, a real number, true/false or text (:func:`probe.requests.overrides.parse_setting`);
     whether the key and type fit the model is said once its config is read."""
 
     kind = "setting"
     metavar = "KEY=VALUE"
 
     def check(self, value):
-        from probe.overrides import parse_setting
+        from probe.requests.overrides import parse_setting
 
         parse_setting(value)
         return str(value)
 
 
 class Revision(Domain):
-    """A hub revision: a branch, tag or commit name (:func:`probe.request.check_revision`)."""
+    """A hub revision: a branch, tag or commit name (:func:`probe.requests.request.check_revision`)."""
 
     kind = "revision"
     metavar = "REV"
 
     def check(self, value):
-        from probe.request import check_revision
+        from probe.requests.request import check_revision
 
         return check_revision(str(value))
 
 
 class BranchScale(Domain):
     """alpha of residual branch scaling: a number or an expression of the depth L
-    (:func:`probe.scaling.parse_branch_scale`)."""
+    (:func:`probe.surgery.scaling.parse_branch_scale`)."""
 
     kind = "branch-scale"
     metavar = "ALPHA"
 
     def check(self, value):
-        from probe.scaling import parse_branch_scale
+        from probe.surgery.scaling import parse_branch_scale
 
         return parse_branch_scale(str(value)).text
 

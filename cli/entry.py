@@ -2,7 +2,7 @@
 
 The command line imports typer and rich before the command runs; a Ctrl-C in those first
 few hundred milliseconds used to end in a ``KeyboardInterrupt`` traceback.  This module
-imports nothing but ``probe.interrupts``, and sets its handler, which only records SIGINT,
+imports nothing but ``probe.files.interrupts``, and sets its handler, which only records SIGINT,
 SIGTERM and SIGHUP, for the life of the process: a signal during the imports stops the
 command before it starts (130 for SIGINT, 143 for SIGTERM, 129 for SIGHUP; nothing was
 written), one during the command is raised at its next safe point
@@ -20,7 +20,7 @@ from __future__ import annotations
 import os
 import signal
 
-from probe import interrupts
+from probe.files import interrupts
 
 
 def main() -> None:

@@ -215,8 +215,8 @@ def train_command(
     ] = False,
 ) -> None:
     """Train a character-level Fastformer; --baseline gpt2 trains the matching GPT-2 beside it."""
-    from probe import checks
     from probe.fastformer.train import TrainSettings, baseline_folder, series_folder, train
+    from probe.requests import checks
 
     from .output import no_empty_folder
 
@@ -315,7 +315,7 @@ def report_command(
 
 
 def _write_report(ds, page: str, target: Path) -> None:
-    from probe.results import write_netcdf, write_together
+    from probe.files.results import write_netcdf, write_together
 
     write_together(
         {
@@ -328,7 +328,7 @@ def _write_report(ds, page: str, target: Path) -> None:
 
 def _read(text: str) -> tuple[str, str]:
     from probe.fastformer.corpus import STDLIB, stdlib_docstrings
-    from probe.inputs import read_text
+    from probe.requests.inputs import read_text
 
     if text == STDLIB and not Path(text).exists():
         start = time.monotonic()
@@ -353,7 +353,7 @@ def _report(folders: list[Path]):
 
 def _render_report(folders: list[Path], into: Path) -> None:
     """training.nc and training.html of ``folders``, written into the folder ``into``."""
-    from probe.results import write_netcdf
+    from probe.files.results import write_netcdf
 
     ds, page = _report(folders)
     write_netcdf(ds, into / "training.nc")

@@ -38,8 +38,8 @@ from typing import Annotated
 import typer
 
 from probe import names
-from probe.overrides import parse_settings
-from probe.request import DEVICE_MAPS, Inputs, Model
+from probe.requests.overrides import parse_settings
+from probe.requests.request import DEVICE_MAPS, Inputs, Model
 
 from .console import fail, settings
 from .domains import (

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import xarray as xr
 
-from probe import checks
+from probe.files.results import (
+    check_space,
+    folder_lock,
+    make_parent,
+    utc_now,
+    write_netcdf,
+    write_together,
+)
 from probe.reports import (
     comparison_name,
     index_entries,
@@ -22,14 +29,7 @@ from probe.reports import (
     render_index,
     report_name,
 )
-from probe.results import (
-    check_space,
-    folder_lock,
-    make_parent,
-    utc_now,
-    write_netcdf,
-    write_together,
-)
+from probe.requests import checks
 
 from .console import wrote
 
@@ -40,7 +40,7 @@ PAGES_BYTES = 2 * 2**20
 
 def check_out_dir(folder: Path, option: str = "--out", needed: int = PAGES_BYTES) -> Path:
     """Make sure results can be written to ``folder`` (tried, not created: see
-    :func:`probe.checks.writable_folder`), and that its disk has ``needed`` bytes free."""
+    :func:`probe.requests.checks.writable_folder`), and that its disk has ``needed`` bytes free."""
     checks.writable_folder(folder, option)
     check_space(folder, needed, "the results and their reports")
     return folder
@@ -111,8 +111,8 @@ def print_family_table(datasets: list[xr.Dataset], threshold: float = 1e-3) -> N
     """The comparison's first table on the terminal (the report opens with the same)."""
     from rich.table import Table
 
+    from probe.measures.stats import comparison_rows
     from probe.names import VARIANTS
-    from probe.stats import comparison_rows
 
     from .console import out
 

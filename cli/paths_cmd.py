@@ -14,7 +14,7 @@ import typer
 from rich.table import Table
 
 from probe.errors import ProbeError
-from probe.path_vocabulary import MAX_SHAPE
+from probe.measures.path_vocabulary import MAX_SHAPE
 
 from .console import Reporter, command_line, named, out, warn
 from .domains import (
@@ -183,7 +183,7 @@ def _run_sharded(mode: str, request, given, here, out_dir: Path, options) -> Non
     result equals a single-process run's bit for bit and records ``world_size``.
     """
     from probe import distributed
-    from probe.results import save_result
+    from probe.files.results import save_result
 
     from .sharded import rank_warn, run_sharded
 
@@ -248,7 +248,7 @@ paths.not_for = NOT_FOR  # read by the fuzzer: a line in one mode leaves these o
 
 
 def write_paths_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
-    """DIR/<name>.nc and DIR/<name>.html as one unit (see probe.results.write_together)."""
+    """DIR/<name>.nc and DIR/<name>.html as one unit (see probe.files.results.write_together)."""
     from probe.reports.paths_report import paths_report_name, render_paths
 
     from .output import write_pair
@@ -303,8 +303,8 @@ def print_count(ds: xr.Dataset) -> None:
 
 def print_sample(ds: xr.Dataset) -> None:
     """Median distance to the best rank-one fit (the headline) and to 1p^T beside it."""
-    from probe.plot_paths import fit_decay
-    from probe.stats import shown
+    from probe.figures.plot_paths import fit_decay
+    from probe.measures.stats import shown
 
     order = "earliest-left" if "order" in ds.coords else "latest-left"
     fits = {fit: fit_decay(ds, fit=fit, order=order) for fit in ("svd", "mean")}
@@ -337,7 +337,7 @@ def print_sample(ds: xr.Dataset) -> None:
 
 def _fitted(fit: xr.Dataset, init: str, ds: xr.Dataset) -> str:
     """The fitted decay and order of one init with their quality, or why none was fitted."""
-    from probe.plot_paths import fit_texts
+    from probe.figures.plot_paths import fit_texts
 
     rate, order = fit_texts(fit, init, str(ds.attrs.get("dtype", "float64")), missing="none")
     return f"log10 decay per layer {rate}, fitted order {order}"

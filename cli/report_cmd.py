@@ -13,8 +13,8 @@ import webbrowser
 from pathlib import Path
 from typing import Annotated
 
-from probe import checks
 from probe.errors import ProbeError
+from probe.requests import checks
 
 from .console import fail, named, out, shown
 from .domains import InFolder, OutFolder, ResultFile, Text, argument, option
@@ -127,7 +127,7 @@ def build_report(
     ] = None,
 ) -> None:
     """Render reports again from their result files, and rewrite the folder's index."""
-    from probe.results import check_schema, open_result
+    from probe.files.results import check_schema, open_result
 
     from .output import check_out_dir, no_empty_folder, write_index, write_page
 
@@ -191,7 +191,7 @@ def compare(
     ] = DEFAULT_DIR,
 ) -> None:
     """Compare results of several models in one report, one panel per model."""
-    from probe.results import open_result
+    from probe.files.results import open_result
 
     from .output import (
         check_out_dir,
@@ -234,7 +234,7 @@ def _expand(paths: list[Path]) -> list[Path]:
 
 
 def _require_collapse(datasets, paths) -> None:
-    from probe.results import check_schema
+    from probe.files.results import check_schema
 
     for ds, path in zip(datasets, paths, strict=True):
         if ds.attrs.get("analysis") != "collapse":

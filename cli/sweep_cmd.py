@@ -21,7 +21,8 @@ from typing import Annotated
 
 import typer
 
-from probe import checks, names
+from probe import names
+from probe.requests import checks
 
 from .console import command_line, fail, out
 from .domains import CommaList, Count, ModelName, Real, Text, argument, bounds, option
@@ -72,7 +73,7 @@ class Setting(Text):
 
 
 def _parse_variants(text: str):
-    from probe.ablate import parse_variants
+    from probe.surgery.ablate import parse_variants
 
     return parse_variants(text)
 
@@ -270,7 +271,7 @@ def print_points(plan, found, store) -> None:
     """One line per point (its values, whether the store has it, its estimates), the total."""
     import numpy as np
 
-    from probe.memory import fmt
+    from probe.requests.memory import fmt
 
     done = store.done(plan.points)
     for number, (point, cost, have) in enumerate(zip(plan.points, found, done, strict=True)):

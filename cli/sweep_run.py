@@ -19,8 +19,8 @@ from rich.table import Table
 from probe import distributed
 from probe.analyses import sweep as analysis
 from probe.errors import ProbeError
-from probe.interrupts import Interrupted
-from probe.stats import point_order_text, shown
+from probe.files.interrupts import Interrupted
+from probe.measures.stats import point_order_text, shown
 
 from . import console
 from .console import Reporter, checked, named, out, say, warn, wrote
@@ -122,7 +122,7 @@ def _value(at: xr.Dataset, name: str, variant: str, floor_of: xr.Dataset | None 
 
 def print_summary(ds: xr.Dataset) -> None:
     """One row per point and init: the summaries of its transformer and its SAN."""
-    from probe.plot_sweep import swept
+    from probe.figures.plot_sweep import swept
 
     dims = swept(ds)
     table = Table(title=f"{ds.attrs.get('model', '?')} · sweep", title_justify="left")

@@ -30,39 +30,42 @@ except metadata.PackageNotFoundError:  # running from a source tree
 
 #: public name -> the submodule that defines it (None: the name is the submodule).
 _LAZY = {
-    "PRESETS": "ablate",
-    "SAN": "ablate",
-    "SAN_MLP": "ablate",
-    "SAN_SKIP": "ablate",
-    "TRANSFORMER": "ablate",
-    "LN_AFFINE": "ablate",
-    "NO_LN": "ablate",
-    "VARIANTS": "ablate",
-    "Ablation": "ablate",
-    "Model": "request",
-    "Inputs": "request",
+    "PRESETS": "surgery.ablate",
+    "SAN": "surgery.ablate",
+    "SAN_MLP": "surgery.ablate",
+    "SAN_SKIP": "surgery.ablate",
+    "TRANSFORMER": "surgery.ablate",
+    "LN_AFFINE": "surgery.ablate",
+    "NO_LN": "surgery.ablate",
+    "VARIANTS": "surgery.ablate",
+    "Ablation": "surgery.ablate",
+    "Model": "requests.request",
+    "Inputs": "requests.request",
     "ProbedModel": "loading",
     "load": "loading",
     "wrap": "loading",
-    "open_result": "results",
-    "save_result": "results",
-    "hidden_states": "trace",
-    "layer_values": "trace",
+    "open_result": "files.results",
+    "save_result": "files.results",
+    "hidden_states": "surgery.trace",
+    "layer_values": "surgery.trace",
     "attention": "analyses.attention",
-    "accessor": None,
-    "metrics": None,
-    "theory": None,
-    "plot": None,
-    "stats": None,
     "names": None,
     "fastformer": None,
     "loading": None,
 }
 
-#: Names that are modules of another package: ``probe.paths`` is the path analyses
-#: (``probe.paths.count``, ``.sample``, ``.decompose``), as ``probe.attention`` is the
-#: attention analysis; the paths' vocabulary is :mod:`probe.path_vocabulary`.
-_MODULES = {"paths": "analyses.paths"}
+#: Modules a notebook reaches as ``probe.<name>``, from the folder that holds them:
+#: ``probe.paths`` is the path analyses (``probe.paths.count``, ``.sample``, ``.decompose``),
+#: as ``probe.attention`` is the attention analysis; the paths' vocabulary is
+#: :mod:`probe.measures.path_vocabulary`.
+_MODULES = {
+    "paths": "analyses.paths",
+    "accessor": "files.accessor",
+    "metrics": "measures.metrics",
+    "theory": "measures.theory",
+    "plot": "figures.plot",
+    "stats": "measures.stats",
+}
 
 __all__ = ["ProbeError", "__version__", *_LAZY, *_MODULES]
 
@@ -92,4 +95,4 @@ def _is_the_cli() -> bool:
 if not _is_the_cli():
     # FastformerForCausalLM with AutoConfig / AutoModel / AutoModelForCausalLM, so that
     # `import probe` is all a notebook needs before `AutoModelForCausalLM.from_pretrained`.
-    from . import fastformer  # noqa: E402,F401
+    from probe import fastformer  # noqa: E402,F401

@@ -10,7 +10,7 @@ re-engineered:
   same weights), makes the same inputs, and runs only its :func:`shard` of the *batches*:
   a contiguous run of whole batches, so every forward pass is exactly one the
   single-process run makes, and the numbers are equal bit for bit, whatever the world size.
-* Each rank streams its results into its own netCDF file (:class:`probe.stream.SequenceWriter`)
+* Each rank streams its results into its own netCDF file (:class:`probe.files.stream.SequenceWriter`)
   with the *global* sequence numbers of its sequences.
 * The ranks then exchange one small status object each (:func:`gather`, over the process
   group torchrun sets up: gloo on CPUs, gloo for these objects plus nccl where the ranks
@@ -21,7 +21,7 @@ re-engineered:
   ``sequence`` in rank order) and writes the one result and its report.
 
 Why netCDF shards and ``open_mfdataset`` rather than zarr region writes: probe's result
-format is netCDF-4 (``probe.results``), and a shard in that same format is a complete
+format is netCDF-4 (``probe.files.results``), and a shard in that same format is a complete
 result on its own (readable with ``probe.open_result`` for debugging); streaming into it is
 what a single-process run already does.  ``open_mfdataset`` concatenates the shards lazily,
 and ``to_netcdf`` then writes the one result chunk by chunk, so rank 0 never holds the whole
@@ -44,8 +44,9 @@ from pathlib import Path
 
 import xarray as xr
 
+from probe.files.results import ENGINE, SHARDS
+
 from .errors import ProbeError
-from .results import ENGINE, SHARDS
 
 
 @dataclass(frozen=True)

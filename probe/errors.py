@@ -19,7 +19,7 @@ class ProbeError(ValueError):
 class NothingToMeasure(ProbeError):
     """A run stopped because a layer gave values no statistic can be computed from (NaN or
     inf, or a sequence of zeros): the model's numbers, not probe's code, are at fault
-    (:mod:`probe.overflow`)."""
+    (:mod:`probe.measures.overflow`)."""
 
 
 def one_line(err: BaseException) -> str:

@@ -15,7 +15,7 @@ VARIANTS: tuple[str, ...] = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
 NORM_VARIANTS: tuple[str, ...] = ("LN-affine", "no-LN")
 #: The seventh and eighth variants: the transformer with the attention to its sink
 #: keys removed, and with its massive activations replaced by their corpus mean, both found in
-#: a clean run of the same model and inputs first (``probe.removals``).
+#: a clean run of the same model and inputs first (``probe.surgery.removals``).
 REMOVAL_VARIANTS: tuple[str, ...] = ("no-sink", "no-massive")
 #: What each removal variant removes (``Ablation.remove``): nothing, the sinks, the massive entries.
 REMOVALS: tuple[str, ...] = ("", "sinks", "massive")
@@ -42,7 +42,7 @@ DTYPES: tuple[str, ...] = ("float32", "float64", "bfloat16", "float16")
 #: Ablation definitions: probe's, uniform across families, or the paper's own code's per family.
 SURGERIES: tuple[str, ...] = ("probe", "paper")
 #: How the effective rank is computed: from the full spectrum, by a matmul-only estimate, or
-#: whichever costs less at the size and device (probe.metrics explains both).
+#: whichever costs less at the size and device (probe.measures.metrics explains both).
 EFFECTIVE_RANK_METHODS: tuple[str, ...] = ("auto", "exact", "estimate")
 #: Models ``probe fastformer train --baseline`` trains beside the Fastformer.
 BASELINES: tuple[str, ...] = ("gpt2",)

@@ -4,7 +4,7 @@ An analysis is one :class:`Analysis` in :data:`ANALYSES`: its name (a result's `
 attribute and the first word of its files), the variables its results hold, the library
 function that runs it, the command-line function that runs it, the function that renders its
 report, the one that gives its line in the folder's index, and the index's words for it.
-The result files (:func:`probe.results.check_schema`), the reports
+The result files (:func:`probe.files.results.check_schema`), the reports
 (:func:`probe.reports.render.render`), the index (:mod:`probe.reports.index_headline`) and
 the command tree's test all read this table.  The functions are named by import path
 (``"module:function"``), so the library imports neither its reports nor its command line;
@@ -185,7 +185,7 @@ ANALYSES: tuple[Analysis, ...] = (
     ),
     Analysis(
         "toy",
-        {"train_loss": ()},  # the rest depends on the task: see probe.results.TOY_SCHEMAS
+        {"train_loss": ()},  # the rest depends on the task: see probe.files.results.TOY_SCHEMAS
         "probe.analyses.toy:run",
         _CLI + "toy_cmd:toy_app",
         _REPORTS + "toy:render_toy",

@@ -10,10 +10,10 @@ from __future__ import annotations
 import numpy as np
 import xarray as xr
 
+from probe.figures.plot_attention import heatmaps, massive, sink_positions, sinks
+from probe.files.results import attrs_id
+from probe.measures.stats import ordered
 from probe.names import INITS
-from probe.plot_attention import heatmaps, massive, sink_positions, sinks
-from probe.results import attrs_id
-from probe.stats import ordered
 
 from .figures import Figures, numbers
 from .naming import model_stem

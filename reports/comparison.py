@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 import xarray as xr
 
+from probe.figures.plot import across_models, comparison
+from probe.measures.stats import ordered, summarise
 from probe.names import INITS, VARIANTS
-from probe.plot import across_models, comparison
-from probe.stats import ordered, summarise
 
 from .figures import Figures
 from .naming import report_name

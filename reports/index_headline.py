@@ -26,10 +26,10 @@ import numpy as np
 import xarray as xr
 
 from probe import registry
+from probe.files.results import ENGINE
+from probe.measures.stats import floor, ordered, shown
 from probe.names import INITS, VARIANTS
 from probe.registry import ANALYSES, find, resolve
-from probe.results import ENGINE
-from probe.stats import floor, ordered, shown
 
 from .tables import fmt
 

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 
 import xarray as xr
 
+from probe.measures.stats import ordered
 from probe.names import INITS
-from probe.stats import ordered
 
 _UNSAFE = re.compile(r"[^a-z0-9._-]+")
 _MAX_PART = 60
@@ -25,7 +25,7 @@ def model_stem(model: str) -> str:
 def report_name(ds: xr.Dataset) -> str:
     """E.g. "collapse-gpt2-random-float32-1a2b3c4d": analysis, model, inits, dtype, settings id.
 
-    The settings id (``probe.results.settings_id``) hashes everything else that
+    The settings id (``probe.files.results.settings_id``) hashes everything else that
     changes the numbers (seed, sizes, text, variants, surgery, ...), so two runs
     that differ in any of them never write the same file.
     """

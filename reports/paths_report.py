@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import xarray as xr
 
-from probe.names import INITS
-from probe.plot_paths import (
+from probe.figures.plot_paths import (
     count_shares,
     decompose_error,
     decompose_layers,
@@ -18,8 +17,9 @@ from probe.plot_paths import (
     fit_texts,
     sample_ratios,
 )
-from probe.results import attrs_id
-from probe.stats import ordered, shown
+from probe.files.results import attrs_id
+from probe.measures.stats import ordered, shown
+from probe.names import INITS
 
 from .figures import Figures, numbers
 from .naming import model_stem

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 import xarray as xr
 
-from probe.stats import ordered
+from probe.measures.stats import ordered
 
 from .page import esc
 from .reproduce import command_line

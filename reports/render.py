@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import xarray as xr
 
-from probe.names import INITS, VARIANTS
-from probe.plot import METRICS, collapse, collapse_order, describe_selection, metric
-from probe.registry import find, resolve
-from probe.stats import (
+from probe.figures.plot import METRICS, collapse, collapse_order, describe_selection, metric
+from probe.measures.stats import (
     FIT_UPPER,
     MAX_STDERR,
     MIN_SPREAD,
@@ -25,6 +23,8 @@ from probe.stats import (
     stats,
     summarise,
 )
+from probe.names import INITS, VARIANTS
+from probe.registry import find, resolve
 
 from .figures import Figures, numbers
 from .naming import report_name, settings_summary

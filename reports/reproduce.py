@@ -2,7 +2,7 @@
 
 A result made by the command line records that command (attribute ``command``).  One made in
 Python records its request as data instead (attribute ``request``, written by
-:func:`probe.request.record`: the analysis, the model's and the inputs' fields, and the
+:func:`probe.requests.request.record`: the analysis, the model's and the inputs' fields, and the
 analysis's own options, each as the library names it), and this module renders the command
 line that asks for the same: the library keeps no command line, the command line's words
 live here and in ``probe.cli``.  A model passed as an object has no command: its result
@@ -26,7 +26,7 @@ def command_line(attrs: Mapping) -> str:
     ----------
     attrs
         A result's attributes (`ds.attrs`): its `command`, or its `request` as
-        `probe.request.record` wrote it.
+        `probe.requests.request.record` wrote it.
 
     Returns
     -------

@@ -1,9 +1,9 @@
 """The report of a sweep: its summaries against the swept values, the phase diagram, a table.
 
 Same page, meta tags and figure machinery as the other reports.  One swept value (besides
-the seed): the summaries as curves against it (:func:`probe.plot_sweep.curves`; checkpoints
+the seed): the summaries as curves against it (:func:`probe.figures.plot_sweep.curves`; checkpoints
 against the training step on a log axis).  Two: the phase diagram of the final relative
-residual per variant (:func:`probe.plot_sweep.phase`) and the curves along the first.  Every
+residual per variant (:func:`probe.figures.plot_sweep.phase`) and the curves along the first.  Every
 point's numbers and its own ``probe collapse`` command follow in a folded table.
 """
 
@@ -13,9 +13,9 @@ import json
 
 import xarray as xr
 
+from probe.figures.plot_sweep import curves, phase, swept
+from probe.measures.stats import ordered, point_order_text, shown
 from probe.names import INITS, VARIANTS
-from probe.plot_sweep import curves, phase, swept
-from probe.stats import ordered, point_order_text, shown
 
 from .figures import Figures, numbers
 from .page import esc, href, page

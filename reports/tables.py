@@ -12,9 +12,9 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
+from probe.figures.plot import colour
+from probe.measures.stats import fit_text, ordered, shown, stats
 from probe.names import VARIANTS
-from probe.plot import colour
-from probe.stats import fit_text, ordered, shown, stats
 
 from .page import esc
 
@@ -81,7 +81,7 @@ def stats_table(st: xr.Dataset, floor_of: xr.Dataset | None = None) -> str:
 
 
 def order_cell(found: xr.Dataset, low: float, dtype: str) -> str:
-    """One fitted order (one variant and init of :func:`probe.stats.order_fit`) with its
+    """One fitted order (one variant and init of :func:`probe.measures.stats.order_fit`) with its
     quality, or a dash and why it is missing."""
     order = float(found["order"])
     one = {key: found[key].item() for key in ("pairs", "stderr", "spread")} | {"slope": order}
@@ -90,7 +90,7 @@ def order_cell(found: xr.Dataset, low: float, dtype: str) -> str:
 
 def orders_table(orders: xr.Dataset, dtype: str) -> str:
     """Fitted order of collapse (slope of log r(l+1) vs log r(l)) per variant and init,
-    from :func:`probe.stats.order_fit` of a result run in ``dtype``."""
+    from :func:`probe.measures.stats.order_fit` of a result run in ``dtype``."""
     inits = list(orders.init.values)
     head = "".join(f'<th class="num">init: {esc(i)}</th>' for i in inits)
     rows = []
@@ -169,7 +169,7 @@ def final_table(datasets: Sequence[xr.Dataset], norm: str = "l1inf", fit: str = 
 def family_table(datasets: Sequence[xr.Dataset], threshold: float = 1e-3) -> str:
     """The comparison's first table: per model, r after the last layer for each variant, the
     depth at which SAN falls below ``threshold``, and the SAN's fitted order of collapse."""
-    from probe.stats import comparison_rows
+    from probe.measures.stats import comparison_rows
 
     rows = comparison_rows(datasets, threshold)
     variants = ordered(dict.fromkeys(v for row in rows for v in row["final"]), VARIANTS)

@@ -1,4 +1,4 @@
-"""The generated paragraph: the figure's story in words, from `probe.stats.summarise`.
+"""The generated paragraph: the figure's story in words, from `probe.measures.stats.summarise`.
 
 Plain text out; the caller escapes it (variant and init names come from the
 data). One sentence per init, variants in the order of the figure's legend.
@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from probe.measures.stats import ordered
 from probe.names import INITS, VARIANTS
-from probe.stats import ordered
 
 
 def duration(seconds: object) -> str:

@@ -1,7 +1,7 @@
 """The collapse report's theory panel: the paper's bounds beside the measured residual.
 
-The numbers are the result's theory variables (``probe.bounds``: ``bound``, ``beta``,
-``lambda_mlp``, ..., computed by ``probe.theory.panels`` from the model's own weights when
+The numbers are the result's theory variables (``probe.measures.bounds``: ``bound``, ``beta``,
+``lambda_mlp``, ..., computed by ``probe.measures.theory.panels`` from the model's own weights when
 the run was made; a result written before them has them converted from its old ``theory``
 attribute); this module only draws them: one axis per init, the measured
 ||res(X_l)||_{1,inf} of SAN, SAN+MLP and SAN+skip (median over the panel's sequences) as
@@ -18,8 +18,8 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from probe.bounds import MISSING, NOTES, from_attribute, lines
-from probe.plot import colour, log_axis, styled
+from probe.figures.plot import colour, log_axis, styled
+from probe.measures.bounds import MISSING, NOTES, from_attribute, lines
 
 from .figures import Figures, numbers
 from .page import esc

@@ -17,7 +17,7 @@ import json
 import numpy as np
 import xarray as xr
 
-from probe.results import attrs_id
+from probe.files.results import attrs_id
 
 from . import toy_figures as figs
 from .figures import Figures, numbers

@@ -10,7 +10,7 @@ import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
 
-from probe.plot import colour, log_axis
+from probe.figures.plot import colour, log_axis
 
 _STYLES = ("-", "--", ":", "-.")  # one per hidden size of the circle
 

@@ -1,4 +1,4 @@
-"""Batches of token representations for the tests of probe.metrics and probe.linalg, and the
+"""Batches of token representations for the tests of probe.measures.metrics and probe.linalg, and the
 comparisons they use: random ones with NaN junk in padding, and hypothesis strategies for
 Gaussian and small-integer (degenerate) batches."""
 
@@ -9,7 +9,7 @@ import numpy as np
 import torch
 from hypothesis import strategies as st
 
-from probe import metrics
+from probe.measures import metrics
 
 
 def as_tensor(a) -> torch.Tensor:

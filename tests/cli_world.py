@@ -294,7 +294,7 @@ def _results(folder: Path) -> None:
     from probe.analyses import paths as path_analyses
     from probe.analyses import toy
     from probe.fastformer.train import curves, read_training
-    from probe.results import save_result
+    from probe.files.results import save_result
     from tests.paths_tiny import tiny_paths_model
 
     if (folder / "collapse.nc").exists():

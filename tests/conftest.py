@@ -18,7 +18,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
-# The self-test's memory of passed checks (probe.self_test.verify): one fresh folder per test
+# The self-test's memory of passed checks (probe.surgery.self_test.verify): one fresh folder per test
 # session, so no run depends on what an earlier one (or the user's ~/.cache) remembered.
 os.environ["PROBE_CACHE_DIR"] = __import__("tempfile").mkdtemp(prefix="probe-cache-")
 

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import probe
-from probe.ablate import PRESETS, VARIANTS, Ablation, parse_variants, variant_from_flags
 from probe.models import ADAPTERS
 from probe.names import SURGERIES
+from probe.surgery.ablate import PRESETS, VARIANTS, Ablation, parse_variants, variant_from_flags
 from tests.reference.surgery import model_family, reference_hidden_states
 from tests.reference.tiny import FAMILIES, tiny_model
 

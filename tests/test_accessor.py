@@ -8,7 +8,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 
 import probe  # noqa: F401  (registers the accessor)
-from probe import stats
+from probe.measures import stats
 from tests.datasets import make_collapse_dataset
 
 

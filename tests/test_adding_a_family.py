@@ -22,12 +22,12 @@ import torch
 from typer.testing import CliRunner
 
 import probe
-from probe.ablate import PRESETS
 from probe.analyses import paths
 from probe.cli.app import app
 from probe.models import ADAPTERS, SpecAdapter
 from probe.models.conformance import check_entry
-from probe.self_test import identities
+from probe.surgery.ablate import PRESETS
+from probe.surgery.self_test import identities
 from tests.reference.attention import register as register_reference_attention
 from tests.reference.layers import reference_hidden_states
 

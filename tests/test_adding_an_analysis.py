@@ -28,9 +28,9 @@ import numpy as np
 import xarray as xr
 
 from probe.analyses.preamble import begin
-from probe.request import provenance, record
-from probe.results import utc_now, versions
-from probe.trace import hidden_states
+from probe.requests.request import provenance, record
+from probe.files.results import utc_now, versions
+from probe.surgery.trace import hidden_states
 
 NAME = "mean-norm"
 
@@ -151,7 +151,7 @@ def test_a_new_analysis_runs_through_the_command_line_result_report_and_index(
     np.testing.assert_allclose(ds.mean_norm.sel(init="pretrained").values, want, rtol=1e-6)
     # A result missing its declared variable is refused as damage.
     with pytest.raises(probe.ProbeError, match="mean_norm"):
-        from probe.results import check_schema
+        from probe.files.results import check_schema
 
         check_schema(ds.drop_vars("mean_norm"))
 

@@ -15,8 +15,8 @@ import torch
 
 import probe
 from probe.analyses.attention import measure_batch
-from probe.attention_stats import Totals
 from probe.errors import ProbeError
+from probe.measures.attention_stats import Totals
 from tests.paths_tiny import (
     one_thread,  # noqa: F401  (autouse: one torch thread here)
     padded_inputs,
@@ -106,8 +106,8 @@ def test_cli_writes_result_and_report_and_rerenders(tiny_bert_with_tokenizer, tm
     from typer.testing import CliRunner
 
     from probe.cli.app import app
+    from probe.files.results import check_schema, open_result
     from probe.reports.render import render
-    from probe.results import check_schema, open_result
 
     out = tmp_path / "out"
     args = ["attention", tiny_bert_with_tokenizer, "--init", "pretrained", "--sequences", "3",
@@ -123,7 +123,7 @@ def test_cli_writes_result_and_report_and_rerenders(tiny_bert_with_tokenizer, tm
     assert "sink score and attention entropy per layer and head" in html
     assert "where the heads look most" in html
     # The top positions in the table, the rest folded: as many rows as positions in all.
-    from probe.plot_attention import sink_positions
+    from probe.figures.plot_attention import sink_positions
     from probe.reports.attention_report import TOP_POSITIONS
 
     positions = sink_positions(ds, "pretrained")

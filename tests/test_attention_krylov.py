@@ -1,10 +1,10 @@
-"""The attention spectrum's block Krylov run (probe.attention_stats.krylov_top_two, used by
+"""The attention spectrum's block Krylov run (probe.measures.attention_stats.krylov_top_two, used by
 ``top_two`` from KRYLOV_FROM tokens on) against numpy's float64 SVD on constructed matrices.
 
 The tolerance is the dense path's (tests/test_attention_stats.py): sigma_1 and sigma_2 within
 4 T eps sigma_1 of numpy's values.  The run accepts a Ritz pair only when its residual r
 satisfies r^2 <= (T eps sigma_1 / 4) gap, which by the Kato-Temple bound puts it within
-T eps sigma_1 / 6 of the exact value (probe.attention_stats' docstring); the products'
+T eps sigma_1 / 6 of the exact value (probe.measures.attention_stats' docstring); the products'
 rounding (sums of T terms of a nonnegative matrix, a few sqrt(T) eps sigma_1 in practice) and
 numpy's own error fill the rest.  Matrices the run does not certify (a flat or degenerate
 top: rank one, every sigma equal, near one-hot rows) go to the dense SVD, so every case must
@@ -20,7 +20,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe.attention_stats import KRYLOV_FROM, krylov_top_two, top_two
+from probe.measures.attention_stats import KRYLOV_FROM, krylov_top_two, top_two
 
 EPS = float(np.finfo(np.float64).eps)
 T = KRYLOV_FROM + 64  # not a power of two

@@ -1,4 +1,4 @@
-"""probe.attention_stats against values computed by hand on constructed matrices."""
+"""probe.measures.attention_stats against values computed by hand on constructed matrices."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe.attention_stats import (
+from probe.errors import ProbeError
+from probe.measures.attention_stats import (
     Totals,
     anisotropy_sums,
     check_epsilon,
@@ -20,7 +21,6 @@ from probe.attention_stats import (
     sink_rate,
     top_two,
 )
-from probe.errors import ProbeError
 
 F64 = torch.float64
 
@@ -79,7 +79,7 @@ def test_top_key_is_not_always_the_first_token():
     seed=st.integers(0, 2**32 - 1),
 )
 def test_entropy_of_a_low_precision_run_within_its_stated_bound(concentration, causal, dtype, seed):
-    """Below float64 the logs are float32 (probe.attention_stats' docstring): every term
+    """Below float64 the logs are float32 (probe.measures.attention_stats' docstring): every term
     -A log A >= 0 carries at most one float32 rounding of the log and one of the product, so
     the entropy is within 2^-22 relative of the float64 computation on the same values."""
     rng = np.random.default_rng(seed)
@@ -245,7 +245,7 @@ def test_epsilon_outside_the_open_interval_is_refused_in_one_line(bad):
 
 # ------------------------------------- the spectrum against numpy's float64 SVD (top_two)
 # Both sides are backward-stable SVDs: each singular value within a few T eps sigma_1 of the
-# exact one (probe.attention_stats' docstring), so they agree to 4 T eps sigma_1 in every
+# exact one (probe.measures.attention_stats' docstring), so they agree to 4 T eps sigma_1 in every
 # sigma_i, 8 T eps sigma_1 in the gap; the stable rank (||A||_F^2 / sigma_1^2 against numpy's
 # sum sigma_i^2 / sigma_1^2) to 8 T eps relative.
 EPS = float(np.finfo(np.float64).eps)

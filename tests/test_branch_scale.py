@@ -16,10 +16,10 @@ import pytest
 import torch
 
 import probe
-from probe.ablate import PRESETS, TRANSFORMER, VARIANTS, Ablation
 from probe.errors import ProbeError
 from probe.models import ADAPTERS
-from probe.scaling import parse_branch_scale
+from probe.surgery.ablate import PRESETS, TRANSFORMER, VARIANTS, Ablation
+from probe.surgery.scaling import parse_branch_scale
 from tests.reference.attention import register as register_reference_attention
 from tests.reference.branch_scale import layer_stream, scaled_copy
 from tests.reference.layers import reference_hidden_states as layer_reference

@@ -35,10 +35,10 @@ from probe.fastformer.train import (
     split,
     train,
 )
-from probe.inputs import sample_text
 from probe.loading import shipped
 from probe.loading.identity import folder_fingerprint
 from probe.loading.shipped import SERIES, SERIES_FILE, STEP_FILE, series
+from probe.requests.inputs import sample_text
 from tests.paths_tiny import one_thread  # noqa: F401  (autouse: one torch thread here)
 from tests.test_cli import invoke
 

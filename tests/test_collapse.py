@@ -174,7 +174,7 @@ def test_layers_measured_together_equal_one_call_a_layer(method, monkeypatch):
     # every metric is per sequence, so each layer's numbers are those of its own call.  Here
     # on the CPU, with calls small enough that the layers split over several of them.
     from probe.analyses import collapse_measure
-    from probe.metrics import METRICS, collapse_metrics
+    from probe.measures.metrics import METRICS, collapse_metrics
 
     generator = torch.Generator().manual_seed(7)
     layers = []

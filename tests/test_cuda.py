@@ -35,10 +35,10 @@ import pytest
 import torch
 
 import probe
-from probe import bounds
 from probe.analyses import attention, collapse
-from probe.attention_stats import KRYLOV_FROM, top_two
-from probe.metrics import collapse_metrics, effective_rank_method
+from probe.measures import bounds
+from probe.measures.attention_stats import KRYLOV_FROM, top_two
+from probe.measures.metrics import collapse_metrics, effective_rank_method
 from tests.cli_process import launch
 
 DEVICE = os.environ.get("PROBE_TEST_DEVICE", "cuda")

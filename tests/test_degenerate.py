@@ -5,7 +5,7 @@
   it where they all pass, ``probe.loading.wrap``; a model dispatched by accelerate keeps its
   offloaded weights on the meta device too, under its hooks, and is accepted.
 * A model whose representations are finite but all zero (every weight zero) makes every
-  ratio 0/0: each analysis stops at the first such layer (``probe.overflow.check_nonzero``)
+  ratio 0/0: each analysis stops at the first such layer (``probe.measures.overflow.check_nonzero``)
   with one line naming the model, init, variant and layer, exit 2 through the CLI, and
   writes nothing.  A single zero token among others is measurable (its cosines count as 0).
 """
@@ -20,10 +20,10 @@ import transformers
 import xarray as xr
 
 import probe
-from probe import metrics
 from probe.analyses import attention, collapse, path_decompose, path_sample
 from probe.errors import ProbeError
-from probe.overflow import check_nonzero
+from probe.measures import metrics
+from probe.measures.overflow import check_nonzero
 from tests.reference.tiny import tiny_config, tiny_model
 from tests.test_nonfinite import refused
 

@@ -38,6 +38,26 @@ def _offloaded(folder, tmp_path, dtype="float64"):
 
 
 @pytest.mark.parametrize("family", ["gpt2", "bert"])
+def test_an_offloaded_model_passes_the_self_test_with_nothing_remembered(
+    tiny_folders, tmp_path, monkeypatch, family
+):
+    size = _bytes(probe.load(tiny_folders[family], init="random", dtype="float64"))
+    # A fresh cache: the self-test runs on the offloaded model itself, its LayerNorm
+    # identities reading the norms' weights after accelerate's hooks sent them to disk.
+    monkeypatch.setenv("PROBE_CACHE_DIR", str(tmp_path / "cache"))
+    spread = probe.load(
+        tiny_folders[family],
+        init="random",
+        dtype="float64",
+        device_map="auto",
+        max_memory={"cpu": int(0.6 * size)},
+        offload_folder=tmp_path / "offload",
+    )
+    assert any(p.device.type == "meta" for p in spread.model.parameters())
+    assert list((tmp_path / "cache").rglob("*")), "the pass is remembered"
+
+
+@pytest.mark.parametrize("family", ["gpt2", "bert"])
 def test_collapse_on_a_disk_offloaded_model_equals_the_unsplit_one(tiny_folders, tmp_path, family):
     whole, spread = _offloaded(tiny_folders[family], tmp_path)
     placed = set(spread.device_map.values())

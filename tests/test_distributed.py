@@ -19,9 +19,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import probe
-from probe import bounds, distributed
+from probe import distributed
 from probe.analyses import collapse
 from probe.errors import ProbeError
+from probe.measures import bounds
 from tests.cli_process import launch, torchrun_beside_plain
 
 OPTIONS = {"init": "random", "sequences": 7, "tokens": 8, "batch_size": 2}  # 4 batches, last short
@@ -249,7 +250,7 @@ def test_a_failed_rank_fails_the_run_and_publishes_nothing(tiny_folders, tmp_pat
 def test_a_killed_jobs_shard_folder_is_removed_by_the_next_run(tmp_path):
     import socket
 
-    from probe.results import clean_parts
+    from probe.files.results import clean_parts
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True)  # fmt: skip

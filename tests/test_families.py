@@ -3,7 +3,7 @@
 Found from the registry (``probe.models.ADAPTERS``), so a new family is tested as
 soon as it has its entry and its tiny config:
 
-* the self-test identities (``probe.self_test``) hold exactly: the clean run equals HF's
+* the self-test identities (``probe.surgery.self_test``) hold exactly: the clean run equals HF's
   ``hidden_states``, SAN equals the attention branch, SAN+skip equals x + branch
   (N(...) post-LN), and the model is left as it was;
 * the hooks equal an independent module surgery (``tests/reference/layers.py``,
@@ -19,9 +19,9 @@ import pytest
 import torch
 
 import probe
-from probe.ablate import PRESETS, SAN, VARIANTS
 from probe.models import ADAPTERS, SpecAdapter
-from probe.self_test import identities
+from probe.surgery.ablate import PRESETS, SAN, VARIANTS
+from probe.surgery.self_test import identities
 from tests.reference.attention import register as register_reference_attention
 from tests.reference.layers import reference_hidden_states as layer_reference
 from tests.reference.surgery import reference_hidden_states as surgery_reference

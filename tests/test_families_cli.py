@@ -11,9 +11,9 @@ from typer.testing import CliRunner
 
 import probe
 from probe.cli.app import app
+from probe.files.results import open_result
 from probe.models import ADAPTERS, SpecAdapter
 from probe.models.family import zero
-from probe.results import open_result
 from tests.reference.tiny import tiny_model, tiny_spec_model
 
 runner = CliRunner()
@@ -188,7 +188,7 @@ def test_collapse_over_several_families_opens_with_the_table(folders, tmp_path):
 def test_a_passed_self_test_is_remembered_and_a_changed_spec_is_checked_again(
     folders, monkeypatch, tmp_path
 ):
-    from probe import self_test as check
+    from probe.surgery import self_test as check
 
     monkeypatch.setenv("PROBE_CACHE_DIR", str(tmp_path / "cache"))
     probed = probe.load(folders["llama"])

@@ -21,9 +21,9 @@ import pytest
 import torch
 
 import probe
-from probe import theory
 from probe.analyses.path_decompose import decompose, reconstruction_tolerance
 from probe.errors import ProbeError
+from probe.measures import theory
 from probe.models import ADAPTERS, SpecAdapter
 from probe.models.conformance import check_entry
 from probe.models.family import GATED_MLP, LAYOUTS, Family, Heads, Mlp, Step, read, zero

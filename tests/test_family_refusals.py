@@ -6,7 +6,7 @@ Each wrong entry is made from a registered one by changing one field, as a user 
 family would get it wrong.  It is refused where it is first knowable: when the entry is
 made (a field that cannot mean anything), when a model is loaded (the entry checked
 against the model's modules, :mod:`probe.models.conformance`), or by the self-test's
-identities (:mod:`probe.self_test`), never with a traceback or a number.
+identities (:mod:`probe.surgery.self_test`), never with a traceback or a number.
 """
 
 from __future__ import annotations
@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 import probe
 from probe.cli.app import app
 from probe.errors import ProbeError
+from probe.files.results import open_result
 from probe.models import ADAPTERS
 from probe.models.builders import decoder, pre_ln
 from probe.models.family import GATED_MLP, Heads, Logits, Mlp
-from probe.results import open_result
 from tests.reference.tiny import tiny_model, tiny_spec_model
 
 runner = CliRunner()

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 import probe
 from cli.app import app
 from probe.analyses import collapse
-from probe.inputs import make_inputs
 from probe.models.fastformer import attention_probs, strict_skip
+from probe.requests.inputs import make_inputs
 from tests.fastformer_tiny import tiny_config, tiny_fastformer, write_shared_format
 from tests.reference import fastformer as ref
 from tests.reference import metrics_numpy

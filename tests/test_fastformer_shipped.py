@@ -10,7 +10,7 @@ import torch
 
 import probe
 from probe.fastformer.shipped import SHIPPED, shipped_path
-from probe.inputs import sample_text
+from probe.requests.inputs import sample_text
 from tests.test_cli import invoke
 
 

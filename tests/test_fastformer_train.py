@@ -14,7 +14,7 @@ import probe
 from probe.fastformer.corpus import stdlib_docstrings
 from probe.fastformer.tokenizer import char_tokenizer, encode
 from probe.fastformer.train import TrainSettings, batch_offsets, lr_factor
-from probe.inputs import sample_text
+from probe.requests.inputs import sample_text
 from tests.test_cli import invoke
 
 
@@ -151,8 +151,8 @@ def test_the_final_numbers_of_a_training_result_are_variables(tmp_path):
     from pathlib import Path
 
     from probe.fastformer.train import curves, read_training
+    from probe.files.results import open_result, save_result
     from probe.reports.training import finals, render_training
-    from probe.results import open_result, save_result
 
     shipped = Path(probe.__file__).parent / "checkpoints"
     records = [read_training(shipped / "fastformer-tiny"), read_training(shipped / "gpt2-tiny")]

@@ -214,7 +214,7 @@ def test_three_runs_at_once_into_one_folder(name, world, tmp_path):
         ours = json.loads((box / "ff" / "training.json").read_text())
         theirs = json.loads((box / "ff-gpt2" / "training.json").read_text())
         assert ours["settings"]["seed"] == theirs["settings"]["seed"]
-        from probe.results import open_result
+        from probe.files.results import open_result
 
         report = open_result(box / "ff" / "training.nc")
         assert json.loads(report.attrs["settings"])["seed"] == ours["settings"]["seed"]
@@ -279,7 +279,7 @@ def test_a_signal_in_a_weakset_callback_waits_for_a_safe_point():
     """A signal landing in WeakSet's weakref callback (an object of a WeakSet collected) is
     recorded, not raised there, where Python would print it and drop it; check_interrupt
     raises it."""
-    from probe import interrupts
+    from probe.files import interrupts
 
     class Item:
         pass
@@ -314,7 +314,7 @@ def test_the_handler_only_records_and_safe_points_raise():
     and forgets a signal never raised."""
     import torch
 
-    from probe import interrupts
+    from probe.files import interrupts
 
     before = signal.getsignal(signal.SIGINT)
     with interrupts.handled():

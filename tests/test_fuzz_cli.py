@@ -46,7 +46,7 @@ from typer.testing import CliRunner
 
 from cli import domains
 from cli.app import app
-from probe import interrupts
+from probe.files import interrupts
 from tests.cli_world import copy_world
 
 LONG = os.environ.get("PROBE_FUZZ", "") == "long"

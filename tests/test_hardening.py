@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 import probe
 from cli.app import app
 from probe.analyses import collapse
-from probe.results import clean_parts, write_together
+from probe.files.results import clean_parts, write_together
 
 runner = CliRunner()
 SMALL = {"sequences": 2, "tokens": 6}
@@ -121,7 +121,7 @@ def test_allow_missing_weights_says_so_in_result_and_report(tiny_folders, tmp_pa
 
 def test_runs_that_differ_in_any_setting_write_different_files(tiny_folders, tmp_path):
     base = ["collapse", tiny_folders["gpt2"], "--init", "random", "--out", tmp_path, "-q"]
-    # Every setting enters the file name's hash (probe.results.settings_id: all of
+    # Every setting enters the file name's hash (probe.files.results.settings_id: all of
     # collapse's settings but the time, command and versions); one of each kind here.
     runs = [
         [],
@@ -289,9 +289,10 @@ def test_progress_is_plain_lines_off_a_terminal_and_silent_with_quiet(tiny_folde
 def test_cli_choices_come_from_the_library():
     from cli import app as cli_app
     from cli.options import InitOption
-    from probe import names, stats
-    from probe.ablate import VARIANTS
-    from probe.metrics import FITS, NORMS
+    from probe import names
+    from probe.measures import stats
+    from probe.measures.metrics import FITS, NORMS
+    from probe.surgery.ablate import VARIANTS
 
     assert list(InitOption.__metadata__[0].parser.values) == [*names.INITS, "both"]
     assert list(cli_app.Metric) == [m.replace("_", "-") for m in names.METRICS]
@@ -357,8 +358,8 @@ def test_norm_with_a_metric_without_norm_says_it_is_ignored(tiny_folders, tmp_pa
 @pytest.mark.parametrize("family", ["bert", "albert", "xlnet", "gpt2"])
 def test_padded_sequences_give_the_metrics_of_their_real_tokens(family):
     """A batch with right-padded rows measures each row as if it ran alone, unpadded."""
-    from probe.metrics import collapse_metrics
-    from probe.trace import layer_values
+    from probe.measures.metrics import collapse_metrics
+    from probe.surgery.trace import layer_values
     from tests.reference.tiny import tiny_model
 
     probed = probe.wrap(tiny_model(family))

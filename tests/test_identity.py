@@ -247,7 +247,7 @@ def _vit_folder(tmp_path, channels=3) -> str:
     ids=["I;16", "I", "F", "1", "L", "LA-opaque", "RGBA-opaque", "P", "CMYK"],
 )
 def test_each_image_mode_keeps_its_gray_level(tmp_path, make, gray):
-    from probe.inputs import _open_image
+    from probe.requests.inputs import _open_image
 
     image = make()
     path = tmp_path / ("x.tif" if image.mode in ("F", "I", "CMYK") else "x.png")
@@ -264,7 +264,7 @@ def test_a_16_bit_gray_image_is_half_gray_through_the_model_not_white(tmp_path):
     folder.mkdir()
     Image.fromarray(np.full((40, 40), 65535 // 2, np.uint16)).save(folder / "half.png")
     vit = probe.load(_vit_folder(tmp_path), init="random")
-    from probe.inputs import make_image_inputs
+    from probe.requests.inputs import make_image_inputs
 
     pixels = make_image_inputs(
         vit.config, vit.image_processor, images=folder, sequences=1
@@ -284,7 +284,7 @@ def test_a_16_bit_gray_image_is_half_gray_through_the_model_not_white(tmp_path):
     ids=["RGBA", "LA", "F>1", "I<0"],
 )
 def test_images_that_cannot_be_read_faithfully_are_refused_in_one_line(tmp_path, make, message):
-    from probe.inputs import _open_image
+    from probe.requests.inputs import _open_image
 
     image = make()
     path = tmp_path / ("x.tif" if image.mode in ("F", "I") else "x.png")
@@ -297,7 +297,7 @@ def test_images_that_cannot_be_read_faithfully_are_refused_in_one_line(tmp_path,
 def test_a_decompression_bomb_is_one_line(tmp_path, monkeypatch):
     path = tmp_path / "bomb.png"
     Image.new("L", (64, 64)).save(path)
-    from probe.inputs import _open_image
+    from probe.requests.inputs import _open_image
 
     for limit in (64 * 64 - 1, 64 * 64 // 2 - 1):  # PIL's warning, then its error
         monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", limit)

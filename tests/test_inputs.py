@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from probe.errors import ProbeError
-from probe.inputs import SAMPLE, make_inputs, sample_text
+from probe.requests.inputs import SAMPLE, make_inputs, sample_text
 
 
 def test_text_is_cut_into_consecutive_full_sequences(minilm_tokenizer, tmp_path):
@@ -77,7 +77,7 @@ def test_tokenizer_of_another_model_is_refused(minilm_tokenizer):
 
 
 def test_batched_tokenization_equals_one_call(minilm_tokenizer):
-    from probe.inputs import text_pieces, tokenize
+    from probe.requests.inputs import text_pieces, tokenize
 
     body = sample_text() * 3
     pieces = text_pieces(body, size=997)
@@ -88,7 +88,7 @@ def test_batched_tokenization_equals_one_call(minilm_tokenizer):
         not p.lstrip("\n")[0].isspace() and len(p) - len(p.lstrip("\n")) <= 1 for p in pieces[1:]
     )
     whole = minilm_tokenizer(body, add_special_tokens=False, verbose=False)["input_ids"]
-    import probe.inputs as inputs_module
+    import probe.requests.inputs as inputs_module
 
     original = inputs_module.PIECE_CHARS
     try:

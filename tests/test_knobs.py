@@ -24,8 +24,8 @@ import probe
 from probe import Inputs, Model
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from probe.overrides import ConfigOverrides, parse_setting, parse_settings
 from probe.reports.reproduce import command_line
+from probe.requests.overrides import ConfigOverrides, parse_setting, parse_settings
 from tests.reference import metrics_numpy
 from tests.reference.branch_scale import layer_stream, scaled_copy
 from tests.reference.tiny import tiny_model

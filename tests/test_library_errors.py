@@ -16,9 +16,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe import Inputs, Model, checks
+from probe import Inputs, Model
 from probe.analyses import attention, collapse, sweep
 from probe.errors import ProbeError
+from probe.requests import checks
 
 TINY = "gpt2-tiny"
 SIZES = {"sequences": 2, "tokens": 8}
@@ -177,7 +178,7 @@ def test_a_numpy_integer_is_checked_as_its_int(kind, value):
 @settings(max_examples=60, deadline=None)
 @given(value=st.floats(allow_nan=True, allow_infinity=True, width=32))
 def test_epsilon_takes_numpy_floats_as_python_floats(value):
-    from probe.attention_stats import check_epsilon
+    from probe.measures.attention_stats import check_epsilon
 
     for number in (np.float32(value), np.float64(value)):
         if 0 < float(number) < 1:

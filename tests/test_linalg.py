@@ -9,13 +9,13 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from probe import metrics
 from probe.linalg import gram, lapack, quadrature, top
+from probe.measures import metrics
 from tests.batches import as_tensor, assert_close, random_batch, torch_metrics
 from tests.reference import metrics_numpy as ref
 
 # ------------------------------------------------ accuracy against the float64 SVD oracle
-# probe.metrics avoids SVDs (probe.linalg's docstrings); these pin its accuracy to the oracle's on every
+# probe.measures.metrics avoids SVDs (probe.linalg's docstrings); these pin its accuracy to the oracle's on every
 # metric, for random, nearly collapsed and nearly rank-one inputs, plain and padded.
 
 ACCURACY_SHAPES = [(3, 16, 40), (3, 40, 16), (2, 19, 30), (2, 128, 768)]  # <, >, odd k, bert

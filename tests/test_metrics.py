@@ -1,4 +1,4 @@
-"""Tests for probe.metrics: hand-computed values, a NumPy oracle, properties, errors.
+"""Tests for probe.measures.metrics: hand-computed values, a NumPy oracle, properties, errors.
 
 The accuracy of the linear algebra under the metrics is pinned in tests/test_linalg.py."""
 
@@ -14,8 +14,8 @@ import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from probe import metrics
 from probe.linalg import top
+from probe.measures import metrics
 from tests.batches import (
     as_tensor,
     assert_close,

@@ -1,4 +1,4 @@
-"""A forward pass that overflows stops every analysis with one line (probe.overflow).
+"""A forward pass that overflows stops every analysis with one line (probe.measures.overflow).
 
 The line names the model, its init (and variant), the layer and the dtype, and advises what
 fits the run's dtype: a wider one where there is one, a smaller branch scale where one is
@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 import probe
 from cli.app import app
 from probe.errors import ProbeError
-from probe.overflow import check_finite, overflow_advice
+from probe.measures.overflow import check_finite, overflow_advice
 
 runner = CliRunner()
 SMALLER_INIT = "a smaller initializer_range through `config`"

@@ -17,10 +17,10 @@ import torch
 from typer.testing import CliRunner
 
 import probe
-from probe.ablate import LN_AFFINE, NO_LN, PRESETS, TRANSFORMER, Ablation, parse_variants
 from probe.cli.app import app
 from probe.errors import ProbeError
 from probe.models import ADAPTERS
+from probe.surgery.ablate import LN_AFFINE, NO_LN, PRESETS, TRANSFORMER, Ablation, parse_variants
 from tests.reference.attention import register as register_reference_attention
 from tests.reference.norms import norm_variant_hidden_states
 from tests.reference.tiny import tiny_model

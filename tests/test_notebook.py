@@ -111,7 +111,10 @@ def test_notebook_runs_offline(kernel_env):
     assert summary and "probe collapse" in summary[0]
     assert '<img alt="' in summary[0] and 'src="data:image/png;base64,' in summary[0]
 
-    for source in ("probe.plot.collapse(ds, log=True)", "probe.plot.collapse_order(ds)"):
+    for source in (
+        "probe.plot.collapse(ds, log=True)",
+        "probe.plot.collapse_order(ds)",
+    ):
         cell = _cell(nb, source)
         assert any(_data(cell, mime) for mime in IMAGES), f"{source} displayed no figure"
 

@@ -17,9 +17,9 @@ from probe.analyses.path_count import exact_counts, table
 from probe.analyses.path_presets import PRESETS, all_presets, shipped_presets
 from probe.cli.app import app
 from probe.errors import ProbeError
+from probe.files.results import open_result, save_result
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths
-from probe.results import open_result, save_result
 
 
 def test_hand_computed_small_shapes():
@@ -162,7 +162,7 @@ def test_cli_count_presets_and_errors(tmp_path):
 
 
 def test_count_figure_draws_each_shape_once():
-    from probe.plot_paths import count_shares
+    from probe.figures.plot_paths import count_shares
 
     ds = paths.count(command="probe paths --count")
     shapes = {(int(a), int(b)) for a, b in zip(ds.layers.values, ds.heads.values, strict=True)}

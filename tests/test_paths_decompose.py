@@ -36,11 +36,11 @@ import torch
 from typer.testing import CliRunner
 
 import probe
-from probe import frozen
 from probe.analyses import paths
 from probe.analyses.path_decompose import frozen_run, lm_loss, logit_map, output_terms
 from probe.cli.app import app
 from probe.errors import ProbeError
+from probe.measures import frozen
 from probe.models import ADAPTERS, SpecAdapter
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths

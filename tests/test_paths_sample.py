@@ -19,9 +19,9 @@ import probe
 from probe.analyses import paths
 from probe.analyses.path_sample import attention_slices, chain, chains, draw
 from probe.cli.app import app
+from probe.figures.plot_paths import fit_decay
+from probe.measures.path_vocabulary import SKIP, parse_path, path_length
 from probe.models import ADAPTERS, SpecAdapter
-from probe.path_vocabulary import SKIP, parse_path, path_length
-from probe.plot_paths import fit_decay
 from probe.reports.index import read_meta
 from probe.reports.paths_report import render_paths
 from tests.paths_tiny import (
@@ -196,7 +196,7 @@ def test_dataset_coordinates_reproduce_each_sample():
     # Rebuild one sample from its coordinates and an independent numpy metric.
     one = ds.isel(depth=1, sample=2)
     path, seq = parse_path(str(one["path"].values)), int(one["sequence"].values)
-    inputs = probe.inputs.make_inputs(None, 80, sequences=3, tokens=6, seed=3)
+    inputs = probe.requests.inputs.make_inputs(None, 80, sequences=3, tokens=6, seed=3)
     # The result holds the token ids it ran, as the inputs were made (no padding here).
     assert ds["input_ids"].dims == ("input_sequence", "token")
     np.testing.assert_array_equal(ds["input_ids"].values, inputs.input_ids.numpy())

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from probe.path_vocabulary import (
+from probe.measures.path_vocabulary import (
     SKIP,
     all_paths,
     count_by_length,

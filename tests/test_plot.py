@@ -1,4 +1,4 @@
-"""probe.plot: figure objects checked directly (axes, lines, limits), and the order fit."""
+"""probe.figures.plot: figure objects checked directly (axes, lines, limits), and the order fit."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_hex
 
-from probe import plot, stats
+from probe.figures import plot
+from probe.measures import stats
 from tests.datasets import VARIANTS, make_collapse_dataset
 
 
@@ -405,12 +406,12 @@ def test_shared_log_range_covers_every_panel():
 
 
 def test_style_and_palette_are_seaborn_s():
-    # probe.plot_style writes seaborn's style and palette out so that reports need neither
+    # probe.figures.plot_style writes seaborn's style and palette out so that reports need neither
     # seaborn nor scipy; they must stay what seaborn gives.
     import seaborn as sns
     from matplotlib.colors import to_hex
 
-    from probe import plot_style
+    from probe.figures import plot_style
 
     assert list(plot_style.PALETTE) == [to_hex(c) for c in sns.color_palette("colorblind")]
     expected = {**sns.axes_style("whitegrid"), **sns.plotting_context("notebook", font_scale=0.85)}
@@ -424,7 +425,7 @@ def test_collapse_command_path_does_not_import_seaborn():
 
     code = (
         "import sys; sys.argv = ['probe']; import cli.collapse_run, probe.reports.render, "
-        "probe.plot; print(sorted(m for m in ('seaborn', 'scipy') if m in sys.modules))"
+        "probe.figures.plot; print(sorted(m for m in ('seaborn', 'scipy') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

@@ -1,7 +1,7 @@
 """Values under the run's precision floor, and fits below their quality, are never shown as
 measurements.
 
-The floor is 10 machine epsilons of the run's dtype (``probe.stats.FLOOR_FACTOR``, from
+The floor is 10 machine epsilons of the run's dtype (``probe.measures.stats.FLOOR_FACTOR``, from
 the float32/bfloat16 against float64 runs of ``docs/data/precision_floor.py``).  The
 Dataset keeps every raw value; tables, reports and summaries write a value under the floor
 as "< 1.2e-6 (float32)", and a slope with its quality or, where that is too poor, a dash
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from probe import stats
+from probe.measures import stats
 from tests.test_plot import with_r as _one  # r at every layer and sequence
 
 FLOAT32_FLOOR = 10 * 2.0**-23  # 10 float32 epsilons: 1.1920928955078125e-06

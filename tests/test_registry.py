@@ -9,8 +9,8 @@ import typer
 
 from probe import registry
 from probe.cli.app import COMMANDS
+from probe.files.results import TOY_SCHEMAS
 from probe.reports import index_headline
-from probe.results import TOY_SCHEMAS
 
 
 def _tree() -> set:

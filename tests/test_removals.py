@@ -15,10 +15,10 @@ import pytest
 import torch
 
 import probe
-from probe import removals
-from probe.ablate import TRANSFORMER, Ablation, parse_variants
 from probe.analyses import collapse
 from probe.errors import ProbeError
+from probe.surgery import removals
+from probe.surgery.ablate import TRANSFORMER, Ablation, parse_variants
 from tests.paths_tiny import (
     one_thread,  # noqa: F401  (autouse: one torch thread here)
     padded_inputs,

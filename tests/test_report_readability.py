@@ -8,8 +8,8 @@ import pytest
 import xarray as xr
 from matplotlib.colors import to_hex
 
-from probe import plot
-from probe.plot_paths import EVERY_LENGTH
+from probe.figures import plot
+from probe.figures.plot_paths import EVERY_LENGTH
 from probe.reports import theory
 from probe.reports.page import esc_code
 from probe.reports.text import duration
@@ -70,7 +70,7 @@ def test_the_theory_figure_clips_a_bound_far_above_the_measured():
 def test_a_shifted_log_axis_labels_every_length_while_they_fit():
     from matplotlib.figure import Figure
 
-    from probe.plot_paths import _shifted_log_axis
+    from probe.figures.plot_paths import _shifted_log_axis
 
     for longest, labels in [(6, list(range(7))), (EVERY_LENGTH + 4, [0, 1, 2, 3, 5, 10])]:
         ax = Figure().subplots()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from probe import reports, stats
+from probe import reports
+from probe.measures import stats
 from probe.models import ADAPTERS
 from tests.datasets import VARIANTS, make_collapse_dataset
 
@@ -408,7 +409,7 @@ def test_minor_ticks_are_dropped_only_where_they_draw_nothing():
     import matplotlib as mpl
     from matplotlib.figure import Figure
 
-    from probe.plot import STYLE, log_axis
+    from probe.figures.plot import STYLE, log_axis
     from probe.reports.svg import _minor_ticks_draw_nothing
 
     def axis(low, grid=False):

@@ -18,9 +18,10 @@ import numpy as np
 import pytest
 import xarray as xr
 
-from probe import reports, stats
-from probe.results import save_result
-from probe.stats import shown
+from probe import reports
+from probe.files.results import save_result
+from probe.measures import stats
+from probe.measures.stats import shown
 from tests.datasets import make_collapse_dataset
 from tests.test_reports import assert_well_formed, hrefs
 

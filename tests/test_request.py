@@ -1,4 +1,4 @@
-"""probe.request: the one request (Model, Inputs) every analysis takes, checked when built."""
+"""probe.requests.request: the one request (Model, Inputs) every analysis takes, checked when built."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from cli.console import in_cli_words
 from probe.analyses import collapse, paths
 from probe.errors import ProbeError
 from probe.reports.reproduce import command_line
-from probe.request import Inputs, Model, coerce, parse_inits, provenance, record
+from probe.requests.request import Inputs, Model, coerce, parse_inits, provenance, record
 
 SMALL = {"sequences": 3, "tokens": 6, "batch_size": 2}
 
@@ -152,7 +152,7 @@ def test_a_loaded_model_is_converted_where_asked(tiny_folders):
 
 
 def test_provenance_is_derived_once(tiny_folders):
-    from probe.inputs import model_inputs
+    from probe.requests.inputs import model_inputs
 
     models = Model(tiny_folders["bert"], init="random", seed=5).load()
     encoded = model_inputs(models[0], Inputs(sequences=2, tokens=4), seed=5)
@@ -209,13 +209,15 @@ def test_a_spread_model_is_neither_moved_nor_converted(tiny_folders):
 
 
 def test_defaults_fill_the_inputs_without_reading_the_text_again(tmp_path, monkeypatch):
-    import probe.inputs
+    import probe.requests.inputs
 
     path = tmp_path / "t.txt"
     path.write_text("some words to read " * 20, encoding="utf-8")
     reads = []
-    original = probe.inputs.read_text
-    monkeypatch.setattr(probe.inputs, "read_text", lambda p: reads.append(p) or original(p))
+    original = probe.requests.inputs.read_text
+    monkeypatch.setattr(
+        probe.requests.inputs, "read_text", lambda p: reads.append(p) or original(p)
+    )
     given = Inputs(text=path, tokens=9)
     filled = given.with_defaults(sequences=32, tokens=128, batch_size=16)
     assert (filled.sequences, filled.tokens, filled.batch_size) == (32, 9, 16)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 import probe
-from probe.results import check_schema, netcdf_safe, save_result, write_text_atomic
+from probe.files.results import check_schema, netcdf_safe, save_result, write_text_atomic
 from tests.datasets import make_collapse_dataset
 
 finite_or_nan = st.floats(allow_infinity=False, width=64)

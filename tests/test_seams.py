@@ -99,7 +99,7 @@ def signals_after_the_last_step():
 
 
 def little_space():
-    from probe import staging
+    from probe.files import staging
 
     staging.free_space = lambda folder: 1000
 
@@ -121,7 +121,7 @@ def full_at_the_result():
     """The netCDF bytes' write fails halfway with ENOSPC."""
     import builtins
 
-    from probe import results
+    from probe.files import results
 
     class Half:
         def __init__(self, path, mode):
@@ -142,7 +142,7 @@ def full_at_the_result():
 
 def report_rename_refused():
     """Putting the report in place is refused (EPERM), after the result was put in place."""
-    from probe import staging
+    from probe.files import staging
 
     original = os.replace
 
@@ -336,8 +336,8 @@ FULL_DISK = textwrap.dedent(
     import json, os, sys
     import numpy as np, xarray as xr
     from probe.errors import ProbeError
-    from probe.results import save_result
-    from probe.stream import SequenceWriter
+    from probe.files.results import save_result
+    from probe.files.stream import SequenceWriter
 
     folder, said = sys.argv[1], {}
     big = xr.Dataset({"x": (("a", "b"), np.random.default_rng(0).random((400, 400)))},

@@ -1,4 +1,4 @@
-"""probe.stream and collapse.run(stream_to=...): results appended batch by batch, atomically."""
+"""probe.files.stream and collapse.run(stream_to=...): results appended batch by batch, atomically."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import xarray as xr
 
 import probe
-from probe import stream
 from probe.analyses import collapse
+from probe.files import stream
 
 OPTIONS = {"init": "random", "sequences": 5, "tokens": 8, "batch_size": 2}  # 3 batches, last short
 
@@ -36,7 +36,7 @@ def test_streamed_result_equals_the_in_memory_one(tiny_gpt2, tmp_path, monkeypat
     for name in collapse.METRICS:  # same forwards, same metrics: bit for bit
         xr.testing.assert_identical(streamed[name].load(), memory[name])
     same_attrs = {k: v for k, v in memory.attrs.items() if k != "created"}
-    assert {k: streamed.attrs[k] for k in same_attrs} == probe.results.netcdf_safe(same_attrs)
+    assert {k: streamed.attrs[k] for k in same_attrs} == probe.files.results.netcdf_safe(same_attrs)
     streamed.close()
     reopened = probe.open_result(path)
     assert reopened.sizes["sequence"] == 5

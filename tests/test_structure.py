@@ -92,7 +92,7 @@ ONE_STEP: dict[tuple[str, str], str] = {
     ("probe.analyses.collapse", "_dataset"): "the result's variables and attributes",
     ("probe.analyses.path_decompose", "_dataset"): "the result's variables and attributes",
     ("probe.analyses.attention", "_dataset"): "the result's variables and attributes",
-    ("probe.plot_paths", "sample_ratios"): "one figure, panel by panel",
+    ("probe.figures.plot_paths", "sample_ratios"): "one figure, panel by panel",
     ("probe.reports.paths_report", "_decompose"): "one section of the report",
 }
 

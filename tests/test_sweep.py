@@ -15,10 +15,11 @@ import xarray as xr
 from typer.testing import CliRunner
 
 import probe
-from probe import Inputs, Model, bounds
+from probe import Inputs, Model
 from probe.analyses import attention, collapse, sweep
 from probe.analyses.sweep_points import Store, parse_counts, parse_setting
 from probe.errors import ProbeError
+from probe.measures import bounds
 from probe.reports.reproduce import command_line
 
 METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
@@ -172,7 +173,7 @@ def test_two_processes_split_the_points_and_gather_the_same(gpt2, tmp_path):
 
 
 def test_each_points_order_comes_with_its_quality(gpt2):
-    from probe import stats
+    from probe.measures import stats
 
     plan = sweep.plan(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES), seeds="0-1",
                       variants="SAN", attention=False)  # fmt: skip
@@ -322,7 +323,7 @@ def test_the_command_writes_one_result_whose_points_equal_probe_collapse(
 
 
 def test_figures(swept):
-    from probe.plot_sweep import curves, figure, phase
+    from probe.figures.plot_sweep import curves, figure, phase
 
     fig = curves(swept)
     first = fig.axes[0]

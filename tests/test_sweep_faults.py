@@ -19,7 +19,7 @@ import pytest
 import xarray as xr
 
 import probe
-from probe.results import ENGINE
+from probe.files.results import ENGINE
 from tests import cli_process
 
 SEEDS = 4

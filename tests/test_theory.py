@@ -1,4 +1,4 @@
-"""The theory panel (probe/theory.py, reports/theory.py): the paper's constants from a
+"""The theory panel (probe/measures/theory.py, reports/theory.py): the paper's constants from a
 model's weights, checked against hand computation and an independent numpy reference,
 and the panel in every collapse report."""
 
@@ -18,9 +18,9 @@ import xarray as xr
 from typer.testing import CliRunner
 
 import probe
-from probe import theory
 from probe.cli.app import app
 from probe.linalg import lapack
+from probe.measures import theory
 from tests.reference import theory_numpy
 from tests.reference.tiny import tiny_model, tiny_spec_model
 from tests.test_families import TINY
@@ -290,9 +290,9 @@ def test_a_collapse_run_takes_the_panel_from_its_own_forwards(tmp_path, batch, s
     # A batch of 16 runs the 8 sequences inside a larger matmul: float32 rounding of the
     # forward (relative 1e-6 over two layers of width 32), the norms themselves in float64.
     # Under --surgery paper the run's variants are not the panel's: the panel traces its own.
-    from probe.ablate import PRESETS
     from probe.analyses import collapse
-    from probe.trace import layer_values
+    from probe.surgery.ablate import PRESETS
+    from probe.surgery.trace import layer_values
 
     probed = probe.wrap(tiny_model("bert", seed=3))
     options = dict(init=probed.init, sequences=20, tokens=7, batch_size=batch, seed=1,
@@ -329,12 +329,12 @@ def test_the_residual_norms_of_padded_sequences_ignore_the_padding():
     assert got[1].item() == pytest.approx(want1, rel=1e-15)
 
 
-# --- the panel as result variables (probe.bounds) ------------------------------------
+# --- the panel as result variables (probe.measures.bounds) ------------------------------------
 
 
 def _assert_variables_are_the_panels(ds: xr.Dataset, panels: list[dict]) -> None:
-    """Every number of theory.panel, per init, is where probe.bounds puts it, bit for bit."""
-    from probe import bounds
+    """Every number of theory.panel, per init, is where probe.measures.bounds puts it, bit for bit."""
+    from probe.measures import bounds
 
     assert list(ds["init"].values) == [found["init"] for found in panels]
     for found in panels:
@@ -394,9 +394,9 @@ def test_a_runs_theory_variables_are_what_the_panel_computes(tmp_path, family, s
 
 def test_an_old_results_theory_attribute_is_read_as_the_variables(tmp_path):
     # Results written before the variables kept the panel as JSON in attrs["theory"]: the
-    # report of such a file converts it (probe.bounds.from_attribute) and draws the same.
-    from probe import bounds
+    # report of such a file converts it (probe.measures.bounds.from_attribute) and draws the same.
     from probe.analyses import collapse
+    from probe.measures import bounds
     from probe.reports.figures import Figures
     from probe.reports.theory import theory_section
 

@@ -12,9 +12,9 @@ from typer.testing import CliRunner
 
 from cli.app import app
 from probe.analyses import toy
-from probe.path_vocabulary import parse_path, path_length
+from probe.files.results import open_result
+from probe.measures.path_vocabulary import parse_path, path_length
 from probe.reports import index_entries, toy_name
-from probe.results import open_result
 from probe.toy.train import baselines
 from tests.reference import metrics_numpy
 

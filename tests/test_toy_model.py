@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from probe.errors import ProbeError
-from probe.path_vocabulary import SKIP, all_paths
+from probe.measures.path_vocabulary import SKIP, all_paths
 from probe.toy import ToyConfig, ToySAN
 from probe.toy.model import plain_norm
 from tests.reference import toy_paths

@@ -8,7 +8,7 @@ Runs what ``probe attention minilm`` runs (pretrained and random init, 32 sequen
 tokens of the built-in text, seed 0, float32, eps 0.3), keeps the result in ``--out``
 (reused when it is there), writes the per-layer table, with the machine and versions it ran
 on, to ``docs/data/attention_minilm.md`` (``docs/attention.md`` includes it), and draws
-``probe.plot_attention``'s heatmaps (attention to the first token and attention entropy over
+``probe.figures.plot_attention``'s heatmaps (attention to the first token and attention entropy over
 layer x head) to ``docs/attention-minilm.png`` and the massive ratio and anisotropy per
 layer to ``docs/attention-minilm-massive.png``.
 """
@@ -86,7 +86,7 @@ def markdown_table(ds: xr.Dataset) -> str:
 
 
 def main() -> None:
-    from probe.plot_attention import heatmaps, massive
+    from probe.figures.plot_attention import heatmaps, massive
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--from", dest="result", type=Path, help="an attention result (.nc)")

@@ -54,14 +54,14 @@ def run(model: str, depth_key: str, depth: int, config: dict, scale: str) -> xr.
 
 
 def last(ds: xr.Dataset, name: str) -> float:
-    from probe.stats import stats
+    from probe.measures.stats import stats
 
     return float(stats(ds, name)["mean"].sel(variant="transformer", init="random").isel(layer=-1))
 
 
 def markdown_table(results: dict) -> str:
     """``results``: {(label, depth, scale): Dataset}."""
-    from probe.stats import shown
+    from probe.measures.stats import shown
 
     lines = [
         "| model (random init) | L | residual, alpha = 1 | residual, 1/sqrt(L) | cosine, alpha "

@@ -10,7 +10,7 @@ tokenizer, seeded noise images for ViT), keeps each result in ``--out``, and wri
 table of ``probe compare`` (per model: r after the last layer for each variant, the first
 layer where the SAN falls below 1e-3, the SAN's fitted order) as Markdown to
 ``docs/data/cross_family.md``, with the machine and versions it ran on, and draws
-``probe.plot.across_models`` (one panel per variant, one line per model) to
+``probe.figures.plot.across_models`` (one panel per variant, one line per model) to
 ``docs/cross-family.png``.  A result already in ``--out`` is reused, so an interrupted
 run picks up where it stopped.  ``docs/collapse.md`` includes the table.
 """
@@ -22,9 +22,9 @@ from pathlib import Path
 import xarray as xr
 from common import note, per_model, per_model_arguments
 
+from probe.figures.plot import across_models
+from probe.measures.stats import comparison_rows
 from probe.names import VARIANTS
-from probe.plot import across_models
-from probe.stats import comparison_rows
 
 HERE = Path(__file__).resolve().parent
 

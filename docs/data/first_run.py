@@ -5,7 +5,7 @@
 
 Reads the result of ``probe collapse minilm --init pretrained --out FOLDER`` (default
 ``probe-reports``; ``make demo`` and ``make docs-data`` make it) and writes the report's
-first two figures, drawn by the same functions (``probe.plot.collapse`` on linear and log
+first two figures, drawn by the same functions (``probe.figures.plot.collapse`` on linear and log
 axes), to ``docs/first-run.png`` and ``docs/first-run-log.png``, and the numbers behind them
 (the mean relative residual over sequences after each layer, l1inf, residual to the token
 mean) to ``docs/data/first_run.md`` (``docs/getting-started.md`` includes it).
@@ -45,7 +45,7 @@ def first_run(folder: Path) -> Path:
 
 
 def markdown_table(ds: xr.Dataset) -> str:
-    from probe.stats import shown, stats
+    from probe.measures.stats import shown, stats
 
     mean = stats(ds)["mean"].sel(init="pretrained")
     layers = [int(layer) for layer in mean.layer.values]
@@ -64,7 +64,7 @@ def figures(ds: xr.Dataset) -> list[Path]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from probe.plot import collapse
+    from probe.figures.plot import collapse
 
     written = []
     for log, name in ((False, "first-run.png"), (True, "first-run-log.png")):

@@ -24,7 +24,7 @@ DEPTHS = 6
 
 
 def table(results) -> str:
-    from probe.plot_paths import fit_decay
+    from probe.figures.plot_paths import fit_decay
 
     head = ["model", "distance to", *(f"d={d}" for d in range(1, DEPTHS + 1)), "fitted order"]
     lines = ["| " + " | ".join(head) + " |", "|---|---|" + "---:|" * (DEPTHS + 1)]

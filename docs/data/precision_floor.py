@@ -7,7 +7,7 @@ four variants, seed 0) for six models in float32, in bfloat16 and in float64, on
 weights and inputs, and writes, to ``docs/data/precision_floor.md`` (``docs/float64.md``
 includes it), the largest absolute difference of each low-precision relative residual from
 the float64 one, over every variant, layer, sequence, fit and norm, in units of the dtype's
-machine epsilon.  ``probe.stats.FLOOR_FACTOR`` (10 epsilons) lies above every one of them:
+machine epsilon.  ``probe.measures.stats.FLOOR_FACTOR`` (10 epsilons) lies above every one of them:
 under it a value is the dtype's rounding.
 """
 
@@ -63,7 +63,7 @@ def deviation(low: xr.Dataset, exact: xr.Dataset) -> float:
 
 def markdown_table(results: dict) -> str:
     """``results``: {(model, init, dtype): Dataset} for every case and dtype."""
-    from probe.stats import dtype_eps, short
+    from probe.measures.stats import dtype_eps, short
 
     head = ["model", "init", "smallest float64 r"]
     head += [f"{dtype}: largest difference (epsilons)" for dtype in LOW]

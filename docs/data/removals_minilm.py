@@ -37,7 +37,7 @@ def run() -> xr.Dataset:
 
 
 def markdown_table(ds: xr.Dataset) -> str:
-    from probe.stats import shown, stats
+    from probe.measures.stats import shown, stats
 
     mean = stats(ds)["mean"].sel(init="pretrained")
     layers = [int(layer) for layer in mean.layer.values]

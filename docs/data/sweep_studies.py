@@ -96,7 +96,7 @@ def g(value) -> str:
 
 def residual(value, ds: xr.Dataset) -> str:
     """A relative residual of the sweep ``ds``, under its precision floor written as such."""
-    from probe.stats import shown
+    from probe.measures.stats import shown
 
     return shown(float(value), ds, missing="NaN")
 

@@ -16,8 +16,9 @@ import signal
 import sysconfig
 from pathlib import Path
 
+from probe.files.interrupts import check_interrupt
+
 from ..errors import ProbeError
-from ..interrupts import check_interrupt
 
 STDLIB = "stdlib"
 _SKIP = {

@@ -20,7 +20,7 @@ the curves.  The curves also come back as an xarray Dataset (:func:`curves`).
 Nothing is written until every model has trained: a run that diverges (a loss or a
 weight that is not finite) or is interrupted leaves no folder behind.  The folders are
 then staged beside their targets and renamed into place together
-(:class:`probe.results.Unit`): concurrent runs into one folder put their results in
+(:class:`probe.files.results.Unit`): concurrent runs into one folder put their results in
 place one after the other, never mixed, and a folder of a killed run is removed by the
 next one.  ``TrainSettings.check`` refuses what cannot fit in memory before any of it.
 
@@ -46,8 +46,9 @@ from pathlib import Path
 
 import torch
 
+from probe.files.results import Unit, check_space
+
 from ..errors import ProbeError
-from ..results import Unit, check_space
 from .tokenizer import char_tokenizer, encode
 from .train_record import TRAINING_FILE, curves, read_training
 from .train_settings import (
@@ -225,7 +226,7 @@ def train(
 
     ``finish(staged)`` may add files to the staged folders (``{folder: staging}``)
     before they are put in place (the CLI writes the training report into them);
-    ``committed(folders)`` runs the moment they are (see ``probe.results.Unit``).
+    ``committed(folders)`` runs the moment they are (see ``probe.files.results.Unit``).
     """
     import hashlib
 

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 
+from probe.files.results import utc_now, versions
+
 from ..errors import ProbeError
-from ..results import utc_now, versions
 
 TRAINING_FILE = "training.json"
 

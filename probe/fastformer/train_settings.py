@@ -2,10 +2,10 @@
 
 ``TrainSettings`` holds one run of ``probe.fastformer.train.train``: the text, the
 folders, the sizes, the optimiser's settings and the baseline.  ``check`` puts every
-setting in its domain (``probe.checks``, the CLI's own bounds), requires a text long
+setting in its domain (``probe.requests.checks``, the CLI's own bounds), requires a text long
 enough for its validation split, keeps the baseline's folder apart from the
 Fastformer's, and refuses a run whose weights, optimiser states, activations, batches
-and curves cannot fit in memory (``probe.memory``).  The parameter counts behind that
+and curves cannot fit in memory (``probe.requests.memory``).  The parameter counts behind that
 bound come from meta-device builds of the two models (``fastformer_for``,
 ``gpt2_for``): one layer and two give the count of any depth.
 """
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import torch
 
-from .. import checks, memory
+from probe.requests import checks, memory
+
 from ..errors import ProbeError
 from ..names import BASELINES
 from .config import FastformerConfig
@@ -54,7 +55,7 @@ class TrainSettings:
     save_dtype: str = "float32"  # the dtype those checkpoints are stored in
 
     def check(self) -> None:
-        """Every setting in its domain (``probe.checks``, the CLI's own), the text long
+        """Every setting in its domain (``probe.requests.checks``, the CLI's own), the text long
         enough, the folders distinct, and the run's memory within the device's."""
         self.check_options()
         if len(self.text) * self.val_fraction < self.context:
@@ -124,7 +125,7 @@ class TrainSettings:
 
     def check_memory(self) -> None:
         """Refuse a run whose models, optimiser states, activations, batches and curves
-        cannot fit (``probe.memory``); the model sizes come from meta-device builds."""
+        cannot fit (``probe.requests.memory``); the model sizes come from meta-device builds."""
         vocab = len(set(self.text)) + 2  # the characters, <pad> and <unk>
         builds = [fastformer_for] + ([gpt2_for] if self.baseline == "gpt2" else [])
         params = max(_meta_parameters(build, self, vocab) for build in builds)

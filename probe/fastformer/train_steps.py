@@ -18,7 +18,7 @@ Saving never changes the training: each checkpoint is a copy of the model cast o
 and its validation loss is measured without gradients in eval mode, which draws no random
 numbers (dropout is off there), so the weights at the end are bit for bit those of a run
 without ``save_every``.  The series is staged beside its target while the model trains and
-put in place with the model's own folder, or not at all (:class:`probe.results.Unit`).
+put in place with the model's own folder, or not at all (:class:`probe.files.results.Unit`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""Batched numerical linear algebra for the collapse metrics (probe.metrics builds on it).
+"""Batched numerical linear algebra for the collapse metrics (probe.measures.metrics builds on it).
 
 Everything here works on a batch of sequences at once -- (sequence, token, hidden) float64
 tensors X and their k x k Gram matrices, k = min(token, hidden) -- and gives each sequence the
 numbers it would get alone (rounding of the batched matmuls aside).  Only the effective rank's
 exact method needs a whole spectrum; everything else is matmul-shaped.  Data flows one way:
-probe.metrics imports from here, nothing here imports probe.metrics.
+probe.measures.metrics imports from here, nothing here imports probe.measures.metrics.
 
 * ``gram``: Gram products, and the Gram operators of X, of the mean residual R and of the
   rank-one residual R_1, all applied through R's Gram matrix;

@@ -39,9 +39,10 @@ from collections.abc import Mapping
 
 import torch
 
+from probe.requests.overrides import freeze
+
 from ..errors import ProbeError, one_line
 from ..models import adapter_for
-from ..overrides import freeze
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
 from .build import choose_attention, model_class, pretrained_model, random_model, stored_dtype
 from .config_edits import apply_overrides, point
@@ -141,7 +142,7 @@ def load(
         wrong shape (they stay at random init); the returned model's `weights` records it.
         Refused otherwise.
     verify
-        Run the family spec's self-test (`probe.self_test`) and refuse a model on which it
+        Run the family spec's self-test (`probe.surgery.self_test`) and refuse a model on which it
         fails; `probe check` turns it off to show every identity instead.
     device_map
         `auto`, `balanced`, `sequential` or an explicit `{module: device}` map: spread a
@@ -464,11 +465,11 @@ def _as_is(probed: ProbedModel) -> ProbedModel:
 
 
 def _verified(probed: ProbedModel) -> ProbedModel:
-    """A model whose family spec passed its self-test (``probe.self_test``) on a short input."""
+    """A model whose family spec passed its self-test (``probe.surgery.self_test``) on a short input."""
     from ..models.spec import SpecAdapter
 
     if isinstance(probed.adapter, SpecAdapter):
-        from ..self_test import verify
+        from probe.surgery.self_test import verify
 
         verify(probed)
     return probed

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import torch
 
+from probe.loading.quiet import quiet
+
 from ..errors import ProbeError, one_line
 from ..models import Adapter
-from ..quiet import quiet
 from .audit import check_finite, check_loading, first_non_finite
 from .hub import hub_kwargs
 

@@ -1,6 +1,6 @@
 """Config overrides applied to a family's config, each key and value checked in one line.
 
-:func:`apply_overrides` changes the fields a request names (:class:`probe.overrides.
+:func:`apply_overrides` changes the fields a request names (:class:`probe.requests.overrides.
 ConfigOverrides`) on the config read for a model, before the model is built.  Each key must
 be one of the family's own config fields (the generic fields every transformers config has,
 ``return_dict`` or ``dtype``, change how a model answers, not what it is, and are refused;
@@ -19,9 +19,10 @@ import types
 import typing
 from typing import Any
 
+from probe.loading.quiet import quiet
+from probe.requests.overrides import ConfigOverrides, text_of
+
 from ..errors import ProbeError, one_line
-from ..overrides import ConfigOverrides, text_of
-from ..quiet import quiet
 
 
 def point(name: str, overrides: ConfigOverrides) -> str:

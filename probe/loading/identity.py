@@ -1,6 +1,6 @@
 """What a result measured: a checkpoint's identity, independent of how its name was typed.
 
-A result file is named by a hash of its settings (:func:`probe.results.settings_id`).  For a
+A result file is named by a hash of its settings (:func:`probe.files.results.settings_id`).  For a
 local ``save_pretrained`` folder the name as typed (``./m``) says nothing about the weights:
 two projects' ``./m`` are two checkpoints, and a folder retrained in place is a new one.
 So a local folder is identified by its resolved path and a fingerprint of its contents:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from .. import names
+from probe import names
+
 from ..errors import ProbeError
 from ..names import INITS
 from .placement import check_device_map
@@ -42,8 +43,8 @@ def as_dtype(dtype) -> torch.dtype:
 
 
 def as_device(device) -> torch.device:
-    """The torch device of a name :func:`probe.checks.device` accepts; the CPU for None."""
-    from ..checks import device as checked
+    """The torch device of a name :func:`probe.requests.checks.device` accepts; the CPU for None."""
+    from probe.requests.checks import device as checked
 
     return torch.device(checked("cpu" if device is None else str(device)))
 

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import torch
 
+from probe.loading.quiet import quiet
+
 from ..errors import ProbeError, one_line
-from ..quiet import quiet
 from .hub import host_reachable, hub_reachable
 from .model import ProbedModel
 from .options import as_dtype

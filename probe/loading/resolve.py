@@ -27,9 +27,10 @@ from pathlib import Path
 
 import torch
 
+from probe.loading.quiet import quiet
+
 from ..errors import ProbeError, one_line
 from ..models import Adapter
-from ..quiet import quiet
 from .audit import custom_code_refusal, refuse_custom_code
 from .hub import hub_kwargs, hub_state
 from .shipped import (
@@ -90,7 +91,7 @@ def locate(name: str) -> tuple[str | Path, str]:
     """
     if not name.strip():
         raise ProbeError("the model name is empty; give a hub id, a local folder, or minilm")
-    from ..checks import path_state
+    from probe.requests.checks import path_state
 
     path_state(name, "the model")  # a name no folder can have (too long, a loop) is said here
     if (root := series_path(name)) is not None:  # many checkpoints, where one is wanted
@@ -161,7 +162,7 @@ def config_at(name: str, location, prefer_bundled: bool, revision: str | None = 
     if isinstance(location, Path):
         refuse_custom_code(name, location)
     if _may_be_fastformer(location):
-        from .. import fastformer  # noqa: F401  (registers it with the Auto classes)
+        from probe import fastformer  # noqa: F401  (registers it with the Auto classes)
     try:
         with quiet():
             config = AutoConfig.from_pretrained(
@@ -217,7 +218,7 @@ def check_config(name: str, config, adapter: Adapter) -> int:
     same configs here: heads that do not divide the width (ALBERT's own check skips it),
     sizes that are not positive, anything transformers' constructors reject.
     """
-    from .. import memory
+    from probe.requests import memory
 
     hidden, heads = adapter.hidden_size(config), adapter.n_heads(config)
     layers = adapter.n_layers(config)
@@ -254,7 +255,7 @@ def _extrapolated(config, adapter: Adapter, layers: int) -> int | None:
     """The parameter count of ``layers`` layers from copies of one and two: p1 + (L-1)(p2-p1),
     exact for a stack of equal layers (every family here; ALBERT's shared layer adds none).
     None where the layer count cannot be changed alone (a per-layer list in the config)."""
-    from .. import memory
+    from probe.requests import memory
 
     counts = []
     for depth in (1, 2):
@@ -271,7 +272,7 @@ def _extrapolated(config, adapter: Adapter, layers: int) -> int | None:
 
 def check_size(name: str, config, adapter: Adapter, device: torch.device, dtype) -> None:
     """The config passes :func:`check_config`, and the weights fit the device."""
-    from .. import memory
+    from probe.requests import memory
 
     params = check_config(name, config, adapter)
     # Pretrained weights are read in float32 before the cast to the run's dtype.

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from probe.loading.quiet import quiet
+
 from ..errors import ProbeError, one_line
-from ..quiet import quiet
 from .hub import hub_kwargs
 
 TOKENIZER_FILES = (

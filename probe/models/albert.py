@@ -33,7 +33,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ablate import Ablation
+from probe.surgery.ablate import Ablation
+
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, linear_heads
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..ablate import Ablation
+from probe.surgery.ablate import Ablation
 
 #: Families whose position ids start after the padding index (RobertaEmbeddings).
 POSITIONS_AFTER_PADDING = ("roberta", "xlm-roberta", "camembert")
@@ -26,7 +26,7 @@ class Adapter:
 
     A family adapter is the only place that knows a family's module paths.  Inside an
     nnsight trace it walks the layers in forward order, writes an
-    [`Ablation`][probe.ablate.Ablation] as interventions on each layer and hands out the
+    [`Ablation`][probe.surgery.ablate.Ablation] as interventions on each layer and hands out the
     residual stream after it, always batch-first (batch, token, hidden).  A loaded model's
     adapter is [`ProbedModel.adapter`][probe.loading.ProbedModel], chosen by its
     `config.model_type`.

@@ -21,7 +21,7 @@ the field at fault:
   is named by the entry's ``logits`` or multiplier fields.
 
 What the walker's edits mean (the operation names) is checked by the self-test
-(:mod:`probe.self_test`), which runs this first.
+(:mod:`probe.surgery.self_test`), which runs this first.
 """
 
 from __future__ import annotations

@@ -37,7 +37,8 @@ from typing import Any
 
 import torch
 
-from ..ablate import Ablation
+from probe.surgery.ablate import Ablation
+
 from ..errors import ProbeError
 
 #: When a step applies: always (reads), or only under one of the removals.
@@ -66,7 +67,7 @@ class Step:
       positional input) is replaced by ``value``;
     * ``skip``: the module does not run and returns ``value``;
     * ``scale``: the value at ``part`` (element ``index`` of a tuple) is multiplied by the
-      run's branch scale alpha (:mod:`probe.scaling`); ``value`` names the read it replaces
+      run's branch scale alpha (:mod:`probe.surgery.scaling`); ``value`` names the read it replaces
       for later edits (``branch``).  The walker adds these steps itself (``when="scaled"``).
 
     ``value`` is ``zeros`` (of the module's input shape), ``input`` (the module's own
@@ -281,7 +282,7 @@ class Family:
     refuse: Callable[[Any], str] | None = None
     #: The site whose output is the MLP's contribution to the residual sum, as it is added
     #: (a function of the config where the layer branches): residual branch scaling
-    #: (:mod:`probe.scaling`) multiplies it by alpha there.
+    #: (:mod:`probe.surgery.scaling`) multiplies it by alpha there.
     mlp_branch: str | Callable[[Any], str] = ""
     #: Where the family's operation names come from, for the one who must fix them.
     source_note: str = ""
@@ -337,7 +338,7 @@ def validate(family: Family) -> None:
     Checked when the entry is made (at registration), so a misspelled layout or a norm
     that no step reads fails on import with its name, not as a raw error inside a run.
     What depends on the config (``steps`` or ``style`` as functions) is checked on every
-    model by the self-test (:mod:`probe.self_test`) instead.
+    model by the self-test (:mod:`probe.surgery.self_test`) instead.
     """
 
     def fail(what: str) -> None:

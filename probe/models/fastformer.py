@@ -38,7 +38,8 @@ import dataclasses
 
 import torch
 
-from ..ablate import Ablation
+from probe.surgery.ablate import Ablation
+
 from .base import Adapter
 
 MODEL_TYPE = "FastformerForCausalLM"
@@ -145,7 +146,7 @@ def attention_probs(probed, input_ids, attention_mask=None, ablation: Ablation |
     Runs one trace (under ``ablation``, default none) and returns the matrices
     as tensors on the model's device.
     """
-    from ..ablate import TRANSFORMER
+    from probe.surgery.ablate import TRANSFORMER
 
     ablation = TRANSFORMER if ablation is None else ablation
     adapter = probed.adapter

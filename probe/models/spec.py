@@ -5,7 +5,7 @@ the steps an analysis and an ablation ask for.  Every edit reaches the addition
 itself, never subtracts afterwards, so an ablated layer equals module surgery to the
 last bit (``tests/reference/layers.py`` is that surgery, written by hand).  The
 operation names are the most fragile lines of the project: each family's entry
-names the transformers source line it binds to, and :mod:`probe.self_test` verifies,
+names the transformers source line it binds to, and :mod:`probe.surgery.self_test` verifies,
 on every model before any numbers are produced, that the edits still mean what
 they say (a transformers release that renames an operation fails there with one
 line, never with wrong numbers).  The weights the path decomposition and the theory
@@ -21,11 +21,19 @@ from typing import Any
 
 import torch
 
-from ..ablate import Ablation
+from probe.surgery.ablate import Ablation
+
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, first
 from .family import Family, Step, skip
-from .weights import affine_norm, layer_norm_sites, norm_params, resolve_module, value_output
+from .weights import (
+    affine_norm,
+    layer_norm_sites,
+    module_onloaded,
+    norm_params,
+    resolve_module,
+    value_output,
+)
 
 
 class SpecAdapter(Adapter):
@@ -83,7 +91,7 @@ class SpecAdapter(Adapter):
         return "\n".join(lines)
 
     def norm_steps(self, model) -> tuple[Step, ...]:
-        """The LN-affine and no-LN variants (``probe.ablate``) as steps on every norm module
+        """The LN-affine and no-LN variants (``probe.surgery.ablate``) as steps on every norm module
         of a layer, in forward order.
 
         The norms are the layers' submodules of a norm class (LayerNorm, RMSNorm, T5's
@@ -185,7 +193,7 @@ class SpecAdapter(Adapter):
         return Step(f"{site}:{ops[-1]}", "set", part="mask", value="no-sink", when="sinks")
 
     def scale_steps(self, config, steps: list[Step], ablation: Ablation) -> list[Step]:
-        """``steps`` with residual branch scaling (:mod:`probe.scaling`): the attention branch
+        """``steps`` with residual branch scaling (:mod:`probe.surgery.scaling`): the attention branch
         is multiplied by alpha where the entry reads it (the value the layer adds to its
         residual), right after that read; the MLP branch, where the MLP has not been
         removed, at the entry's ``mlp_branch``: before the first step at that site (GPT-NeoX's
@@ -429,7 +437,10 @@ def _scaled(value, index: int | None, alpha: float):
 
 def _value(step: Step, target, reads: dict[str, Any]):
     if step.is_affine:
-        return affine_norm(target._module, step.value.split(":", 1)[1], first(target.input))
+        # The norm's output is replaced after its forward, when accelerate has sent an
+        # offloaded norm's weights back: they are read in again for the product.
+        with module_onloaded(target._module):
+            return affine_norm(target._module, step.value.split(":", 1)[1], first(target.input))
     if step.value == "zeros":
         return torch.zeros_like(first(target.input))
     if step.value == "input":

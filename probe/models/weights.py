@@ -1,6 +1,6 @@
 """Reading a family's weights and norms from the model's own modules, outside any trace.
 
-The path decomposition (:mod:`probe.frozen`) and the theory panel (:mod:`probe.theory`)
+The path decomposition (:mod:`probe.measures.frozen`) and the theory panel (:mod:`probe.measures.theory`)
 need each attention's value, output, query and key projections per head, and each
 norm's (gamma, beta, eps); the LayerNorm variants need a norm's affine map.  Where a
 family keeps them is its entry's business (:class:`probe.models.family.Heads`:
@@ -8,6 +8,8 @@ family keeps them is its entry's business (:class:`probe.models.family.Heads`:
 """
 
 from __future__ import annotations
+
+import contextlib
 
 import torch
 
@@ -229,3 +231,20 @@ def _falcon_value(weight, bias, config, n_heads: int, d: int):
     rows = weight.reshape(n_heads, 3, d, hidden)[:, 2].reshape(n_heads * d, hidden)
     b = None if bias is None else bias.reshape(n_heads, 3, d)[:, 2].reshape(-1)
     return rows, b, n_heads
+
+
+@contextlib.contextmanager
+def module_onloaded(module: torch.nn.Module):
+    """One module's offloaded weights brought in for the block, for code that reads them
+    after accelerate's hook has sent them back (a forward hook); a no-op for a module whose
+    weights are where they run."""
+    if getattr(module, "_hf_hook", None) is None:
+        yield module
+        return
+    from accelerate.utils import align_module_device, has_offloaded_params
+
+    if not has_offloaded_params(module):
+        yield module
+        return
+    with align_module_device(module):
+        yield module

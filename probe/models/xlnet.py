@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import torch
 
-from ..ablate import Ablation
+from probe.surgery.ablate import Ablation
+
 from .base import Adapter, LayerWeights
 
 #: The one-stream branch's call of post_attention, as nnsight's ``.source`` names it.

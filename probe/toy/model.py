@@ -70,8 +70,8 @@ import torch
 from torch import Tensor, nn
 
 from probe.errors import ProbeError
+from probe.measures.path_vocabulary import SKIP
 from probe.names import PATH_ATTENTIONS, PATH_NORMS
-from probe.path_vocabulary import SKIP
 
 #: Weight initialisations: BERT's (the paper's SAN is a BertPreTrainedModel) or PyTorch's defaults.
 INITS = ("bert", "torch")

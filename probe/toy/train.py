@@ -16,7 +16,7 @@ inputs (zeros for the first batch of an epoch), the residual across recurrent
 steps it is then run with.
 
 Path evaluation (Section 4 of the paper): for each length k = 0..L, draw
-``n_paths`` uniform random paths of length k (probe.path_vocabulary.random_paths), run the
+``n_paths`` uniform random paths of length k (probe.measures.path_vocabulary.random_paths), run the
 network restricted to their sum, and score it; repeat ``repeats`` times with
 fresh paths.  The seed of repeat r at length k is derived from the run's seed,
 so the drawn paths are reproducible.
@@ -31,7 +31,7 @@ import torch
 from torch import Tensor, nn
 
 from probe.errors import ProbeError
-from probe.path_vocabulary import path_str, random_paths
+from probe.measures.path_vocabulary import path_str, random_paths
 
 from .model import ToySAN
 

@@ -1,8 +1,8 @@
-"""Slow, loop-based NumPy oracle for probe.metrics (independent of probe: no imports from it).
+"""Slow, loop-based NumPy oracle for probe.measures.metrics (independent of probe: no imports from it).
 
 Each sequence's real tokens are extracted with boolean indexing and handled on their own with
 np.linalg, so padding never enters a computation.  Inputs are NumPy arrays: X (sequence, token,
-hidden) and mask (sequence, token) bool or None.  Degenerate conventions match probe.metrics:
+hidden) and mask (sequence, token) bool or None.  Degenerate conventions match probe.measures.metrics:
 an all-zero sequence gives NaN relative residuals and ranks, a zero-norm token has cosine 0.
 """
 

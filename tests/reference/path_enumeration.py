@@ -1,6 +1,6 @@
 """Brute-force sum over paths of a frozen SAN+skip network (no ``probe`` imports).
 
-The oracle for ``probe.frozen.path_terms``.  Given a HuggingFace base model of any
+The oracle for ``probe.measures.frozen.path_terms``.  Given a HuggingFace base model of any
 family probe decomposes, the embeddings X_0 and, per layer, the attention
 probabilities and the input of each norm to freeze (from one real run of the SAN+skip
 variant: :func:`reference_reads` makes that run itself, by module surgery), it

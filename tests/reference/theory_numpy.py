@@ -1,4 +1,4 @@
-"""Independent numpy reference for the paper's constants (probe/theory.py), reading the
+"""Independent numpy reference for the paper's constants (probe/measures/theory.py), reading the
 HuggingFace weights by their own names.  Imports neither probe nor nnsight.
 
 Row convention (tokens are rows): a head's scores are X A_q A_k^T X^T, its output
