@@ -52,7 +52,9 @@ from probe.measures.attention_stats import (
 from probe.measures.overflow import DEGENERATE, check_finite, check_nonzero
 from probe.requests.inputs import Encoded, image_tokens
 from probe.requests.request import Inputs, Model, dtype_name, provenance, record
+from probe.surgery import masks
 from probe.surgery.ablate import TRANSFORMER, Ablation
+from probe.surgery.masks import Mask
 from probe.surgery.scaling import ONE, BranchScale, parse_branch_scale
 from probe.surgery.trace import check_norm_variant
 
@@ -116,6 +118,7 @@ def run(
     *,
     epsilon: float = EPSILON,
     branch_scale: str | float | BranchScale = 1,
+    mask: str | Mask = "model",
     progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
@@ -138,6 +141,9 @@ def run(
         The model's residual branches scaled, y = x + alpha f(x), as in
         [`collapse.prepare`][probe.analyses.collapse.prepare] (`probe.surgery.scaling`); 1 runs
         the model as it is.
+    mask
+        The attention mask every layer runs with, as in
+        [`collapse.prepare`][probe.analyses.collapse.prepare] (`probe.surgery.masks`).
     progress
         Called after each forward pass with (passes done, passes in all, a label naming
         the init); None: silent.
@@ -170,8 +176,10 @@ def run(
     """
     epsilon = check_epsilon(epsilon)
     scale = parse_branch_scale(branch_scale)
+    asked = masks.parse_mask(mask)
 
     def check(models: list[ProbedModel], given: Inputs) -> int:
+        masks.check(models[0], asked)
         # A family outside the walker refuses a branch scale.
         check_norm_variant(models[0], _clean(scale, models[0]))
         return _extra_bytes(models[0], given)
@@ -185,21 +193,24 @@ def run(
     totals = []
     batches = encoded.batches(given.batch_size)
     done = 0
-    for probed in models:
-        sums = Totals(probed.n_layers)
-        for start, ids, mask in batches:
-            measure_batch(probed, ids, mask, sums, start, ablation=clean, epsilon=epsilon)
-            done += 1
-            if progress is not None:
-                progress(done, len(models) * len(batches), f"{probed.init} attention")
-        _check_medians(probed, sums)
-        totals.append(sums)
+    with masks.applied(models, asked):
+        for probed in models:
+            sums = Totals(probed.n_layers)
+            for start, ids, padding in batches:
+                measure_batch(probed, ids, padding, sums, start, ablation=clean, epsilon=epsilon)
+                done += 1
+                if progress is not None:
+                    progress(done, len(models) * len(batches), f"{probed.init} attention")
+            _check_medians(probed, sums)
+            totals.append(sums)
     recorded = ""
     if isinstance(request.source, str | Path):
-        recorded = _record(request, given, encoded, epsilon, dtype_name(first.dtype), scale)
+        options = (epsilon, scale, asked)
+        recorded = _record(request, given, encoded, options, dtype_name(first.dtype))
     if command is None:
         command = "" if recorded else "probe.attention(<a model>)"
-    return _dataset(models, encoded, totals, epsilon, (command, recorded), (scale, alpha))
+    made = (command, recorded)
+    return _dataset(models, encoded, totals, epsilon, made, (scale, alpha), asked)
 
 
 def _clean(scale: BranchScale, first: ProbedModel) -> Ablation:
@@ -222,11 +233,13 @@ def _extra_bytes(first: ProbedModel, given: Inputs) -> int:
 attention = run
 
 
-def _record(request: Model, given: Inputs, encoded: Encoded, epsilon, dtype, scale=ONE) -> str:
-    """The request as the result keeps it (``probe.requests.request.record``): the options not at
-    their defaults."""
+def _record(request: Model, given: Inputs, encoded: Encoded, options, dtype) -> str:
+    """The request as the result keeps it (``probe.requests.request.record``): the options
+    (epsilon, branch scale, mask) not at their defaults."""
+    epsilon, scale, mask = options
     own = {} if epsilon == EPSILON else {"epsilon": epsilon}
     own |= {} if scale.is_one else {"branch_scale": scale.text}
+    own |= {} if mask.is_model else {"mask": mask.text}
     sizes = {"sequences": encoded.sequences, "tokens": encoded.tokens}
     return record("attention", request, given, own, dtype=dtype, **sizes)
 
@@ -312,6 +325,7 @@ def _dataset(
     epsilon: float,
     made: tuple[str, str],
     scaled: tuple[BranchScale, float] = (ONE, 1.0),
+    mask: Mask = Mask(),  # noqa: B008 (a frozen value)
 ) -> xr.Dataset:
     first = models[0]
     L, H = first.n_layers, first.adapter.n_heads(first.config)
@@ -363,11 +377,12 @@ def _dataset(
         "request": made[1],
         "created": utc_now(),
         "epsilon": epsilon,
-        "attention": first.attn_implementation,
-        "causal": int(first.adapter.causal),
+        **masks.attrs(first, mask, encoded.tokens),
         "attention_note": attention_note(first),
         "settings": json.dumps(
-            {"epsilon": epsilon} | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text}),
+            {"epsilon": epsilon}
+            | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text})
+            | ({} if mask.is_model else {"mask": mask.text}),
             sort_keys=True,
         ),
     }

@@ -53,8 +53,9 @@ from probe.requests.request import (
     provenance,
     record,
 )
-from probe.surgery import removals
+from probe.surgery import masks, removals
 from probe.surgery.ablate import PRESETS, parse_variants
+from probe.surgery.masks import Mask
 from probe.surgery.scaling import BranchScale, parse_branch_scale
 from probe.surgery.trace import check_norm_variant
 
@@ -63,52 +64,17 @@ from .collapse_extras import (
     find_removals,
     ids_block,
     input_ids,
+    metrics_note,
     panel_variables,
+    parse_metrics,
     removal_attrs,
     surgery_note,
 )
-from .collapse_measure import DEFAULT_METRICS, Plan, Progress
+from .collapse_measure import Plan, Progress
 from .preamble import begin
 
-
-def parse_metrics(metrics: str | Sequence[str] | None) -> tuple[str, ...]:
-    """``"all"``/None, a comma list or a sequence of names -> names in the order of METRICS.
-
-    CLI spellings (``stable-rank``) and library ones (``stable_rank``) are both accepted.  The
-    relative residual is always computed: it is the paper's measure, the report is built on it,
-    and it needs no spectrum."""
-    if metrics is None:
-        return DEFAULT_METRICS
-    if not isinstance(metrics, str | Sequence):
-        raise ProbeError(f"`metrics` takes all or a comma list; got {type(metrics).__name__}")
-    given = metrics.split(",") if isinstance(metrics, str) else list(metrics)
-    names = [str(name).strip().replace("-", "_") for name in given if str(name).strip()]
-    if names == ["all"]:
-        return METRICS
-    unknown = [name.replace("_", "-") for name in names if name not in METRICS]
-    if unknown or not names:
-        choices = ", ".join(name.replace("_", "-") for name in METRICS)
-        what = f"unknown metric {', '.join(unknown)}" if unknown else "no metric given"
-        raise ProbeError(f"{what}; `metrics` takes all or a comma list of {choices}")
-    return tuple(name for name in METRICS if name in names or name == "relative_residual")
-
-
-def metrics_note(names: Sequence[str], method: str) -> str:
-    """One sentence per computed metric: how it is computed and how accurate it is."""
-    notes = {
-        "relative_residual": "relative residual (both fits, every norm): exact, relative error "
-        "<= 1e-10 against the float64 SVD (absolute <= 1e-14 below 1e-6)",
-        "stable_rank": "stable rank: exact, relative error <= 1e-8",
-        "cosine_similarity": "cosine similarity: exact, absolute error <= 1e-13",
-        "effective_rank": (
-            "effective rank: exact from the full spectrum, relative error <= 1e-8"
-            if method == "exact"
-            else "effective rank: estimated by stochastic Lanczos quadrature "
-            f"({metrics.PROBES} probes x {metrics.QUADRATURE_STEPS} steps, top of the "
-            "spectrum deflated), relative error within 2% per sequence, typically 0.1-0.5%"
-        ),
-    }
-    return "; ".join(notes[name] for name in METRICS if name in names)
+#: The sizes a run takes where its inputs give none: the paper's 32 sequences of 128 tokens.
+SIZES = {"sequences": 32, "tokens": 128, "batch_size": 16}
 
 
 def prepare(
@@ -120,6 +86,7 @@ def prepare(
     metrics: str | Sequence[str] | None = None,
     effective_rank: str = "auto",
     branch_scale: str | float | BranchScale = 1,
+    mask: str | Mask = "model",
     warn: Callable[[str], None] | None = None,
     command: str | None = None,
     **flat,
@@ -156,6 +123,9 @@ def prepare(
     branch_scale
         alpha of y = x + alpha f(x) in every layer (`probe.surgery.scaling`): a number or an expression
         of the depth L such as `"1/sqrt(L)"`; 1 runs the model as it is.
+    mask
+        The attention mask every layer runs with (`probe.surgery.masks`): `model` (its
+        own), `bidirectional`, `causal`, `window:W` or `causal-window:W`.
     warn
         Called with one line when the text or image folder holds fewer sequences than asked
         (the run uses those); None: no warnings.
@@ -182,21 +152,21 @@ def prepare(
     """
     scale = parse_branch_scale(branch_scale)
     names, chosen = _checked_options(variants, surgery, metrics, effective_rank)
-    begun = begin(
-        model,
-        inputs,
-        flat,
-        sizes={"sequences": 32, "tokens": 128, "batch_size": 16},
-        check=lambda models, _: _check_variants(models[0], names, _alpha(scale, models[0])),
-        warn=warn,
-        every_sequence=True,
-    )
+    asked = masks.parse_mask(mask)
+
+    def check(models: list[ProbedModel], _) -> int:
+        masks.check(models[0], asked)
+        return _check_variants(models[0], names, _alpha(scale, models[0]))
+
+    begun = begin(model, inputs, flat, sizes=SIZES, check=check, warn=warn, every_sequence=True)
     request, given, models, encoded = begun.request, begun.given, begun.models, begun.inputs
     first = begun.first
     batch_size = given.batch_size
     settings = _settings(request, models, names, surgery, encoded, batch_size, chosen)
     if not scale.is_one:  # the unscaled model's settings have no branch_scale
         settings["branch_scale"] = scale.text
+    if not asked.is_model:  # nor has a run with the model's own mask a mask
+        settings["mask"] = asked.text
     if "effective_rank" in chosen:  # what "auto" means at this size and device
         settings["effective_rank"] = effective_rank_method(
             effective_rank, encoded.tokens, first.adapter.hidden_size(first.config), first.device
@@ -208,7 +178,7 @@ def prepare(
     method = settings.get("effective_rank", "exact")
     return Plan(
         models, names, encoded, surgery, batch_size, command, settings, chosen, method,
-        branch_scale=_alpha(scale, first), request=recorded,
+        branch_scale=_alpha(scale, first), request=recorded, mask=asked,
     )  # fmt: skip
 
 
@@ -307,6 +277,11 @@ def execute(
         token) for token inputs; the theory panel's variables; attributes that say how it was
         made.
     """
+    with masks.applied(plan.models, plan.mask):
+        return _execute(plan, progress, stream_to, part)
+
+
+def _execute(plan: Plan, progress, stream_to, part) -> xr.Dataset:
     from probe.distributed import shard
 
     rank, world_size = part
@@ -397,8 +372,9 @@ def _record(request: Model, given: Inputs, settings: dict, method: str) -> str:
         own["metrics"] = ",".join(settings["metrics"])
     if method != "auto" and "effective_rank" in settings:
         own["effective_rank"] = method
-    if "branch_scale" in settings:
-        own["branch_scale"] = settings["branch_scale"]
+    for name in ("branch_scale", "mask"):
+        if name in settings:
+            own[name] = settings[name]
     sizes = {"sequences": settings["sequences"], "tokens": settings["tokens"]}
     return record("collapse", request, given, own, dtype=settings["dtype"], **sizes)
 
@@ -465,9 +441,7 @@ def _dataset(
         "surgery_note": surgery_note(plan.surgery, adapter),
         "ablation_table": json.dumps(list(adapter.table)),
         "residual_stream": adapter.stream_note,
-        "attention": first.attn_implementation,
-        # 1 where a token attends only to earlier ones (decoders): their SAN collapses slower.
-        "causal": int(adapter.causal),
+        **masks.attrs(first, plan.mask, inputs.tokens),
         "spec": adapter.describe(config) if hasattr(adapter, "describe") else "",
         # alpha of y = x + alpha f(x) as given (an expression of L) and at this depth.
         "branch_scale": plan.settings.get("branch_scale", "1"),

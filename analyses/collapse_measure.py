@@ -27,6 +27,7 @@ from probe.measures.overflow import check_finite, check_nonzero, has_zero_sequen
 from probe.names import METRICS
 from probe.requests.inputs import Encoded
 from probe.surgery.ablate import PRESETS, Ablation
+from probe.surgery.masks import Mask
 from probe.surgery.trace import layer_values
 
 Progress = Callable[[int, int, str], None]
@@ -74,6 +75,9 @@ class Plan:
     request
         The request as data (`probe.requests.request.record`), which the result records; "" for a
         model passed as an object.
+    mask
+        The attention mask every layer runs with (`probe.surgery.masks`); the model's own by
+        default.
     """
 
     models: list[ProbedModel]
@@ -92,6 +96,8 @@ class Plan:
     branch_scale: float = 1.0
     #: The request as data (``probe.requests.request.record``); "" for a model passed as an object.
     request: str = ""
+    #: The attention mask every layer runs with (:mod:`probe.surgery.masks`).
+    mask: Mask = field(default_factory=Mask)
 
     def ablation(self, variant: str) -> Ablation:
         """The variant's ablation under this run's surgery and branch scale."""

@@ -40,7 +40,7 @@ import hashlib
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -56,8 +56,9 @@ from probe.surgery.scaling import parse_branch_scale
 
 from . import attention as attention_analysis
 from . import collapse, sweep_axes, sweep_points
+from .sweep_axes import Grid
 from .sweep_gather import SUMMARIES, THRESHOLD, gather, summaries
-from .sweep_points import FOLDER, Axis, Point, Store, grid, parse_counts, parse_words
+from .sweep_points import FOLDER, Axis, Point, Store, grid
 
 __all__ = [
     "SUMMARIES",
@@ -125,59 +126,6 @@ class Sweep:
     def store(self, out_dir: str | Path) -> Store:
         """The store of every sweep written to ``out_dir`` (``sweep_points.FOLDER``)."""
         return Store(Path(out_dir) / FOLDER, self.fixed)
-
-
-@dataclass(frozen=True)
-class Grid:
-    """What a sweep varies, as given.
-
-    ``config``: {field: values} swept at random init (``{"n_layer": [2, 4, 8]}``);
-    ``branch_scale``: scales of the residual branches (numbers or texts in L such as
-    ``"1/sqrt(L)"``); ``revisions``: hub revisions; ``steps``: (training step, folder) of
-    local checkpoints; ``tokens`` and ``seeds``: numbers or texts like ``"0-4"``.  A
-    setting given one value is fixed, not swept.
-    """
-
-    config: dict | None = None
-    branch_scale: object = None
-    revisions: object = None
-    steps: Sequence[tuple[int, str]] | None = None
-    tokens: object = None
-    seeds: object = None
-
-    @classmethod
-    def take(cls, settings: dict) -> Grid:
-        """The grid's settings, taken out of ``settings`` (what is left is the request's)."""
-        return cls(**{f.name: settings.pop(f.name) for f in fields(cls) if f.name in settings})
-
-    def axes(self) -> tuple[list[Axis], dict]:
-        """The axes of the values given (two or more each) and the fixed settings (one each)."""
-        given: list[tuple[str, str, tuple]] = []
-        if self.config is not None:
-            given += [(k, "config", v) for k, v in sweep_points.parse_config(self.config)]
-        scale = self.branch_scale
-        if scale is not None:
-            words = parse_words(scale, "branch_scale") if isinstance(scale, str) else (
-                sweep_points.listed(scale, "branch_scale"))  # fmt: skip
-            given.append(("branch_scale", "branch_scale", words))
-        if self.revisions is not None:
-            given.append(("revision", "revision", parse_words(self.revisions, "revisions")))
-        if self.tokens is not None:
-            given.append(("tokens", "tokens", parse_counts(self.tokens, "tokens", 2, 2**31 - 1)))
-        if self.seeds is not None:
-            given.append(("seed", "seed", parse_counts(self.seeds, "seeds", 0, 2**63 - 1)))
-        axes, fixed = [], {}
-        for name, kind, values in given:
-            if len(values) > 1:
-                axes.append(Axis(name, kind, values))
-            else:
-                fixed[(name, kind)] = values[0]
-        if self.steps is not None:
-            axis = Axis("step", "step", *sweep_points.parse_steps(self.steps))
-            axes.insert(len([a for a in axes if a.kind in ("config", "branch_scale")]), axis)
-        if len([a for a in axes if a.kind in ("revision", "step")]) > 1:
-            raise ProbeError("give either `revisions` or `steps`, not both")
-        return axes, fixed
 
 
 def plan(
@@ -275,10 +223,13 @@ def plan(
     for point in points:
         try:
             model, inputs, run_options = point_request(sweep, point)
-            key = (repr(model), repr(inputs), repr(scale := run_options.get("branch_scale")))
+            scale, mask = run_options.get("branch_scale"), run_options.get("mask")
+            key = (repr(model), repr(inputs), repr(scale), mask)
             if key not in checked:
                 checked.add(key)
-                check_models([model], inputs, branch_scale=scale, tokenize=True, variants=variants)
+                sized = inputs.with_defaults(**collapse.SIZES)  # the sizes the point runs
+                check_models([model], sized, branch_scale=scale, tokenize=True,
+                             variants=variants, mask=mask)  # fmt: skip
         except ProbeError as err:
             raise ProbeError(f"point {point.label()}: {err}") from None
     sweep_axes.check(sweep, point_request)
@@ -292,8 +243,8 @@ def _fixed_request(request: Model, given: Inputs, fixed: dict, options: dict):
     for (name, kind), value in fixed.items():
         if kind == "config":
             request = _with_config(request, {name: value})
-        elif kind == "branch_scale":
-            extra["branch_scale"] = value
+        elif kind in ("branch_scale", "mask"):
+            extra[kind] = value
         elif kind == "revision":
             request = replace(request, revision=value)
         elif kind == "tokens":
@@ -318,6 +269,8 @@ def point_request(sweep: Sweep, point: Point) -> tuple[Model, Inputs, dict]:
         elif axis.kind == "branch_scale":
             parse_branch_scale(value)  # a scale it cannot read fails here, naming the point
             options["branch_scale"] = value
+        elif axis.kind == "mask":
+            options["mask"] = value
         elif axis.kind == "revision":
             model = replace(model, revision=value)
         elif axis.kind == "step":
@@ -388,6 +341,7 @@ def run_point(sweep: Sweep, point: Point, warn: Callable[[str], None] | None = N
                     inputs,
                     epsilon=sweep.epsilon,
                     branch_scale=options.get("branch_scale", 1),
+                    mask=options.get("mask", "model"),
                 )
                 for probed in plan.models
             ],

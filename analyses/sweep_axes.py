@@ -19,6 +19,9 @@ pretrained weights the tokenizers, and the bytes of a series' weight files; no m
 * `branch_scale`: two scales of equal value at every depth the grid runs (`1` and `1.0`,
   `1/L` and `L^-1`) scale every branch alike; alpha is taken as `probe.surgery.scaling` evaluates
   it, and 1 and its spellings run the model as it is.
+* `mask`: `causal` on a causal model without a sliding window is its own mask (`model`);
+  `window:W` with W at least the tokens less one is `bidirectional`, and `causal-window:W`
+  so wide is `causal`.
 * `config`: two values a field reads alike (`1` and `1.0` of a real-number field) build
   one config; dropout fields (a name holding ``dropout`` or ending in ``pdrop``) and
   ``use_cache`` enter no forward pass in eval mode, which is how every model runs.
@@ -42,13 +45,16 @@ from __future__ import annotations
 import filecmp
 import hashlib
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from probe.errors import ProbeError
 from probe.loading.identity import BLOCK_BYTES, SAMPLES
+from probe.surgery.masks import parse_mask
 
-from .sweep_points import Axis, Point
+from . import sweep_points
+from .sweep_points import Axis, Point, parse_counts, parse_words
 
 #: What a save writes about itself rather than the model: the steps of one run may differ there.
 SAVE_FIELDS = ("_name_or_path", "transformers_version", "dtype", "torch_dtype")
@@ -91,6 +97,8 @@ def check(sweep, request_of: Requests) -> None:
             _tokens(sweep, request_of, read)
         elif axis.kind == "branch_scale":
             _branch_scales(axis, sweep, request_of, read)
+        elif axis.kind == "mask":
+            _masks(axis, sweep, request_of, read)
         elif axis.kind == "config":
             _config(axis, sweep, request_of, read)
         elif axis.kind == "revision":
@@ -216,6 +224,31 @@ def _branch_scales(axis: Axis, sweep, request_of: Requests, read: _Configs) -> N
         raise ProbeError(
             f"`branch_scale` {same[0]} and {same[1]} are the same scale at every depth the "
             f"sweep runs ({at}): the same run twice; keep one of them"
+        )
+
+
+def _masks(axis: Axis, sweep, request_of: Requests, read: _Configs) -> None:
+    """Refuse two masks that are one run on every model and token count of the grid:
+    `causal` and `model` on a causal model, a window as wide as the sequence and the mask
+    without a window."""
+    from types import SimpleNamespace
+
+    from probe.surgery.masks import parse_mask, same_run
+
+    runs = []
+    for value in axis.values:
+        mask, ran = parse_mask(value), []
+        for model, inputs in _models(sweep, request_of):
+            for init in model.init:
+                _, _, config, adapter = read(model, init)
+                probed = SimpleNamespace(config=config, adapter=adapter)
+                ran.append(same_run(probed, mask, inputs.tokens))
+        runs.append(tuple(ran))
+    same = _twice(axis.values, runs)
+    if same is not None:
+        raise ProbeError(
+            f"`mask` {same[0]} and {same[1]} are the same mask on every model and sequence "
+            "length the sweep runs: the same run twice; keep one of them"
         )
 
 
@@ -367,3 +400,65 @@ def _sampled(path: Path) -> str:
                 handle.seek((size - BLOCK_BYTES) * index // (SAMPLES - 1))
                 hasher.update(handle.read(BLOCK_BYTES))
     return hasher.hexdigest()
+
+
+@dataclass(frozen=True)
+class Grid:
+    """What a sweep varies, as given.
+
+    ``config``: {field: values} swept at random init (``{"n_layer": [2, 4, 8]}``);
+    ``branch_scale``: scales of the residual branches (numbers or texts in L such as
+    ``"1/sqrt(L)"``); ``mask``: attention masks (``probe.surgery.masks``: ``causal``,
+    ``window:2``, ...); ``revisions``: hub revisions; ``steps``: (training step, folder) of
+    local checkpoints; ``tokens`` and ``seeds``: numbers or texts like ``"0-4"``.  A
+    setting given one value is fixed, not swept.
+    """
+
+    config: dict | None = None
+    branch_scale: object = None
+    mask: object = None
+    revisions: object = None
+    steps: Sequence[tuple[int, str]] | None = None
+    tokens: object = None
+    seeds: object = None
+
+    @classmethod
+    def take(cls, settings: dict) -> Grid:
+        """The grid's settings, taken out of ``settings`` (what is left is the request's)."""
+        return cls(**{f.name: settings.pop(f.name) for f in fields(cls) if f.name in settings})
+
+    def axes(self) -> tuple[list[Axis], dict]:
+        """The axes of the values given (two or more each) and the fixed settings (one each)."""
+        given: list[tuple[str, str, tuple]] = []
+        if self.config is not None:
+            given += [(k, "config", v) for k, v in sweep_points.parse_config(self.config)]
+        scale = self.branch_scale
+        if scale is not None:
+            words = parse_words(scale, "branch_scale") if isinstance(scale, str) else (
+                sweep_points.listed(scale, "branch_scale"))  # fmt: skip
+            given.append(("branch_scale", "branch_scale", words))
+        if self.mask is not None:
+            words = tuple(parse_mask(w).text for w in parse_words(self.mask, "mask"))
+            if len(set(words)) != len(words):
+                raise ProbeError(f"`mask` names a mask twice: {', '.join(words)}")
+            given.append(("mask", "mask", words))
+        if self.revisions is not None:
+            given.append(("revision", "revision", parse_words(self.revisions, "revisions")))
+        if self.tokens is not None:
+            given.append(("tokens", "tokens", parse_counts(self.tokens, "tokens", 2, 2**31 - 1)))
+        if self.seeds is not None:
+            given.append(("seed", "seed", parse_counts(self.seeds, "seeds", 0, 2**63 - 1)))
+        axes, fixed = [], {}
+        for name, kind, values in given:
+            if len(values) > 1:
+                axes.append(Axis(name, kind, values))
+            else:
+                fixed[(name, kind)] = values[0]
+        if self.steps is not None:
+            axis = Axis("step", "step", *sweep_points.parse_steps(self.steps))
+            axes.insert(
+                len([a for a in axes if a.kind in ("config", "branch_scale", "mask")]), axis
+            )
+        if len([a for a in axes if a.kind in ("revision", "step")]) > 1:
+            raise ProbeError("give either `revisions` or `steps`, not both")
+        return axes, fixed

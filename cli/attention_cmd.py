@@ -16,7 +16,7 @@ from rich.table import Table
 from .console import Reporter, command_line, fail, named, out, warn
 from .domains import Count, ModelName, Real, argument, option
 from .help import ANALYSIS, INPUTS
-from .options import SHARED, BranchScaleOption, Shared, shared_options
+from .options import SHARED, BranchScaleOption, MaskOption, Shared, shared_options
 
 if TYPE_CHECKING:
     import xarray as xr
@@ -39,6 +39,7 @@ def attention(
         ),
     ] = 0.3,
     branch_scale: BranchScaleOption = "1",
+    mask: MaskOption = "model",
     sequences: Annotated[
         int,
         option(
@@ -62,7 +63,7 @@ def attention(
     from .output import check_out_dir, no_empty_folder, write_index
 
     check_out_dir(out_dir)
-    check_models(requests, given, branch_scale=branch_scale)  # all, before the first runs
+    check_models(requests, given, branch_scale=branch_scale, mask=mask)  # all, before any runs
     with no_empty_folder(out_dir):
         for request in requests:
             from probe.analyses import attention as analysis
@@ -74,6 +75,7 @@ def attention(
                     given,
                     epsilon=epsilon,
                     branch_scale=branch_scale,
+                    mask=mask,
                     progress=reporter.update,
                     warn=warn,
                     command=command_line() if len(requests) == 1 else None,

@@ -18,7 +18,7 @@ from probe.surgery.ablate import parse_variants
 from .console import fail, warn
 from .domains import Choice, CommaList, Count, ModelName, argument, option
 from .help import ANALYSIS, INPUTS
-from .options import SHARED, BranchScaleOption, Shared, shared_options
+from .options import SHARED, BranchScaleOption, MaskOption, Shared, shared_options
 
 
 def _choices(values) -> tuple[str, ...]:
@@ -151,6 +151,7 @@ def collapse(
         ),
     ] = "probe",
     branch_scale: BranchScaleOption = "1",
+    mask: MaskOption = "model",
     sequences: Annotated[
         str,
         option(
@@ -181,6 +182,7 @@ def collapse(
         metrics=metrics,
         effective_rank=_value(effective_rank),
         branch_scale=branch_scale,
+        mask=mask,
         out_dir=shared.out_dir,
     )
 

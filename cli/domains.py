@@ -260,6 +260,21 @@ class BranchScale(Domain):
         return "a number, or an expression of the depth L: 1/sqrt(L), 1/L, L^-0.5"
 
 
+class MaskName(Domain):
+    """An attention mask (:func:`probe.surgery.masks.parse_mask`)."""
+
+    kind = "mask"
+    metavar = "MASK"
+
+    def check(self, value):
+        from probe.surgery.masks import parse_mask
+
+        return parse_mask(str(value)).text
+
+    def describe(self) -> str:
+        return "model, bidirectional, causal, window:W or causal-window:W (W >= 1)"
+
+
 class ModelName(Domain):
     kind = "model"
     metavar = "MODEL"

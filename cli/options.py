@@ -48,6 +48,7 @@ from .domains import (
     Count,
     Device,
     ImageFolder,
+    MaskName,
     Memory,
     OutFolder,
     Revision,
@@ -120,6 +121,17 @@ BranchScaleOption = Annotated[
         "--branch-scale",
         domain=BranchScale(),
         help="Scale every attention and MLP branch: y = x + ALPHA f(x) (Noci et al. 2022).",
+        rich_help_panel=ANALYSIS,
+    ),
+]
+MaskOption = Annotated[
+    str,
+    option(
+        "--mask",
+        domain=MaskName(),
+        help="The attention mask of every layer: model (its own), bidirectional, causal, "
+        "window:W (keys within W on either side) or causal-window:W (itself and the W keys "
+        "before it) (Wu et al. 2024).",
         rich_help_panel=ANALYSIS,
     ),
 ]

@@ -1,7 +1,7 @@
 """``probe sweep MODEL``: one ``probe collapse`` per point of a grid, gathered into one result.
 
 Made of the shared request options (:mod:`cli.options`) and the grid's own: ``--set
-KEY=V1,V2`` (repeatable), ``--tokens``, ``--seeds``, ``--branch-scale``, ``--revisions``,
+KEY=V1,V2`` (repeatable), ``--tokens``, ``--seeds``, ``--branch-scale``, ``--mask``, ``--revisions``,
 ``--steps`` (with several checkpoint folders as MODEL).  Everything is checked before the
 first point runs: the grid, every point's request and config, its size against
 ``--max-points`` and the largest point against free memory.  ``--dry-run`` stops there and
@@ -135,6 +135,17 @@ def sweep(
             rich_help_panel=GRID,
         ),
     ] = None,
+    mask: Annotated[
+        str | None,
+        option(
+            "--mask",
+            domain=Values("MASK", "masks"),
+            help="Attention masks of every layer, e.g. bidirectional,causal,window:2: model "
+            "(its own), bidirectional, causal, window:W, causal-window:W (Wu et al. 2024).",
+            show_default="model",
+            rich_help_panel=GRID,
+        ),
+    ] = None,
     revisions: Annotated[
         str | None,
         option(
@@ -238,7 +249,7 @@ def sweep(
         fail("--set gives a config field more than once; give each field once")
     plan = analysis.plan(
         request, shared.inputs(sequences), config=config, branch_scale=branch_scale,
-        revisions=revisions, steps=folders, tokens=tokens, seeds=seeds, variants=variants,
+        mask=mask, revisions=revisions, steps=folders, tokens=tokens, seeds=seeds, variants=variants,
         attention=not no_attention, max_points=max_points, command=command_line(),
     )  # fmt: skip
     found = sweep_cost.costs(plan)

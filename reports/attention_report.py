@@ -67,8 +67,15 @@ def _header(ds: xr.Dataset, title: str, result_file: str) -> str:
         f"<header><h1>{esc(title)}</h1>"
         f'<p class="subtitle">created {esc(ds.attrs.get("created", "?"))} · probe '
         f"{esc(ds.attrs.get('probe_version', '?'))}</p>"
-        f'<nav class="toc"><a href="{href(result_file)}">data ({esc(result_file)})</a></nav></header>'
+        f'<nav class="toc"><a href="{href(result_file)}">data ({esc(result_file)})</a></nav>'
+        f"{_mask_note(ds)}</header>"
     )
+
+
+def _mask_note(ds: xr.Dataset) -> str:
+    """The attention mask the run chose, where it chose one (``probe.surgery.masks``)."""
+    note = ds.attrs.get("mask_note")
+    return f'<p class="warning">{esc(note)}</p>' if note else ""
 
 
 def _summary(ds: xr.Dataset, inits: list[str], eps: float) -> str:

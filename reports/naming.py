@@ -61,6 +61,8 @@ def settings_summary(attrs) -> str:
         parts.append("text " + re.split(r"[/\\]", source)[-1])
     if attrs.get("inputs") == "synthetic ids":
         parts.append("synthetic ids")
+    if attrs.get("mask"):
+        parts.append(f"mask {attrs['mask']}")
     if str(attrs.get("surgery", "probe")) != "probe":
         parts.append(f"{attrs.get('surgery')} surgery")
     if attrs.get("weights_warning"):

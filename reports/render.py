@@ -81,7 +81,7 @@ def _header(ds: xr.Dataset, title: str, result_file: str) -> str:
     links = [("#summary", "summary"), ("#collapse", "rank collapse"), ("#order", "order")]
     links += [("#metrics", "metrics"), ("#ablations", "ablations"), ("#provenance", "provenance")]
     nav = "".join(f'<a href="{target}">{words}</a>' for target, words in links)
-    warnings = [a.get("weights_warning"), _surgery_warning(a)]
+    warnings = [a.get("weights_warning"), _surgery_warning(a), a.get("mask_note")]
     notes = "".join(f'<p class="warning">{esc(w)}</p>' for w in warnings if w)
     return (
         f"<header><h1>{esc(title)}</h1>"

@@ -235,6 +235,18 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": ["", ",", "1,,2", "1,", ",1", "x", "1,x", "__import__('os')", "1e999"]
             + ["1,1e999", "1,1", "0,1", "-1,1", "1,1/(L-L)", "nan,1", "inf"],
         },
+        "mask": {
+            "good": ["model", "bidirectional", "causal", "window:1", "causal-window:4"]
+            + ["window:100000", "CAUSAL"],
+            "bad": ["", "casual", "window", "window:0", "window:-1", "causal:2", "window:x"]
+            + ["window:1.5", "window:1e999", "model:1"],
+        },
+        "masks": {
+            "good": ["bidirectional,causal", "causal,window:2", "model,bidirectional"]
+            + ["window:1,window:2", "causal"],
+            "bad": ["", ",", "causal,,window:1", "causal,", "causal,causal", "casual,causal"]
+            + ["window:0,causal", "window:1,window:01"],
+        },
         "revisions": {
             "good": ["main", "main,step1000", "step0,step1000"],
             "bad": ["", ",", "main,,step1", "main,", "main,main", "a b,main", "x" * 300]

@@ -283,7 +283,10 @@ def test_dry_run_prints_the_points_and_writes_nothing(gpt2, tmp_path, monkeypatc
         (["--seeds", "0-9", "--max-points", "5"], "10 points (10 seed), more than --max-points 5"),
         (["--tokens", "8"], "nothing to sweep"),
         # 1e-9 h is 3.6 microseconds: less than any point's forward passes take anywhere
-        (["--seeds", "0-1", "--max-hours", "1e-9"], "of forward passes at this machine's"),
+        (
+            ["--seeds", "0-1", "--tokens", "8", "--max-hours", "1e-9"],
+            "of forward passes at this machine's",
+        ),
         (["--seeds", "0-1", "--max-hours", "0"], "--max-hours must be"),
     ],
 )

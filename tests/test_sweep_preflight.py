@@ -128,3 +128,16 @@ def test_the_library_names_the_point_before_any_runs(
         sweep.plan(model, inputs, variants="SAN", attention=False, **keywords)
     assert str(caught.value).startswith(f"{point}: ")
     assert words.replace("--branch-scale", "`branch_scale`") in str(caught.value)
+
+
+def test_a_sweep_without_tokens_checks_its_points_at_the_default_length(tmp_path):
+    # No --tokens: the points run collapse's default length, and are checked at it.
+    from probe.cli.app import app
+
+    done = CliRunner().invoke(
+        app, ["sweep", "gpt2-tiny", "--init", "random", "--seeds", "0,1", "--dry-run",
+              "--out", str(tmp_path)],
+    )  # fmt: skip
+    assert done.exit_code == 0, done.output
+    plan = sweep.plan("gpt2-tiny", init="random", seeds="0,1")
+    assert len(plan.points) == 2

@@ -84,12 +84,17 @@ def ran(model: torch.nn.Module) -> str:
     modules = list(model.modules())
     if any(module in _CALLED for module in modules):
         return NAME
-    dispatches = any(_dispatches(type(module).__module__) for module in modules)
-    return NAME if dispatches else "eager"
+    return NAME if dispatches(model) else "eager"
+
+
+def dispatches(model: torch.nn.Module) -> bool:
+    """Whether the model's attention code looks its function up in transformers'
+    ``AttentionInterface`` (and so will call the one the config names)."""
+    return any(code_dispatches(type(module).__module__) for module in model.modules())
 
 
 @cache
-def _dispatches(module_name: str) -> bool:
+def code_dispatches(module_name: str) -> bool:
     """Whether a modelling module's code calls transformers' attention interface."""
     import inspect
     import sys

@@ -17,7 +17,7 @@ from probe.requests.inputs import check_input_kind
 
 
 def check_models(
-    requests, inputs, *, tokens=None, branch_scale=None, tokenize=False, variants=()
+    requests, inputs, *, tokens=None, branch_scale=None, tokenize=False, variants=(), mask=None
 ) -> None:
     """Check every [`probe.Model`][probe.requests.request.Model] of `requests` against `inputs`
     (a [`probe.Inputs`][probe.requests.request.Inputs]) before the first runs.
@@ -35,6 +35,9 @@ def check_models(
     variants
         The variants the run measures (names): those that take no branch scale are refused
         with one.
+    mask
+        The run's attention mask (`probe.surgery.masks`), or None: one the model's
+        attention cannot take is refused.
     tokenize
         Also read the model's tokenizer and cut its text as the run will (a text too short,
         ids past a vocabulary its config shrank): a sweep's points, whose configs and
@@ -52,6 +55,8 @@ def check_models(
         name = str(request.source)
         try:
             _check_model(request, name, inputs, tokens, branch_scale, tokenize, variants)
+            if mask is not None:
+                _check_mask(request, name, mask)
         except ProbeError as err:
             text = str(err)
             raise ProbeError(text if name in text else f"{name}: {text}") from None
@@ -84,6 +89,24 @@ def _check_model(request, name: str, inputs, tokens, branch_scale, tokenize, var
             _check_branch_scale(probed, adapter, config, branch_scale, variants)
         if tokenize and adapter.inputs != "pixels" and inputs.ids is None:
             _check_text(location, request.revision, config, inputs, tokens)
+
+
+def _check_mask(request, name: str, mask) -> None:
+    """A mask the model's attention cannot take, refused from its config (no load)."""
+    from types import SimpleNamespace
+
+    from probe.loading import preflight
+    from probe.surgery import masks
+
+    asked = masks.parse_mask(mask)
+    for init in request.init:
+        _, _, config, adapter = preflight(
+            name, init, config=request.config, revision=request.revision,
+            device=request.device, dtype=request.dtype,
+        )  # fmt: skip
+        family = adapter.family
+        probed = SimpleNamespace(name=name, adapter=adapter, config=config, family=family)
+        masks.check(probed, asked)
 
 
 def check_weight_files(location: Path, config, adapter) -> None:

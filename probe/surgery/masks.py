@@ -1,0 +1,302 @@
+"""Attention masks chosen by the run, applied at the attention core of every family.
+
+Wu, Ajorlou, Wang, Jegelka and Jadbabaie (NeurIPS 2024) prove that pure masked
+self-attention still collapses to rank one for every mask whose graph is quasi-strongly
+connected, and that sparse or local masks slow the rate.  A :class:`Mask` names which keys a
+query sees, whatever the model was trained with:
+
+=====================  ====================================================  ============
+name                   query i sees key j when                               paper's name
+=====================  ====================================================  ============
+``model``              the model's own mask (the default: nothing changes)
+``bidirectional``      always                                                complete
+``causal``             j <= i                                                causal
+``window:W``           \\|i - j\\| <= W                                        sliding window
+``causal-window:W``    i - W <= j <= i                                       uni-directional sliding window
+=====================  ====================================================  ============
+
+and never a padding key.  Every pattern holds the diagonal, so every real query sees a key.
+The mask is applied in probe's eager attention (``probe_masked``, registered with
+transformers' ``AttentionInterface``): the same computation as ``probe_eager`` with the
+model's additive mask replaced by the chosen one, so the attention probabilities every
+statistic reads are the masked ones.  Which keys are padding is read from the model's own
+mask, whose diagonal is open exactly at the real tokens.  A family whose attention does not
+go through the interface (it computes its own softmax), or that has no T x T attention (the
+Fastformer's additive pooling), is refused in one line.
+
+``causal`` on a model whose own mask is causal (no sliding window) is the model's own mask:
+the run is the unmasked run, and the result says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from probe.errors import ProbeError
+
+#: The mask names, in the order the help lists them; ``window`` and ``causal-window`` take
+#: a width, ``window:W``.
+KINDS = ("model", "bidirectional", "causal", "window", "causal-window")
+WIDE = ("window", "causal-window")
+#: How the paper names each mask.
+PAPER_NAMES = {
+    "bidirectional": "complete",
+    "causal": "causal",
+    "window": "sliding window",
+    "causal-window": "uni-directional sliding window",
+}
+NAME = "probe_masked"
+
+_ACTIVE: contextvars.ContextVar[Mask | None] = contextvars.ContextVar("probe_mask", default=None)
+
+
+@dataclass(frozen=True)
+class Mask:
+    """Which keys each query sees (module docstring).
+
+    Parameters
+    ----------
+    kind
+        One of `model`, `bidirectional`, `causal`, `window`, `causal-window`.
+    width
+        W of `window` and `causal-window`: a whole number from 1; None for the others.
+    """
+
+    kind: str = "model"
+    width: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ProbeError(f"unknown mask {self.kind!r}; {CHOICES}")
+        if (self.kind in WIDE) != (self.width is not None):
+            raise ProbeError(
+                f"mask {self.kind} takes a width, as {self.kind}:W"
+                if self.kind in WIDE
+                else f"mask {self.kind} takes no width"
+            )
+        width = self.width
+        if width is not None and (isinstance(width, bool) or not isinstance(width, int)):
+            raise ProbeError(f"a mask's width is a whole number; got {width!r}")
+        if width is not None and width < 1:
+            raise ProbeError(
+                f"mask {self.kind}:{width}: the width W counts the keys beside the diagonal; "
+                "give W >= 1 (W = 0 would let each token see only itself)"
+            )
+
+    @property
+    def text(self) -> str:
+        """The mask as the command line and the result write it: `window:2`."""
+        return self.kind if self.width is None else f"{self.kind}:{self.width}"
+
+    @property
+    def is_model(self) -> bool:
+        return self.kind == "model"
+
+    def allowed(self, tokens: int, device=None) -> torch.Tensor:
+        """(tokens, tokens) bool: query i (row) may see key j (column), padding aside."""
+        i = torch.arange(tokens, device=device)[:, None]
+        j = torch.arange(tokens, device=device)[None, :]
+        if self.kind == "bidirectional":
+            return torch.ones(tokens, tokens, dtype=torch.bool, device=device)
+        if self.kind == "causal":
+            return j <= i
+        if self.kind == "window":
+            return (i - j).abs() <= self.width
+        if self.kind == "causal-window":
+            return (j <= i) & (j >= i - self.width)
+        raise ProbeError("the model's own mask is the model's; it has no pattern of probe's")
+
+
+CHOICES = "choose model, bidirectional, causal, window:W or causal-window:W (W >= 1)"
+_SPELLING = re.compile(r"^([a-z-]+)(?::(.*))?$")
+
+
+def parse_mask(text: str | Mask | None) -> Mask:
+    """`"window:2"` -> `Mask("window", 2)`; None or `"model"`: the model's own mask."""
+    if text is None:
+        return Mask()
+    if isinstance(text, Mask):
+        return text
+    if not isinstance(text, str):
+        raise ProbeError(f"`mask` takes a mask's name; got {text!r}; {CHOICES}")
+    found = _SPELLING.match(text.strip().lower())
+    if found is None or found.group(1) not in KINDS:
+        raise ProbeError(f"unknown mask {text!r}; {CHOICES}")
+    kind, width = found.group(1), found.group(2)
+    if width is None:
+        return Mask(kind)
+    if not re.fullmatch(r"-?\d+", width.strip()):
+        raise ProbeError(f"mask {text!r}: the width W is a whole number; {CHOICES}")
+    return Mask(kind, int(width))
+
+
+def own_is_causal(probed) -> bool:
+    """Whether the model's own mask is plain causal: a causal family, no sliding window."""
+    config = probed.config
+    sliding = getattr(config, "sliding_window", None)
+    layer_types = getattr(config, "layer_types", None) or ()
+    return bool(probed.adapter.causal) and not sliding and "sliding_attention" not in layer_types
+
+
+def effective(probed, mask: Mask) -> Mask:
+    """The mask a run applies: ``causal`` on a model already causal is the model's own."""
+    if mask.kind == "causal" and own_is_causal(probed):
+        return Mask()
+    return mask
+
+
+def same_run(probed, mask: Mask, tokens: int | None) -> Mask:
+    """The mask that runs at ``tokens`` tokens per sequence (None: not known yet), the same
+    for two masks that give one run: a window holding every token is the mask without one."""
+    if mask.width is not None and tokens is not None and mask.width >= tokens - 1:
+        mask = Mask("bidirectional" if mask.kind == "window" else "causal")
+    return effective(probed, mask)
+
+
+def note(probed, asked: Mask, tokens: int) -> str:
+    """What the result says of its mask, in one sentence; "" for the model's own."""
+    if asked.is_model:
+        return ""
+    if effective(probed, asked).is_model:
+        return f"mask causal: {probed.name}'s own mask is causal, so the run is its own"
+    paper = PAPER_NAMES[asked.kind]
+    words = f"mask {asked.text} (the paper's {paper}) replaces {probed.name}'s own mask"
+    if asked.width is not None and asked.width >= tokens - 1:
+        whole = same_run(probed, asked, tokens)
+        words += f"; at {tokens} tokens the window holds every key, as {whole.text or 'model'}"
+    if asked.kind in ("bidirectional", "window") and probed.adapter.causal:
+        if probed.init == "pretrained":
+            words += f"; {probed.name} was trained causal, not with this mask"
+    return words
+
+
+def check(probed, mask: Mask) -> None:
+    """Refuse, in one line, a mask this model's attention cannot take.  ``probed`` is a
+    loaded model, or anything with its ``name``, ``family``, ``config`` and ``adapter``
+    (the preflight's, before any load)."""
+    if mask.is_model or effective(probed, mask).is_model:
+        return
+    name, family = probed.name, getattr(probed, "family", probed.adapter.family)
+    leave = "(leave `mask` at model)"
+    if family == "fastformer":
+        raise ProbeError(
+            f"{name}: the Fastformer's additive pooling is not T x T attention; probe "
+            f"cannot mask it {leave}"
+        )
+    if getattr(probed.config, "alibi", False):
+        raise ProbeError(
+            f"{name}: its ALiBi position biases are added with its own mask; probe cannot "
+            f"replace one without the other {leave}"
+        )
+    if not _dispatches(probed):
+        raise ProbeError(
+            f"{name} ({family}): its attention computes its own softmax, outside "
+            f"transformers' attention interface; probe cannot mask it {leave}"
+        )
+
+
+def _dispatches(probed) -> bool:
+    """Whether the model's attention goes through transformers' attention interface: read
+    from its modules, or, before a load, from the modelling code its config names."""
+    from probe.models import attention
+
+    model = getattr(probed, "model", None)
+    if model is not None:
+        return attention.dispatches(model)
+    from transformers import AutoModel
+
+    try:
+        cls = AutoModel._model_mapping[type(probed.config)]
+    except (KeyError, ValueError):  # a class transformers does not map: decided at the load
+        return True
+    return attention.code_dispatches(cls.__module__)
+
+
+@contextlib.contextmanager
+def applied(models, mask: Mask) -> Iterator[None]:
+    """Run the models' forwards under ``mask`` (the model's own: nothing changes).
+
+    Each model's attention implementation is ``probe_masked`` inside the block and what it
+    was after it; the models are probe's own copies (``probe.loading``), never the caller's.
+    """
+    runs = [m for m in models if not effective(m, mask).is_model]
+    if not runs:
+        yield
+        return
+    register()
+    saved = [m.model.config._attn_implementation for m in runs]
+    token = _ACTIVE.set(mask)
+    try:
+        for m in runs:
+            m.model.config._attn_implementation = NAME
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        for m, implementation in zip(runs, saved, strict=True):
+            m.model.config._attn_implementation = implementation
+
+
+def additive(mask: Mask, own: torch.Tensor | None, batch: int, tokens: int, dtype, device):
+    """The additive mask (batch, 1, tokens, tokens) of ``mask``: 0 where a query sees a key,
+    the dtype's minimum elsewhere (transformers' eager convention); the padding keys are the
+    ones the model's own mask (``own``) closes on its diagonal."""
+    allowed = mask.allowed(tokens, device)[None, None].expand(batch, 1, tokens, tokens)
+    if own is not None:
+        diagonal = own[:, 0].diagonal(dim1=-2, dim2=-1)[:, :tokens]  # (batch, key)
+        real = diagonal if own.dtype == torch.bool else diagonal == 0
+        allowed = allowed & real[:, None, None, :]
+    zero = torch.zeros((), dtype=dtype, device=device)
+    return torch.where(allowed, zero, torch.finfo(dtype).min)
+
+
+def probe_masked(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                 softcap=None, **kwargs):  # fmt: skip
+    """``probe_eager`` with the model's additive mask replaced by the active one."""
+    from probe.models.attention import probe_eager
+
+    mask = _ACTIVE.get()
+    if mask is None:  # outside ``applied``: the model's own
+        return probe_eager(module, query, key, value, attention_mask, scaling, dropout, softcap)
+    tokens = key.shape[-2]
+    if query.shape[-2] != tokens:
+        raise ProbeError("a mask of probe's needs as many queries as keys (no cache)")
+    chosen = additive(mask, attention_mask, query.shape[0], tokens, query.dtype, query.device)
+    return probe_eager(module, query, key, value, chosen, scaling, dropout, softcap, **kwargs)
+
+
+_registered = False
+
+
+def register() -> str:
+    """Make ``probe_masked`` known to transformers (once); its name."""
+    global _registered
+    if not _registered:
+        from transformers import AttentionInterface
+        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+
+        AttentionInterface.register(NAME, probe_masked)
+        AttentionMaskInterface.register(NAME, eager_mask)
+        _registered = True
+    return NAME
+
+
+def attrs(probed, asked: Mask, tokens: int) -> dict:
+    """The result's attributes of the attention that ran: ``attention`` (the implementation),
+    ``causal`` (1 where a token saw only earlier ones), and, where a mask was asked for,
+    ``mask`` and ``mask_note``; a run with the model's own mask has neither, so its file
+    name (a hash of its settings) is the unmasked run's."""
+    run = effective(probed, asked)
+    causal = probed.adapter.causal if run.is_model else run.kind in ("causal", "causal-window")
+    found = {
+        "attention": probed.attn_implementation if run.is_model else NAME,
+        "causal": int(causal),
+    }
+    if not asked.is_model:
+        found |= {"mask": asked.text, "mask_note": note(probed, asked, tokens)}
+    return found
