@@ -67,13 +67,17 @@ def collapse(
         option(
             "--variants",
             domain=CommaList(
-                names.VARIANTS + names.NORM_VARIANTS + names.REMOVAL_VARIANTS,
+                names.VARIANTS
+                + names.NORM_VARIANTS
+                + names.COMPOSED_NORM_VARIANTS
+                + names.REMOVAL_VARIANTS,
                 parse_variants,
                 words=("all",),
                 metavar="all|LIST",
             ),
             help="all (the paper's four), or a comma list of SAN, SAN+MLP, SAN+skip, "
-            "transformer, LN-affine, no-LN, no-sink, no-massive.",
+            "transformer, LN-affine, no-LN, their LayerNorm variants SAN/no-LN, "
+            "SAN/LN-affine, SAN+MLP/no-LN, ..., no-sink, no-massive.",
             show_default="all",
             rich_help_panel=ANALYSIS,
         ),
@@ -82,8 +86,8 @@ def collapse(
         bool,
         typer.Option(
             "--no-layernorm",
-            help="Add LN-affine (norms reduced to their scale and shift) and no-LN (norms "
-            "removed).",
+            help="Add each variant's LayerNorm variants: norms reduced to their scale and "
+            "shift (LN-affine; SAN/LN-affine, ...) and removed (no-LN; SAN/no-LN, ...).",
             rich_help_panel=ANALYSIS,
         ),
     ] = False,
@@ -216,9 +220,15 @@ def _chosen_variants(variants, no_skip: bool, no_mlp: bool, no_layernorm: bool) 
     from probe.surgery.ablate import variant_from_flags
 
     chosen = variant_from_flags(no_skip, no_mlp) if (no_skip or no_mlp) else (variants or "all")
-    if no_layernorm:
-        chosen = ",".join(names.VARIANTS) if chosen.strip().lower() == "all" else chosen
-        chosen = ",".join([chosen, *names.NORM_VARIANTS])
+    if no_layernorm:  # each of the paper's variants with its norms affine and removed
+        given = parse_variants(chosen)
+        added = [
+            norm if variant == "transformer" else f"{variant}/{norm}"
+            for variant in given
+            if variant in names.VARIANTS
+            for norm in names.NORM_VARIANTS
+        ]
+        chosen = ",".join([*given, *added])
     return chosen
 
 

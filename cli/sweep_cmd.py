@@ -169,13 +169,13 @@ def sweep(
         option(
             "--variants",
             domain=CommaList(
-                names.VARIANTS + names.NORM_VARIANTS,
+                names.VARIANTS + names.NORM_VARIANTS + names.COMPOSED_NORM_VARIANTS,
                 _parse_variants,
                 words=("all",),
                 metavar="all|LIST",
             ),  # fmt: skip
             help="all (the paper's four), or a comma list of SAN, SAN+MLP, SAN+skip, "
-            "transformer, LN-affine, no-LN.",
+            "transformer, LN-affine, no-LN and SAN/no-LN, SAN/LN-affine, SAN+MLP/no-LN, ...",
             rich_help_panel=ANALYSIS,
         ),
     ] = "all",

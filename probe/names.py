@@ -13,6 +13,12 @@ VARIANTS: tuple[str, ...] = ("SAN", "SAN+MLP", "SAN+skip", "transformer")
 #: norms do): the transformer with every norm inside its layers reduced to its affine map
 #: (normalisation removed, scale and shift kept), and with those norms removed entirely.
 NORM_VARIANTS: tuple[str, ...] = ("LN-affine", "no-LN")
+#: The same two on the paper's other networks: ``SAN/no-LN`` is pure attention, no norm at
+#: all (Wu et al. 2024), ``SAN+skip/LN-affine`` attention and skips with the norms' affine
+#: maps; one name each, so a result's ``variant`` dimension selects them.
+COMPOSED_NORM_VARIANTS: tuple[str, ...] = tuple(
+    f"{variant}/{norm}" for variant in VARIANTS[:3] for norm in NORM_VARIANTS
+)
 #: The seventh and eighth variants: the transformer with the attention to its sink
 #: keys removed, and with its massive activations replaced by their corpus mean, both found in
 #: a clean run of the same model and inputs first (``probe.surgery.removals``).

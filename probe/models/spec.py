@@ -15,7 +15,6 @@ panel need are read outside any trace by :mod:`probe.models.weights`.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from collections.abc import Iterator
 from typing import Any
 
@@ -26,6 +25,7 @@ from probe.surgery.ablate import Ablation
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, first
 from .family import Family, Step, skip
+from .forward_order import merged, resolve_envoy
 from .weights import (
     affine_norm,
     layer_norm_sites,
@@ -111,7 +111,7 @@ class SpecAdapter(Adapter):
 
     # --- inside a trace -----------------------------------------------------------
     def layers(self, root):
-        return _resolve(root, self.spec.layers)
+        return resolve_envoy(root, self.spec.layers)
 
     def install(self, root) -> None:
         """Build nnsight's ``.source`` of every module an operation step names, outside a trace.
@@ -123,7 +123,7 @@ class SpecAdapter(Adapter):
         modules = {step.module for step in self.spec.steps_of(config) if step.op}
         for layer in self.layers(root):
             for path in modules:
-                _ = (_resolve(layer, path) if path else layer).source
+                _ = (resolve_envoy(layer, path) if path else layer).source
 
     def walk(
         self,
@@ -146,13 +146,15 @@ class SpecAdapter(Adapter):
             steps = [*steps[:at], Step(site, "scale", when="scaled"), *steps[at:]]
             ablation = dataclasses.replace(ablation, branch_scale=1.0)
         if ablation.norm != "kept":
-            # The norm variants keep skip and MLP, so the spec's own edits do not apply; its
-            # reads would interleave with the norms' order, so a norm run takes none.
             if wanted:
                 raise ProbeError(
                     "the LayerNorm variants (LN-affine, no-LN) are measured by probe collapse only"
                 )
-            steps = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
+            norms = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
+            # With skip and MLP kept the spec's own steps are reads no norm run needs; with
+            # either removed its edits run, the norms' steps merged in forward order.
+            full = ablation.attn_skip and ablation.mlp
+            steps = norms if full else merged(self.layers(root)[0], steps, norms, self.family)
         if ablation.remove == "sinks":
             steps = self.sink_steps(root, steps)
         if ablation.branch_scale != 1:
@@ -183,7 +185,7 @@ class SpecAdapter(Adapter):
         (:func:`_remove_sinks`), as a padding key has it.  A family whose attention computes
         its own softmax (BLOOM, Falcon, DeBERTa-v2) refuses in one line."""
         site = next(s.module for s in self.spec.steps_of(root._module.config) if s.name == "probs")
-        names = _resolve(self.layers(root)[0], site).source.names
+        names = resolve_envoy(self.layers(root)[0], site).source.names
         ops = [name for name in names if name.startswith("attention_interface_")]
         if not ops:
             raise ProbeError(
@@ -453,7 +455,7 @@ def _value(step: Step, target, reads: dict[str, Any]):
 
 
 def _site(layer, step: Step):
-    module = _resolve(layer, step.module) if step.module else layer
+    module = resolve_envoy(layer, step.module) if step.module else layer
     return getattr(module.source, step.op) if step.op else module
 
 
@@ -480,19 +482,3 @@ def _put(target, part: str, value) -> None:
         target.inputs = (tuple(args), kwargs)
     else:
         raise AssertionError(part)
-
-
-def _resolve(envoy, path: str):
-    """The envoy at a dotted module path; nnsight serves a submodule named like one of its
-    own properties (BERT's ``output``) as ``E_<name>``."""
-    from nnsight.intervention.envoy import Envoy
-
-    obj = envoy
-    for part in path.split("."):
-        if part.isdigit():
-            obj = obj[int(part)]
-        elif inspect.isdatadescriptor(getattr(Envoy, part, None)):
-            obj = getattr(obj, f"{Envoy.OVERLOAD_PREFIX}{part}")
-        else:
-            obj = getattr(obj, part)
-    return obj

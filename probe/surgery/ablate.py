@@ -36,8 +36,11 @@ LayerNorm.  "Normalisation removed, affine kept" replaces a LayerNorm
 w * x (Gemma's (1 + w) * x): the division by 1.  "Removed" makes every norm the
 identity.  They apply to each norm module inside a transformer layer (not the
 embedding's LayerNorm, not a final norm after the last layer, not the query/key
-norms of Qwen3-style attention, which belong to the attention), and only to the
-full transformer; ``probe/models/spec.py`` performs them as walker steps.
+norms of Qwen3-style attention, which belong to the attention); ``probe/models/spec.py``
+performs them as walker steps.  They compose with the paper's other three networks
+(``names.COMPOSED_NORM_VARIANTS``): ``SAN/no-LN`` is pure attention with no norm at all,
+the network Wu et al. (2024) prove collapses for every quasi-strongly connected mask,
+and ``SAN/LN-affine``, ``SAN+MLP/no-LN``, ``SAN+skip/no-LN`` and the rest are named alike.
 
 The last two (``names.REMOVAL_VARIANTS``) remove what trained transformers do
 instead of collapsing, from the full transformer: ``no-sink`` removes, in every layer and
@@ -127,10 +130,6 @@ class Ablation:
             raise ProbeError(
                 f"unknown norm mode {self.norm!r}; choose {', '.join(names.NORM_MODES)}"
             )
-        if self.norm != "kept" and not (self.attn_skip and self.mlp):
-            raise ProbeError(
-                "the LayerNorm variants (LN-affine, no-LN) are of the full transformer"
-            )
         if self.remove not in names.REMOVALS:
             raise ProbeError(f"unknown removal {self.remove!r}; choose sinks or massive")
         if self.remove and not (self.attn_skip and self.mlp and self.norm == "kept"):
@@ -153,7 +152,8 @@ class Ablation:
 
     @property
     def name(self) -> str:
-        """The variant's name (`SAN`, `SAN+MLP`, `SAN+skip`, `transformer`, `LN-affine`, ...)."""
+        """The variant's name (`SAN`, `SAN+MLP`, `SAN+skip`, `transformer`, `LN-affine`,
+        `SAN/no-LN`, ...)."""
         if self.remove:
             return names.REMOVAL_VARIANTS[names.REMOVALS.index(self.remove) - 1]
         for name, preset in PRESETS.items():
@@ -214,9 +214,18 @@ PRESETS: dict[str, Ablation] = dict(
         strict=True,
     )
 )
+#: The LayerNorm variants of SAN, SAN+MLP and SAN+skip (``SAN/no-LN``: pure attention).
+PRESETS |= {
+    f"{name}/{norm_name}": replace(PRESETS[name], norm=PRESETS[norm_name].norm)
+    for name in names.VARIANTS[:3]
+    for norm_name in names.NORM_VARIANTS
+}
 VARIANTS: tuple[str, ...] = names.VARIANTS
-#: Every variant a run may name: the paper's four, the two LayerNorm and the two removal variants.
-ALL_VARIANTS: tuple[str, ...] = names.VARIANTS + names.NORM_VARIANTS + names.REMOVAL_VARIANTS
+#: Every variant a run may name: the paper's four, the LayerNorm variants of the four and the
+#: two removal variants.
+ALL_VARIANTS: tuple[str, ...] = (
+    names.VARIANTS + names.NORM_VARIANTS + names.COMPOSED_NORM_VARIANTS + names.REMOVAL_VARIANTS
+)
 
 
 def parse_variants(spec: str) -> list[str]:

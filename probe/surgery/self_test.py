@@ -42,6 +42,7 @@ CODE = (
     "surgery/self_test.py",
     "models/family.py",
     "models/spec.py",
+    "models/forward_order.py",
     "models/weights.py",
     "models/builders.py",
     "models/families.py",

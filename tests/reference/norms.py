@@ -47,6 +47,9 @@ NORMS = {
     "stablelm": ("layers", ("input_layernorm", "post_attention_layernorm"), "w"),
     "cohere": ("layers", ("input_layernorm",), "w"),
     "granite": ("layers", ("input_layernorm", "post_attention_layernorm"), "w"),
+    "distilbert": ("transformer.layer", ("sa_layer_norm", "output_layer_norm"), "w"),
+    # T5's RMS norms (no bias), one before each sublayer.
+    "t5": ("encoder.block", ("layer.0.layer_norm", "layer.1.layer_norm"), "w"),
 }
 
 
@@ -78,6 +81,12 @@ def norm_variant_hidden_states(
     model: nn.Module, family: str, inputs: dict, mode: str
 ) -> list[torch.Tensor]:
     """X_0 .. X_L with every layer's norms made ``affine`` or ``removed``; model untouched."""
+    work = with_norms(model, family, mode)
+    return record_stream(work, _get(work, NORMS[family][0]), inputs)
+
+
+def with_norms(model: nn.Module, family: str, mode: str) -> nn.Module:
+    """A copy of ``model`` with every layer's norms made ``affine`` or ``removed``."""
     layers_path, names, scale = NORMS[family]
     work = copy.deepcopy(model).eval()
     layers = _get(work, layers_path)
@@ -90,4 +99,4 @@ def norm_variant_hidden_states(
             if norm is None or isinstance(norm, nn.Identity):
                 continue
             _set(layer, name, _Affine(norm, scale) if mode == "affine" else nn.Identity())
-    return record_stream(work, layers, inputs)
+    return work
