@@ -84,6 +84,7 @@ docs-data: $(STAMP) browser
 	$(BIN)/python docs/data/hidden_states.py
 	$(BIN)/python docs/data/precision_floor.py
 	$(BIN)/python docs/data/branch_scale.py
+	$(BIN)/python docs/data/masks_layernorm.py
 	$(BIN)/python docs/data/removals_minilm.py
 	$(BIN)/python docs/data/attention_minilm.py --out $(OUT)/attention-minilm
 	$(BIN)/python docs/data/attention_random.py --out $(OUT)/attention-random
