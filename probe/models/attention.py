@@ -105,17 +105,18 @@ def code_dispatches(module_name: str) -> bool:
         return False
 
 
-_registered = False
+_registered: set[str] = set()
 
 
-def register() -> str:
-    """Make ``attn_implementation="probe_eager"`` known to transformers (once); its name."""
-    global _registered
-    if not _registered:
+def register(name: str = NAME, function=None) -> str:
+    """Make ``attn_implementation=name`` known to transformers (once): ``function`` (default
+    :func:`probe_eager`) as its attention and transformers' eager mask as its mask; the
+    name."""
+    if name not in _registered:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
-        AttentionInterface.register(NAME, probe_eager)
-        AttentionMaskInterface.register(NAME, eager_mask)
-        _registered = True
-    return NAME
+        AttentionInterface.register(name, function or probe_eager)
+        AttentionMaskInterface.register(name, eager_mask)
+        _registered.add(name)
+    return name

@@ -270,20 +270,11 @@ def probe_masked(module, query, key, value, attention_mask, scaling=None, dropou
     return probe_eager(module, query, key, value, chosen, scaling, dropout, softcap, **kwargs)
 
 
-_registered = False
-
-
 def register() -> str:
     """Make ``probe_masked`` known to transformers (once); its name."""
-    global _registered
-    if not _registered:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, eager_mask
+    from probe.models import attention
 
-        AttentionInterface.register(NAME, probe_masked)
-        AttentionMaskInterface.register(NAME, eager_mask)
-        _registered = True
-    return NAME
+    return attention.register(NAME, probe_masked)
 
 
 def attrs(probed, asked: Mask, tokens: int) -> dict:
