@@ -439,9 +439,7 @@ class Grid:
             given.append(("branch_scale", "branch_scale", words))
         if self.mask is not None:
             words = tuple(parse_mask(w).text for w in parse_words(self.mask, "mask"))
-            if len(set(words)) != len(words):
-                raise ProbeError(f"`mask` names a mask twice: {', '.join(words)}")
-            given.append(("mask", "mask", words))
+            given.append(("mask", "mask", words))  # the axis refuses one given twice
         if self.revisions is not None:
             given.append(("revision", "revision", parse_words(self.revisions, "revisions")))
         if self.tokens is not None:

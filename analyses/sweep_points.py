@@ -71,7 +71,7 @@ class Axis:
     name
         The result's dimension (`n_layer`, `branch_scale`, `seed`, ...).
     kind
-        `config`, `branch_scale`, `revision`, `step`, `tokens` or `seed`.
+        `config`, `branch_scale`, `mask`, `revision`, `step`, `tokens` or `seed`.
     values
         The values swept, as given.
     folders

@@ -54,19 +54,18 @@ def check_models(
             continue  # a module the caller holds: checked as it runs
         name = str(request.source)
         try:
-            _check_model(request, name, inputs, tokens, branch_scale, tokenize, variants)
-            if mask is not None:
-                _check_mask(request, name, mask)
+            _check_model(request, name, inputs, tokens, branch_scale, tokenize, variants, mask)
         except ProbeError as err:
             text = str(err)
             raise ProbeError(text if name in text else f"{name}: {text}") from None
 
 
-def _check_model(request, name: str, inputs, tokens, branch_scale, tokenize, variants) -> None:
+def _check_model(request, name: str, inputs, tokens, branch_scale, tokenize, variants, mask):
     """One model of :func:`check_models`."""
     from types import SimpleNamespace
 
     from probe.loading import preflight
+    from probe.surgery import masks
 
     for init in request.init:  # each init reads the config its load reads
         location, _, config, adapter = preflight(
@@ -87,26 +86,10 @@ def _check_model(request, name: str, inputs, tokens, branch_scale, tokenize, var
             check_tokens(probed, tokens)
         if branch_scale is not None:
             _check_branch_scale(probed, adapter, config, branch_scale, variants)
+        if mask is not None:  # from the config: no load
+            masks.check(probed, masks.parse_mask(mask))
         if tokenize and adapter.inputs != "pixels" and inputs.ids is None:
             _check_text(location, request.revision, config, inputs, tokens)
-
-
-def _check_mask(request, name: str, mask) -> None:
-    """A mask the model's attention cannot take, refused from its config (no load)."""
-    from types import SimpleNamespace
-
-    from probe.loading import preflight
-    from probe.surgery import masks
-
-    asked = masks.parse_mask(mask)
-    for init in request.init:
-        _, _, config, adapter = preflight(
-            name, init, config=request.config, revision=request.revision,
-            device=request.device, dtype=request.dtype,
-        )  # fmt: skip
-        family = adapter.family
-        probed = SimpleNamespace(name=name, adapter=adapter, config=config, family=family)
-        masks.check(probed, asked)
 
 
 def check_weight_files(location: Path, config, adapter) -> None:
