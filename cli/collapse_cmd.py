@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from probe import names
-from probe.surgery.ablate import parse_variants
+from probe.surgery.ablate import parse_variants, with_norms
 
 from .console import fail, warn
 from .domains import Choice, CommaList, Count, ModelName, argument, option
@@ -223,10 +223,7 @@ def _chosen_variants(variants, no_skip: bool, no_mlp: bool, no_layernorm: bool) 
     if no_layernorm:  # each of the paper's variants with its norms affine and removed
         given = parse_variants(chosen)
         added = [
-            norm if variant == "transformer" else f"{variant}/{norm}"
-            for variant in given
-            if variant in names.VARIANTS
-            for norm in names.NORM_VARIANTS
+            name for variant in given if variant in names.VARIANTS for name in with_norms(variant)
         ]
         chosen = ",".join([*given, *added])
     return chosen

@@ -216,9 +216,9 @@ PRESETS: dict[str, Ablation] = dict(
 )
 #: The LayerNorm variants of SAN, SAN+MLP and SAN+skip (``SAN/no-LN``: pure attention).
 PRESETS |= {
-    f"{name}/{norm_name}": replace(PRESETS[name], norm=PRESETS[norm_name].norm)
-    for name in names.VARIANTS[:3]
-    for norm_name in names.NORM_VARIANTS
+    name: replace(PRESETS[base], norm=PRESETS[norm].norm)
+    for name in names.COMPOSED_NORM_VARIANTS
+    for base, norm in [name.split("/")]
 }
 VARIANTS: tuple[str, ...] = names.VARIANTS
 #: Every variant a run may name: the paper's four, the LayerNorm variants of the four and the
@@ -242,6 +242,14 @@ def parse_variants(spec: str) -> list[str]:
         )
     chosen = {lookup[name.lower()] for name in wanted}
     return [name for name in ALL_VARIANTS if name in chosen]
+
+
+def with_norms(variant: str) -> list[str]:
+    """The two LayerNorm variants of one of the paper's four: `LN-affine` and `no-LN` of the
+    transformer, `SAN/LN-affine` and `SAN/no-LN` of SAN, and so on."""
+    return [
+        norm if variant == "transformer" else f"{variant}/{norm}" for norm in names.NORM_VARIANTS
+    ]
 
 
 def variant_from_flags(no_skip: bool, no_mlp: bool) -> str:
