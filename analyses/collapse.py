@@ -44,7 +44,7 @@ from probe.files.results import ENGINE, settings_id, utc_now, versions
 from probe.loading import ProbedModel
 from probe.measures import bounds, metrics
 from probe.measures.metrics import effective_rank_method
-from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES
+from probe.names import EFFECTIVE_RANK_METHODS, METRICS, SURGERIES, stored
 from probe.requests.request import (
     Inputs,
     Model,
@@ -403,16 +403,18 @@ def _dataset(
     }
     long_names = {
         "relative_residual": "relative residual ||res(X)|| / ||X||",
+        "mu": "mu(X) = ||X - 1 gamma_X^T||_F, gamma_X the token mean: the distance to rank "
+        "one of Wu et al. (2024), in the hidden states' units",
         "effective_rank": "effective rank (Roy & Vetterli 2007)",
         "stable_rank": "stable rank sum s_i^2 / s_1^2",
         "cosine_similarity": "mean pairwise cosine similarity of tokens",
     }
     extra = {"relative_residual": ("fit", "norm")}
     ds = xr.Dataset(
-        {name: (dims + extra.get(name, ()), data[name]) for name in plan.metrics},
+        {name: (dims + extra.get(name, ()), data[name]) for name in stored(plan.metrics)},
         coords=coords,
     )
-    for name in plan.metrics:
+    for name in stored(plan.metrics):
         ds[name].attrs["long_name"] = long_names[name]
     if "input_ids" in data:  # what ran, so a result can be checked without rebuilding it
         ds["input_ids"] = (("sequence", "token"), data["input_ids"])

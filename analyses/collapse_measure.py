@@ -24,7 +24,7 @@ import torch
 from probe.loading import ProbedModel
 from probe.measures import metrics, theory
 from probe.measures.overflow import check_finite, check_nonzero, has_zero_sequence
-from probe.names import METRICS
+from probe.names import METRICS, stored
 from probe.requests.inputs import Encoded
 from probe.surgery.ablate import PRESETS, Ablation
 from probe.surgery.masks import Mask
@@ -122,7 +122,7 @@ class Plan:
 def empty(plan: Plan, sequences: int) -> dict[str, np.ndarray]:
     shape = (len(plan.variants), len(plan.models), plan.models[0].n_layers + 1, sequences)
     sizes = {"relative_residual": (len(metrics.FITS), len(metrics.NORMS))}
-    return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in plan.metrics}
+    return {name: np.full(shape + sizes.get(name, ()), np.nan) for name in stored(plan.metrics)}
 
 
 def pipelined(plan: Plan) -> bool:

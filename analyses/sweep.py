@@ -17,6 +17,12 @@ and a summary of its collapse curve:
   NaN below the fit's quality; ``order_pairs``, ``order_stderr`` and ``order_spread`` are
   that quality (``probe.measures.stats.slope_fit``), from which ``probe.measures.stats.fit_reason``
   says why an order is missing;
+* ``mu_rate`` (variant, init): the exponential rate per layer of Wu et al. (2024)'s
+  mu(X) = ||X - 1 gamma_X^T||_F (the collapse result's ``mu``), mean over sequences, fitted
+  over the layers whose relative distance is above the precision floor
+  (``probe.measures.stats.rate_fit``): mu(X_l) ~ C rate^l.  NaN through fewer than three
+  such layers; ``mu_rate_r2``, ``mu_rate_stderr`` and ``mu_rate_layers`` are the fit's
+  quality, from which ``probe.measures.stats.rate_text`` says why a rate is missing;
 * ``final_effective_rank`` (variant, init): the effective rank after the last layer,
   median over sequences (NaN where the metrics left it out);
 * ``sink_rate`` (init) and ``max_massive_ratio`` (init, the largest over layers 1..L), and
@@ -125,7 +131,7 @@ class Sweep:
 
     def store(self, out_dir: str | Path) -> Store:
         """The store of every sweep written to ``out_dir`` (``sweep_points.FOLDER``)."""
-        return Store(Path(out_dir) / FOLDER, self.fixed)
+        return Store(Path(out_dir) / FOLDER, self.fixed, SUMMARIES)
 
 
 def plan(
@@ -450,5 +456,5 @@ def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
     sweep = plan(model, inputs, **options)
     if store is None:
         return gather(sweep, execute(sweep, progress=progress))
-    with Store(store, sweep.fixed).using() as kept:
+    with Store(store, sweep.fixed, SUMMARIES).using() as kept:
         return gather(sweep, execute(sweep, kept, progress=progress))

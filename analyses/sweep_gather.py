@@ -33,6 +33,12 @@ SUMMARIES = {
     "order_pairs": "layer pairs the fitted order used (both ends in [the precision floor, 0.5])",
     "order_stderr": "standard error of the fitted order's slope (NaN with two pairs or fewer)",
     "order_spread": "decades of r(l) the fitted order's pairs span",
+    "mu_rate": "fitted exponential rate per layer of mu(X) = ||X - 1 gamma_X^T||_F (Wu et al. "
+    "2024), mean over sequences, over the layers above the precision floor "
+    "(probe.measures.stats.rate_fit); NaN through fewer than 3 such layers",
+    "mu_rate_r2": "R^2 of the rate's fit of log mu(X) against layer (NaN: mu constant)",
+    "mu_rate_stderr": "standard error of the log of the fitted rate",
+    "mu_rate_layers": "layers the rate's fit used (-1: the point holds no mu)",
     "final_effective_rank": "effective rank after the last layer, median over sequences",
     "sink_rate": "Sink_eps of probe attention (Gu et al. 2025) at the same point",
     "max_massive_ratio": "largest massive ratio of probe attention over layers 1..L "
@@ -53,6 +59,7 @@ def summaries(ds: xr.Dataset) -> dict[str, xr.DataArray]:
         dims=("variant", "init"),
     )
     fitted = stats.order_fit(ds, "l1inf", "mean")
+    rate = stats.mu_rate(ds)
     if "effective_rank" in ds:
         rank = ds["effective_rank"].isel(layer=-1).median("sequence")
     else:
@@ -65,6 +72,10 @@ def summaries(ds: xr.Dataset) -> dict[str, xr.DataArray]:
         "order_pairs": fitted["pairs"],
         "order_stderr": fitted["stderr"],
         "order_spread": fitted["spread"],
+        "mu_rate": rate["rate"],
+        "mu_rate_r2": rate["r2"],
+        "mu_rate_stderr": rate["stderr"],
+        "mu_rate_layers": rate["layers"],
         "final_effective_rank": rank.drop_vars("layer", errors="ignore"),
         "max_massive_ratio": peak,
     }

@@ -26,7 +26,8 @@ keeps its finished points and never holds half of one.  A point's id hashes what
 weights (a folder by its files' bytes), the inputs (the text's and the images' bytes), the
 settings and the point's own values, never the grid, so any grid that holds the point finds
 it.  A point file records those settings (attribute ``sweep_point``); the store takes a file
-as the point only when they match.
+as the point only when they match and it holds every variable the store requires (a
+sweep's summaries), so a point written before a summary existed is run again.
 
 Several processes may share a store (two sweeps into one folder, the ranks of a torchrun
 job): a point is run under its claim (an exclusive ``flock`` on ``point-<id>.lock``), and
@@ -309,11 +310,15 @@ class Store:
         The folder (made when the first point is written).
     fixed
         The settings every point of the sweep shares.
+    required
+        Variables a point's file must hold to be taken (a sweep's summaries): a file
+        without one was written before it existed, and the point is run again.
     """
 
-    def __init__(self, folder: str | Path, fixed: dict) -> None:
+    def __init__(self, folder: str | Path, fixed: dict, required: Iterable[str] = ()) -> None:
         self.folder = Path(folder)
         self.fixed = fixed
+        self.required = tuple(required)
         self._held: int | None = None  # the descriptor of `using`'s shared hold
 
     def path(self, point: Point) -> Path:
@@ -329,7 +334,7 @@ class Store:
             return None
         try:
             with xr.open_dataset(path, engine=ENGINE) as ds:
-                if ds.attrs.get("sweep_point") != self.expected(point):
+                if not self._matches(ds, point):
                     return None
                 return ds.load()
         except (OSError, ValueError):
@@ -344,11 +349,18 @@ class Store:
             if path.is_file():
                 try:
                     with xr.open_dataset(path, engine=ENGINE) as ds:
-                        ok = ds.attrs.get("sweep_point") == self.expected(point)
+                        ok = self._matches(ds, point)
                 except (OSError, ValueError):
                     ok = False
             found.append(ok)
         return found
+
+    def _matches(self, ds: xr.Dataset, point: Point) -> bool:
+        """Whether a file is the point: its settings, and every variable the store requires
+        (a point written before one of them existed is run again)."""
+        return ds.attrs.get("sweep_point") == self.expected(point) and set(self.required) <= set(
+            ds.data_vars
+        )
 
     def write(self, point: Point, ds: xr.Dataset) -> Path:
         """Put the point in place as a unit (staged, renamed): whole or not at all."""

@@ -120,6 +120,20 @@ def _value(at: xr.Dataset, name: str, variant: str, floor_of: xr.Dataset | None 
     return f"{number:.3g}" if np.isfinite(number) else "-"
 
 
+def _rate(at: xr.Dataset, variant: str) -> str:
+    """One variant's fitted rate of mu(X) with its R^2, briefly (the report says why one is
+    missing)."""
+    if variant not in at.variant.values:
+        return "-"
+    rate, r2 = (
+        float(at["mu_rate"].sel(variant=variant)),
+        float(at["mu_rate_r2"].sel(variant=variant)),
+    )
+    if not np.isfinite(rate):
+        return "-"
+    return f"{rate:.3g} (R² {r2:.2f})" if np.isfinite(r2) else f"{rate:.3g}"
+
+
 def print_summary(ds: xr.Dataset) -> None:
     """One row per point and init: the summaries of its transformer and its SAN."""
     from probe.figures.plot_sweep import swept
@@ -127,10 +141,10 @@ def print_summary(ds: xr.Dataset) -> None:
     dims = swept(ds)
     table = Table(title=f"{ds.attrs.get('model', '?')} · sweep", title_justify="left")
     for column in (*dims, "init", "final r (transformer)", "final r (SAN)", "SAN < 1e-3 at",
-                   "SAN order", "eff. rank", "sink rate"):  # fmt: skip
+                   "SAN order", "SAN mu(X) rate", "eff. rank", "sink rate"):  # fmt: skip
         table.add_column(column, justify="right")
-    flat = ds[["final_residual", "first_below", "order", "final_effective_rank",
-               "sink_rate"]].stack(point=dims)  # fmt: skip
+    flat = ds[["final_residual", "first_below", "order", "final_effective_rank", "sink_rate",
+               "mu_rate", "mu_rate_r2"]].stack(point=dims)  # fmt: skip
     variants = list(ds.variant.values)
     for index in range(flat.sizes["point"]):
         one = flat.isel(point=index)
@@ -145,6 +159,7 @@ def print_summary(ds: xr.Dataset) -> None:
                 _value(at, "final_residual", "SAN", ds),
                 "never" if below < 0 else str(below),
                 point_order_text(at, "SAN", ds, missing="-"),
+                _rate(at, "SAN"),
                 _value(at, "final_effective_rank", "transformer"),
                 f"{float(at['sink_rate']):.3g}" if np.isfinite(float(at["sink_rate"])) else "-",
             )

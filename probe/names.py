@@ -37,6 +37,20 @@ METRICS: tuple[str, ...] = (
     "stable_rank",
     "cosine_similarity",
 )
+#: Wu et al. (2024)'s distance to rank one, mu(X) = ||X - 1 gamma_X^T||_F with gamma_X the
+#: token mean, in the hidden states' own units: the relative residual's numerator at fit
+#: ``mean`` and norm ``fro``, measured with it and stored beside it in a collapse result.
+MU = "mu"
+
+
+def stored(metrics: tuple[str, ...]) -> tuple[str, ...]:
+    """The per-sequence variables a run that measures ``metrics`` stores: ``mu`` beside the
+    relative residual."""
+    if "relative_residual" not in metrics:
+        return metrics
+    return ("relative_residual", MU, *(m for m in metrics if m != "relative_residual"))
+
+
 #: Metrics with neither norm nor fit.
 PLAIN_METRICS: tuple[str, ...] = METRICS[1:]
 #: Matrix norms of the relative residual; l1inf is the paper's composite norm.

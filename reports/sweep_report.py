@@ -14,7 +14,7 @@ import json
 import xarray as xr
 
 from probe.figures.plot_sweep import curves, phase, swept
-from probe.measures.stats import ordered, point_order_text, shown
+from probe.measures.stats import ordered, point_order_text, point_rate_text, shown
 from probe.names import INITS, VARIANTS
 
 from .figures import Figures, numbers
@@ -35,7 +35,7 @@ def _rows(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
     dims = swept(ds)
     variants = ordered(ds.variant.values, VARIANTS)
     head = [*dims, "init", *(f"final r {v}" for v in variants), "SAN r &lt; 1e-3 at",
-            "SAN order", "eff. rank (transformer)", "sink rate", "massive ratio", "command"]  # fmt: skip
+            "SAN order", "SAN mu(X) rate", "eff. rank (transformer)", "sink rate", "massive ratio", "command"]  # fmt: skip
     flat = ds.stack(point=dims)
     rows = []
     for index in range(flat.sizes["point"]):
@@ -49,6 +49,7 @@ def _rows(ds: xr.Dataset) -> tuple[list[str], list[list[str]]]:
                 *(esc(shown(float(at["final_residual"].sel(variant=v)), ds)) for v in variants),
                 "never" if below < 0 else str(below),
                 esc(point_order_text(at, "SAN", ds)),
+                esc(point_rate_text(at, "SAN", ds)),
                 _cell(at, "final_effective_rank", "transformer"),
                 fmt(float(at["sink_rate"])),
                 fmt(float(at["max_massive_ratio"]), 4),
@@ -125,7 +126,9 @@ def _figures(ds: xr.Dataset, dims: list[str]) -> str:
         + (" (mean over seeds, their range shaded)" if "seed" in dims else "")
         + "; log axes where the values span a decade or more.  A point missing from the "
         "fitted order is a fit too poor to state (too few layer pairs above the precision "
-        "floor, or too scattered); the table gives the SAN's order or the reason it has none.",
+        "floor, or too scattered); the table gives the SAN's order or the reason it has none.  "
+        "The rate of mu(X) is its factor per layer, fitted through the layers above the "
+        "floor; a point missing from it has fewer than three such layers.",
         "summaries against the swept value",
     )
     head, rows = _rows(ds)

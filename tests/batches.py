@@ -28,6 +28,12 @@ def assert_metrics_close(actual: dict, expected: dict, rtol=1e-10, atol=1e-12):
         assert_close(actual[key], expected[key], rtol=rtol, atol=atol)
 
 
+def scaled(found: dict, factor: float) -> dict:
+    """The metrics of ``factor`` X from those of X: all scale-invariant but mu, which is in
+    X's units (|factor| times)."""
+    return {**found, "mu": found["mu"] * abs(factor)}
+
+
 def random_batch(rng, S, T, H, pad_prob=0.3):
     """Gaussian tokens with a shared offset (so cosines are not ~0), NaN junk in padding."""
     X = rng.standard_normal((S, T, H)) * rng.uniform(0.1, 3.0, (S, T, 1))

@@ -358,11 +358,11 @@ def test_metrics_option_chooses_what_is_computed(tiny_folders, tmp_path):
     assert "random · stable rank" in result.output
     (nc,) = tmp_path.glob("collapse-*.nc")
     some = probe.open_result(nc)
-    # The relative residual is always computed (the report is built on it).
-    # (The theory panel's variables have no sequence dimension: they are not metrics; the
+    # The relative residual is always computed (the report is built on it), and mu, its
+    # numerator, with it.  (The theory panel's variables have no sequence dimension: they are not metrics; the
     # token ids that ran are kept beside them.)
     measured = {name for name in some.data_vars if "sequence" in some[name].dims}
-    assert measured == {"relative_residual", "stable_rank", "input_ids"}
+    assert measured == {"relative_residual", "mu", "stable_rank", "input_ids"}
     assert some.attrs["metrics"] == "relative_residual,stable_rank"
     assert "stable rank: exact" in some.attrs["metrics_note"]
     assert "--metrics stable-rank" in some.attrs["command"]

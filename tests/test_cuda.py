@@ -52,7 +52,7 @@ pytestmark = [
 ON_CUDA = DEVICE.startswith("cuda")
 RTOL = {"float64": 1e-9, "float32": 1e-4, "bfloat16": 5e-2}
 ROTARY = {"llama"}
-METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
+METRICS = ("relative_residual", "mu", "effective_rank", "stable_rank", "cosine_similarity")
 # 5 sequences in batches of 2: three batches, the last one short, so the CUDA loop measures
 # one batch while the next one's forwards run, and drains the last at the end.
 SMALL = {"sequences": 5, "tokens": 16, "batch_size": 2, "seed": 0}

@@ -26,7 +26,7 @@ from probe.measures import bounds
 from tests.cli_process import launch, torchrun_beside_plain
 
 OPTIONS = {"init": "random", "sequences": 7, "tokens": 8, "batch_size": 2}  # 4 batches, last short
-METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
+METRICS = ("relative_residual", "mu", "effective_rank", "stable_rank", "cosine_similarity")
 
 
 @given(st.integers(0, 300), st.integers(1, 40))

@@ -23,6 +23,7 @@ from tests.batches import (
     gaussian_batches,
     integer_batches,
     random_batch,
+    scaled,
     torch_metrics,
 )
 from tests.reference import metrics_numpy as ref
@@ -116,6 +117,7 @@ def test_hand_example(padded):
     expected = [[HAND_RELATIVE[fit][norm] for norm in metrics.NORMS] for fit in metrics.FITS]
     assert_close(out["relative_residual"][0], expected, rtol=1e-13)
     assert out["effective_rank"].item() == pytest.approx(4 / 3**0.75, rel=1e-13)
+    assert out["mu"].item() == pytest.approx(2.0, rel=1e-14)  # ||R||_F = 2 (above)
 
 
 def test_cosine_zero_norm_token_counts_as_zero():
@@ -158,7 +160,7 @@ def test_extreme_scales_do_not_under_or_overflow():
     X, mask = random_batch(np.random.default_rng(7), 3, 6, 5)
     expected = torch_metrics(X, mask)
     for scale in (1e-300, 1e-200, 1e200, 1e300):
-        assert_metrics_close(torch_metrics(X * scale, mask), expected, rtol=1e-9)
+        assert_metrics_close(torch_metrics(X * scale, mask), scaled(expected, scale), rtol=1e-9)
 
 
 # ------------------------------------------------------------------------- NumPy oracle
@@ -279,7 +281,8 @@ def test_rank_one_has_zero_svd_residual(u, v):
 )
 def test_scale_invariance(batch, c, sign):
     X, mask = batch
-    assert_metrics_close(torch_metrics(sign * c * X, mask), torch_metrics(X, mask), rtol=1e-9)
+    expected = scaled(torch_metrics(X, mask), c)
+    assert_metrics_close(torch_metrics(sign * c * X, mask), expected, rtol=1e-9)
 
 
 @PROPERTY
@@ -467,14 +470,20 @@ def test_padding_may_hold_non_finite_values():
 
 
 @pytest.mark.parametrize(
-    "chosen", [("cosine_similarity",), ("stable_rank",), ("effective_rank", "relative_residual")]
+    ("chosen", "given"),
+    [
+        (("cosine_similarity",), ["cosine_similarity"]),
+        (("stable_rank",), ["stable_rank"]),
+        # mu is the relative residual's numerator: it comes with it
+        (("effective_rank", "relative_residual"), ["relative_residual", "mu", "effective_rank"]),
+    ],
 )
-def test_only_the_metrics_asked_for(chosen):
+def test_only_the_metrics_asked_for(chosen, given):
     X, mask = random_batch(np.random.default_rng(2), 3, 9, 12)
     Xt, mt = as_tensor(X), torch.as_tensor(mask)
     full = metrics.collapse_metrics(Xt, mt)
     some = metrics.collapse_metrics(Xt, mt, metrics=chosen)
-    assert list(some) == [name for name in metrics.METRICS if name in chosen]
+    assert list(some) == given
     for key in some:  # a subset computes the same quantities, in a different amount of work
         assert_close(some[key], full[key], rtol=1e-13, atol=1e-15)
     assert list(metrics.collapse_metrics(Xt, mt, metrics="stable_rank")) == ["stable_rank"]

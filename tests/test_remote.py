@@ -20,7 +20,7 @@ import probe
 from probe.analyses import collapse
 from probe.errors import ProbeError
 
-METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
+METRICS = ("relative_residual", "mu", "effective_rank", "stable_rank", "cosine_similarity")
 # One batch, two variants: each simulated request re-imports what it ships (seconds each).
 OPTIONS = {
     "init": "pretrained",

@@ -22,7 +22,7 @@ from probe.errors import ProbeError
 from probe.measures import bounds
 from probe.reports.reproduce import command_line
 
-METRICS = ("relative_residual", "effective_rank", "stable_rank", "cosine_similarity")
+METRICS = ("relative_residual", "mu", "effective_rank", "stable_rank", "cosine_similarity")
 SIZES = {"sequences": 2, "batch_size": 2}
 VARIANTS = "SAN,transformer"
 
@@ -100,6 +100,19 @@ def test_the_summaries_by_hand(swept):
         assert float(point["final_effective_rank"].sel(variant=variant, init="random")) == float(
             np.median(rank)
         )
+        # the rate of mu: log of the mean mu over sequences against the layer, through the
+        # layers whose mean relative distance (fit mean, Frobenius) is above 10 float32 eps
+        mu = point["mu"].sel(variant=variant, init="random").values.mean(axis=-1)
+        fro = point["relative_residual"].sel(fit="mean", norm="fro", variant=variant)
+        above = np.flatnonzero(fro.sel(init="random").values.mean(axis=-1) >= 10 * 2.0**-23)
+        at = point.sel(variant=variant, init="random")
+        assert int(at["mu_rate_layers"]) == len(above) >= 3
+        slope, intercept = np.polyfit(above, np.log(mu[above]), 1)
+        assert float(at["mu_rate"]) == np.exp(slope)  # the same least squares: bit for bit
+        y = np.log(mu[above])
+        r2 = 1 - np.sum((y - intercept - slope * above) ** 2) / np.sum((y - y.mean()) ** 2)
+        # the fit's R^2 from its own centred form: the same sums in another order
+        assert float(at["mu_rate_r2"]) == pytest.approx(r2, abs=1e-13)
     massive = point["massive_ratio"].sel(init="random").values
     assert float(point["max_massive_ratio"].sel(init="random")) == massive[1:].max()
     assert swept["first_below"].dtype == np.int64
@@ -207,11 +220,17 @@ def test_a_partial_gather_says_which_points_it_holds(gpt2):
 def test_a_store_takes_a_point_only_with_its_own_settings(gpt2, tmp_path):
     plan = sweep.plan(Model(gpt2, init="random"), Inputs(tokens=8, **SIZES), seeds="0-1",
                       variants="SAN", attention=False)  # fmt: skip
-    store = Store(tmp_path, plan.fixed)
+    store = Store(tmp_path, plan.fixed, sweep.SUMMARIES)
     sweep.execute(plan, store)
     assert store.done(plan.points) == [True, True]
     other = Store(tmp_path, {**plan.fixed, "sequences": 3})
     assert other.done(plan.points) == [False, False]
+    # a point written before a summary existed (here: the rate of mu) is run again
+    first = store.read(plan.points[0])
+    probe.save_result(first.drop_vars("mu_rate"), store.path(plan.points[0]))
+    assert store.done(plan.points) == [False, True] and store.read(plan.points[0]) is None
+    sweep.execute(plan, store)
+    assert store.done(plan.points) == [True, True]
     store.path(plan.points[1]).write_bytes(b"not netCDF")  # damaged: run again
     assert store.done(plan.points) == [True, False] and store.read(plan.points[1]) is None
 

@@ -8,8 +8,10 @@ inputs and measures, after every layer t, the paper's distance to rank one
     mu(X) = ||X - 1 gamma_X^T||_F,   gamma_X the token mean,
 
 as the mean over sequences.  Then it fits log mu(X_t) = a + t log(rho) over the layers
-whose mu is above the float64 floor (1e-12 of mu(X_0)) and gives rho, the rate per layer,
-with the fit's R^2; with fewer than three such layers the rate is missing and says why.
+whose relative distance mu(X_t) / ||X_t||_F is above the float64 precision floor and gives
+rho, the rate per layer, with the fit's R^2: the fit a sweep's ``mu_rate`` summary makes
+(``probe.measures.stats.rate_fit``); with fewer than three such layers the rate is missing
+and says why.
 
 Runs: the bert-base-uncased architecture at random init, 48 layers (seed 0, 8 sequences of
 32 seeded token ids), SAN/no-LN (pure attention) and SAN (its LayerNorms kept); the
@@ -20,12 +22,16 @@ SAN, SAN+skip and transformer, on the sample text.  Writes ``docs/data/masks_lay
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
 import numpy as np
 import torch
+import xarray as xr
+
+import probe
+from probe.measures import stats
+from probe.names import FITS, NORMS
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
@@ -37,40 +43,28 @@ PRETRAINED = (
     ("minilm", {}, ("SAN/no-LN", "SAN", "SAN+skip", "transformer")),
     ("gpt2-tiny", {}, ("SAN/no-LN", "SAN", "SAN+skip", "transformer")),
 )
-FLOOR = 1e-12  # relative to mu(X_0): float64 rounding of the layers' sums lies below
+FLOOR = stats.precision_floor("float64")  # the relative distance below which rounding rules
+FLOAT64 = xr.Dataset(attrs={"dtype": "float64"})  # what stats.shown reads a run's floor from
 
 
-def mu(states: list[torch.Tensor]) -> np.ndarray:
-    """mu(X_t) per layer, the mean over sequences of ||X - 1 mean(X)^T||_F."""
-    return np.array(
-        [float((x - x.mean(dim=1, keepdim=True)).norm(dim=(1, 2)).mean()) for x in states]
+def mu(states: list[torch.Tensor]) -> tuple[np.ndarray, np.ndarray]:
+    """Per layer, the means over sequences of mu(X_t) = ||X - 1 mean(X)^T||_F and of
+    mu(X_t) / ||X_t||_F, the relative distance that is judged against the precision floor."""
+    found = [probe.metrics.collapse_metrics(x, metrics="relative_residual") for x in states]
+    relative = [r["relative_residual"][:, FITS.index("mean"), NORMS.index("fro")] for r in found]
+    return (
+        np.array([float(r["mu"].mean()) for r in found]),
+        np.array([float(r.mean()) for r in relative]),
     )
 
 
-def relative(states: list[torch.Tensor]) -> float:
-    """mu(X_L) / ||X_L||_F after the last layer, mean over sequences: collapse apart from
-    a shrinking or growing norm (probe's relative residual, Frobenius norm, mean fit)."""
-    x = states[-1]
-    res = (x - x.mean(dim=1, keepdim=True)).norm(dim=(1, 2))
-    return float((res / x.norm(dim=(1, 2))).mean())
-
-
-def rate(values: np.ndarray) -> tuple[float, float, str]:
-    """(rho, R^2, why missing): the exponential rate per layer of mu over the layers above
-    the floor."""
-    above = [t for t, v in enumerate(values) if v > FLOOR * values[0]]
-    if len(above) < 3:
-        return math.nan, math.nan, f"{len(above)} layers above the float64 floor"
-    t = np.array(above, dtype=float)
-    y = np.log(values[above])
-    slope, intercept = np.polyfit(t, y, 1)
-    fitted = intercept + slope * t
-    r2 = 1 - float(((y - fitted) ** 2).sum()) / float(((y - y.mean()) ** 2).sum() or 1.0)
-    return math.exp(slope), r2, ""
+def rate(values: np.ndarray, relative: np.ndarray) -> dict:
+    """The fitted rate per layer of mu, as a sweep's summary fits it
+    (``probe.measures.stats.rate_fit``, over the layers above the float64 floor)."""
+    return stats.rate_fit(values, relative, FLOOR)
 
 
 def run(name: str, init: str, config: dict, variants, seed: int = 0) -> dict:
-    import probe
     from probe.requests.inputs import model_inputs
     from probe.surgery import masks
     from probe.surgery.ablate import PRESETS
@@ -88,20 +82,24 @@ def run(name: str, init: str, config: dict, variants, seed: int = 0) -> dict:
                 states = probe.hidden_states(
                     probed, encoded.input_ids, PRESETS[variant], encoded.attention_mask
                 )
-            found[mask_text, variant] = (mu(states), relative(states))
+            found[mask_text, variant] = mu(states)
     return found
 
 
 def table(title: str, found: dict) -> list[str]:
     lines = [f"**{title}**", ""]
-    lines.append("| mask | variant | mu(X_0) | mu(X_L) | mu(X_L) / ‖X_L‖ | rate per layer | R² |")
+    lines.append(
+        "| mask | variant | mu(X_0) | mu(X_L) | mu(X_L) / ‖X_L‖ | rate per layer | R² (layers fitted) |"
+    )
     lines.append("|---|---|---:|---:|---:|---:|---:|")
-    for (mask, variant), (values, r_last) in found.items():
-        rho, r2, why = rate(values)
-        shown = f"{rho:.3g}" if not why else f"— ({why})"
-        quality = f"{r2:.3f}" if not why else "—"
+    for (mask, variant), (values, relative) in found.items():
+        fitted = rate(values, relative)
+        if np.isfinite(fitted["rate"]):
+            shown, quality = f"{fitted['rate']:.3g}", f"{fitted['r2']:.3f} ({fitted['layers']})"
+        else:
+            shown, quality = stats.rate_text(fitted, FLOOR, "float64", missing="—"), "—"
         cells = [f"`{mask}`", f"`{variant}`", f"{values[0]:.3g}", f"{values[-1]:.3g}"]
-        cells += [f"{r_last:.3g}", shown, quality]
+        cells += [stats.shown(relative[-1], FLOAT64), shown, quality]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 
@@ -114,7 +112,7 @@ def figure(results: list[tuple[str, dict]], path: Path) -> None:
 
     fig, axes = plt.subplots(1, len(results), figsize=(5 * len(results), 4), squeeze=False)
     for ax, (title, found) in zip(axes[0], results, strict=True):
-        for (mask, variant), (values, _) in found.items():
+        for (mask, variant), (values, _) in found.items():  # (mu, relative) per layer
             if variant not in ("SAN/no-LN", "SAN"):
                 continue
             layers = np.arange(1, len(values) + 1)  # t + 1: a log axis has no 0

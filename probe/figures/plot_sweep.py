@@ -31,9 +31,17 @@ DRAWN = {
     "final_residual": ("relative residual after the last layer", True),
     "first_below": ("first layer with r < 1e-3", True),
     "order": ("fitted order of collapse", True),
+    "mu_rate": ("fitted rate of mu(X) per layer", True),
     "final_effective_rank": ("effective rank after the last layer", True),
     "sink_rate": ("sink rate (attention)", False),
     "max_massive_ratio": ("largest massive ratio", False),
+}
+#: Summaries drawn on a log axis where their values span a decade or more.
+_LOG_WHEN_SPANNING = ("final_residual", "mu_rate", "max_massive_ratio")
+#: What a panel says where no point has a value.
+_NONE = {
+    "first_below": "never reached at any point",
+    "mu_rate": "no fit: under 3 layers above the floor",
 }
 _INIT_STYLES = {"pretrained": "-", "random": ":"}
 _STYLES = ("-", "--", ":", "-.")
@@ -118,8 +126,8 @@ def curves(ds: xr.Dataset) -> Figure:
     if len(dims) > 1 and len(inits) > 1:
         note += f" ({inits[0]} init)"
     with styled():
-        fig = Figure(figsize=(11.0, 6.6), layout="constrained")
-        axes = fig.subplots(2, 3).ravel()
+        fig = Figure(figsize=(14.0, 6.6), layout="constrained")
+        axes = fig.subplots(2, 4).ravel()
         for ax, (name, (label, per_variant)) in zip(axes, DRAWN.items(), strict=False):
             if name not in data:
                 ax.set_visible(False)
@@ -145,17 +153,19 @@ def curves(ds: xr.Dataset) -> Figure:
             if labels is not None:
                 ax.set_xticks(x, labels)
             values = np.asarray(data[name].values, dtype=float)
-            if name in ("final_residual", "max_massive_ratio") and _spans_decades(values.ravel()):
+            if name in _LOG_WHEN_SPANNING and _spans_decades(values.ravel()):
                 log_axis(ax, "y")
             drawn = values[values >= 0] if name == "first_below" else values
             if not np.isfinite(drawn).any():  # say so, rather than an empty panel with ticks
                 ax.set_xticks([])
                 ax.set_yticks([])
-                text = "never reached at any point" if name == "first_below" else "not measured"
+                text = _NONE.get(name, "not measured")
                 ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center",
                         color="#666666")  # fmt: skip
             ax.set_xlabel("training step" if _kinds(ds).get(dim) == "step" else dim)
             ax.set_ylabel(label)
+        for ax in axes[len(DRAWN) :]:
+            ax.set_visible(False)
         # One x range for every panel: a summary with few finite points still reads against
         # the whole sweep.
         for ax in axes[1:]:

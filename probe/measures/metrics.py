@@ -16,6 +16,8 @@ reported relative to X in one of several matrix norms; the paper's is the compos
     ||X||_{1,inf} = sqrt(||X||_1 ||X||_inf),
 
 with ||X||_1 the largest absolute column sum and ||X||_inf the largest absolute row sum.
+Beside it, in X's own units, Wu et al. (2024)'s distance to rank one mu(X) = ||X - 1 x^T||_F
+with x the token mean: the Frobenius residual before it is divided by ||X||_F.
 
 Complementary, fit-free measures of collapse, all computed from the singular values s_i of X:
 
@@ -102,9 +104,16 @@ from probe.linalg.gram import Grams, gram
 from probe.linalg.quadrature import PROBES, QUADRATURE_STEPS, effective_rank_estimate
 from probe.linalg.top import DENSE_UP_TO, DENSE_UP_TO_GPU, top_of_spectrum
 from probe.linalg.workspace import workspace
-from probe.measures.metrics_input import check_name, mean_residual, prepare, rescale, token_mean
+from probe.measures.metrics_input import (
+    check_name,
+    mean_residual,
+    prepare,
+    rescale,
+    scale,
+    token_mean,
+)
 from probe.measures.metrics_norms import l1_linf, matrix_norm, norm_table
-from probe.names import EFFECTIVE_RANK_METHODS, FITS, METRICS, NORMS
+from probe.names import EFFECTIVE_RANK_METHODS, FITS, METRICS, MU, NORMS, stored
 
 __all__ = [
     "DENSE_UP_TO",
@@ -210,6 +219,7 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
             X_l1, X_linf = l1_linf(Xm, scratch)
             reference = norm_table(X_l1, X_linf, fro2.sqrt(), s1)[:, None, :]
             out["relative_residual"] = residuals / reference  # (sequence, fit, norm)
+            out[MU] = fro2_R.sqrt()  # in the units of Xm: collapse_metrics scales it back
         if "stable_rank" in want:
             out["stable_rank"] = fro2 / s1**2  # 0/0 = NaN for an all-zero sequence
         if exact:
@@ -233,7 +243,7 @@ def _compute(Xm, mask, counts, want: tuple[str, ...], method: str) -> dict[str, 
             out["effective_rank"] = torch.where(fro2 > 0, out["effective_rank"], math.nan)
     if "cosine_similarity" in want:
         out["cosine_similarity"] = _cosine(Xm, counts)
-    return {name: out[name] for name in METRICS if name in out}
+    return {name: out[name] for name in stored(METRICS) if name in out}
 
 
 def _wanted(metrics: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -277,7 +287,8 @@ def collapse_metrics(
     dict[str, Tensor]
         float64 tensors on X's device, one per name asked for: `"relative_residual"`
         (sequence, len(FITS), len(NORMS)), ||res(X)|| / ||X|| for each fit and norm in the
-        order of `FITS` and `NORMS`; `"effective_rank"`, `"stable_rank"` and
+        order of `FITS` and `NORMS`, with `"mu"` (sequence,) beside it, Wu et al.'s
+        ||X - 1 mean^T||_F in X's units; `"effective_rank"`, `"stable_rank"` and
         `"cosine_similarity"` (sequence,).
 
     Raises
@@ -289,7 +300,13 @@ def collapse_metrics(
     wanted = _wanted(metrics)
     check_name(effective_rank, EFFECTIVE_RANK_METHODS, "effective rank method")
     Xm, mask, counts, peak = prepare(X, mask)
-    return _compute(rescale(Xm, peak), mask, counts, wanted, effective_rank)
+    exponent = scale(peak)
+    if exponent is None:
+        return _compute(Xm, mask, counts, wanted, effective_rank)
+    out = _compute(torch.ldexp(Xm, -exponent[:, None, None]), mask, counts, wanted, effective_rank)
+    if MU in out:  # the one metric in X's units: scaled back by the exact power of two
+        out[MU] = torch.ldexp(out[MU], exponent)
+    return out
 
 
 def effective_rank_method(method: str, tokens: int, hidden: int, device: str | torch.device) -> str:

@@ -43,6 +43,9 @@ MIN_SPREAD = 0.5
 #: A fit through three pairs or more is shown when the standard error of its slope is at
 #: most this: an order of 1 and one of 3 are then four standard errors apart.
 MAX_STDERR = 0.5
+#: An exponential rate of mu(X) is fitted through at least this many layers above the
+#: precision floor: through two, any curve is a line and the fit has no residual to judge.
+MIN_RATE_LAYERS = 3
 
 
 def dtype_eps(name: str) -> float:
@@ -240,6 +243,78 @@ def order_fit(
     )
 
 
+def rate_fit(values: np.ndarray, relative: np.ndarray, low: float) -> dict:
+    """The exponential rate per layer of ``values`` (mu(X_l), layer l = 0, 1, ...), with its
+    quality: exp of the least-squares slope of log mu against l, over the layers whose
+    ``relative`` distance to rank one (mu(X_l) / ||X_l||_F) is at or above ``low``, the
+    precision floor (below it mu is the dtype's rounding, whatever its size).
+
+    Returns "rate" (rho: mu(X_l) ~ C rho^l; NaN through fewer than MIN_RATE_LAYERS layers),
+    "layers" (how many entered), "r2" (the fit's coefficient of determination in log mu; NaN
+    where log mu does not vary) and "stderr" (the standard error of log rho)."""
+    values, relative = np.asarray(values, float), np.asarray(relative, float)
+    with np.errstate(invalid="ignore"):
+        ok = np.isfinite(values) & (values > 0) & (relative >= low)
+    layers = int(ok.sum())
+    out = {"rate": np.nan, "layers": layers, "r2": np.nan, "stderr": np.nan}
+    if layers < MIN_RATE_LAYERS:
+        return out
+    t, y = np.flatnonzero(ok).astype(float), np.log(values[ok])
+    slope, out["stderr"] = line(t, y)
+    out["rate"] = float(np.exp(slope))
+    total = float(np.sum((y - y.mean()) ** 2))
+    if np.ptp(y) > 0:  # a constant log mu: nothing for a line to explain
+        fitted = y.mean() + slope * (t - t.mean())
+        out["r2"] = 1.0 - float(np.sum((y - fitted) ** 2)) / total
+    return out
+
+
+def rate_text(found: dict, low: float, dtype: str, missing: str = "–") -> str:
+    """A fitted rate for reading: "0.812 per layer (R² 0.998, 12 layers)", or ``missing``
+    and why: "– (2 layers above the float64 floor 2.2e-15; 3 needed)"."""
+    layers = int(found["layers"])
+    if layers < 0:
+        return f"{missing} (mu not measured)"
+    if not np.isfinite(found["rate"]):
+        plural = "s" * (layers != 1)
+        return (
+            f"{missing} ({layers} layer{plural} above the {dtype} floor {short(low)}; "
+            f"{MIN_RATE_LAYERS} needed)"
+        )
+    r2 = f"R² {found['r2']:.3f}" if np.isfinite(found["r2"]) else "R² undefined: mu constant"
+    return f"{found['rate']:.3g} per layer ({r2}, {layers} layers)"
+
+
+def mu_rate(ds: xr.Dataset) -> xr.Dataset:
+    """The exponential rate per layer of mu(X) per (variant, init), :func:`rate_fit` of
+    mu's mean over sequences, the floor judged on the mean relative residual (fit mean,
+    norm fro), which is mu / ||X||_F.  Variables ``rate``, ``r2``, ``stderr`` and ``layers``
+    (-1 where the result holds no mu: one written before probe measured it)."""
+    relative = stats(ds, "relative_residual", "fro", "mean")["mean"]
+    low = floor(ds)
+    shape = (relative.sizes["variant"], relative.sizes["init"])
+    found = {key: np.full(shape, np.nan) for key in ("rate", "r2", "stderr")}
+    layers = np.full(shape, -1, np.int64)
+    if "mu" in ds:
+        mean = stats(ds, "mu")["mean"]
+        for i, variant in enumerate(relative.variant.values):
+            for j, init in enumerate(relative.init.values):
+                one = rate_fit(
+                    mean.sel(variant=variant, init=init).values,
+                    relative.sel(variant=variant, init=init).values,
+                    low,
+                )
+                layers[i, j] = one.pop("layers")
+                for key, value in one.items():
+                    found[key][i, j] = value
+    dims = ("variant", "init")
+    return xr.Dataset(
+        {**{key: (dims, value) for key, value in found.items()}, "layers": (dims, layers)},
+        coords={"variant": relative.variant.values, "init": relative.init.values},
+        attrs={"floor": low},
+    )
+
+
 def fit_order(
     ds: xr.Dataset, norm: str = "l1inf", fit: str = "mean", upper: float = FIT_UPPER
 ) -> xr.DataArray:
@@ -267,6 +342,20 @@ def point_order_text(at: xr.Dataset, variant: str, result: xr.Dataset, missing: 
     }
     dtype = str(result.attrs.get("dtype", "float64"))
     return fit_text(found, floor(result), dtype, missing=missing)
+
+
+def point_rate_text(at: xr.Dataset, variant: str, result: xr.Dataset, missing: str = "–") -> str:
+    """One point's fitted rate of mu(X) for ``variant`` (:func:`rate_text`), read from a
+    sweep's summaries; ``at``: the point at one init, ``result``: the sweep."""
+    if variant not in at.variant.values or "mu_rate" not in at:
+        return missing
+    one = at.sel(variant=variant)
+    layers = float(one["mu_rate_layers"])  # NaN at a point not finished
+    if not np.isfinite(layers):
+        return missing
+    found = {"rate": float(one["mu_rate"]), "r2": float(one["mu_rate_r2"]), "layers": layers}
+    dtype = str(result.attrs.get("dtype", "float64"))
+    return rate_text(found, floor(result), dtype, missing=missing)
 
 
 def pick_init(ds: xr.Dataset, init: str | None) -> str:

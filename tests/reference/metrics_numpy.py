@@ -71,6 +71,13 @@ def relative_residual(X, mask=None, norm="l1inf", fit="mean"):
     return np.array(out)
 
 
+def mu(X, mask=None):
+    """Wu et al. (2024)'s ||X - 1 mean^T||_F per sequence, in X's units."""
+    return np.array(
+        [matrix_norm(residual_of(real_tokens(X, mask, s), "mean"), "fro") for s in range(len(X))]
+    )
+
+
 def singular_values(A):
     return np.linalg.svd(A, compute_uv=False)
 
@@ -122,6 +129,7 @@ def collapse_metrics(X, mask=None):
             rel[:, f, k] = relative_residual(X, mask, norm, fit)
     return {
         "relative_residual": rel,
+        "mu": mu(X, mask),
         "effective_rank": effective_rank(X, mask),
         "stable_rank": stable_rank(X, mask),
         "cosine_similarity": cosine_similarity(X, mask),
