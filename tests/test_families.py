@@ -82,14 +82,22 @@ def test_the_self_test_identities_hold_exactly(name, tmp_path):
     names = [identity.name.split(" = ")[0] for identity in found]
     mlp = [] if probed.adapter.style(probed.config) == "post" else ["MLP branch x alpha at"]
     mlp = [f"{mlp[0]} {probed.adapter.spec.mlp_branch_of(probed.config)}"] if mlp else []
+
+    def anchor(norm):  # pre-LN, an MLP branch torch hooks reach: layer 1 against them
+        module = mlp and not probed.adapter.spec.mlp_branch_of(probed.config).startswith(":")
+        return [f"SAN+skip/{norm} at layer 1"] if module else []
+
     assert names == [
         "entry",
         "clean run",
         "SAN",
         "SAN+skip",
         *mlp,
-        "LN-affine",
-        "no-LN",
+        *(
+            row
+            for norm in ("LN-affine", "no-LN")
+            for row in (norm, f"SAN/{norm}", f"SAN+skip/{norm}", *anchor(norm))
+        ),
         "clean run after ablated runs",
     ]
     eps = torch.finfo(torch.float64).eps

@@ -20,7 +20,9 @@ import probe
 from probe.cli.app import app
 from probe.errors import ProbeError
 from probe.models import ADAPTERS
+from probe.models import spec as spec_module
 from probe.surgery.ablate import LN_AFFINE, NO_LN, PRESETS, TRANSFORMER, Ablation, parse_variants
+from probe.surgery.self_test import identities
 from tests.reference.attention import register as register_reference_attention
 from tests.reference.layers import reference_hidden_states as layer_reference
 from tests.reference.norms import norm_variant_hidden_states, with_norms
@@ -162,3 +164,23 @@ def test_collapse_no_layernorm_on_the_cli(tmp_path):
     tiny_model("albert").save_pretrained(folder)
     result = CliRunner().invoke(app, ["collapse", str(folder), "--no-layernorm", "--out", str(out)])
     assert result.exit_code == 2 and "need a family spec" in result.output
+
+
+@pytest.mark.parametrize(
+    ("name", "fails"),
+    [
+        # pre-LN: the layer stays x + branch, with the norm inside the branch; the first
+        # layer against the torch-hooked model finds the norm left in
+        ("gpt2", ["SAN+skip/LN-affine at layer 1", "SAN+skip/no-LN at layer 1"]),
+        # post-LN: the sublayer norm applied after the branch is what is left in
+        ("bert", ["SAN/LN-affine", "SAN+skip/LN-affine", "SAN/no-LN", "SAN+skip/no-LN"]),
+    ],
+)
+def test_the_self_test_finds_a_composed_variant_that_kept_its_norms(name, fails, monkeypatch):
+    probed = probe.wrap(_model(name))  # the self-test passes as the walker is
+    monkeypatch.setattr(spec_module, "merged", lambda layer, steps, norms, family: steps)
+    found = identities(probed)
+    # 4 float64 epsilons: the MLP-branch identity's own rounding (tests/test_families.py)
+    eps = torch.finfo(torch.float64).eps
+    failing = [i.name.split(" = ")[0] for i in found if not i.holds(4 * eps)]
+    assert failing == fails

@@ -34,19 +34,23 @@ def merged(layer, steps: list[Step], norms: list[Step], family: str) -> list[Ste
     """
     # A module whose own output the spec replaces (not an op inside it).
     edited = [s.module for s in steps if s.act != "read" and s.part == "output" and not s.op]
+    # Sorted by (place, rank): a spec step's rank is its index; a norm at a spec read comes
+    # just before that read (its index less a half), even where the read's place was lifted
+    # to an earlier step's; any other norm comes before the spec's steps at its place.
     spec, read, last = [], {}, [-1]
-    for step in steps:
+    for index, step in enumerate(steps):
         last = max(forward_place(layer, step) or last, last)
-        spec.append((last, 1, step))
+        spec.append((last, index, step))
         if not step.op:
-            read.setdefault(step.module, last[:-1])
+            read.setdefault(step.module, (last[:-1], index))
     ordered = list(spec)
     calls = list(layer.source.names)
     for step in norms:
         if within(step.module, edited):
             continue
         if step.module in read:
-            ordered.append(([*read[step.module], math.inf], 0, step))
+            place, index = read[step.module]
+            ordered.append(([*place, math.inf], index - 0.5, step))
             continue
         top = step.module.split(".", 1)[0]
         if f"self_{top}_1" in calls:
@@ -55,7 +59,7 @@ def merged(layer, steps: list[Step], norms: list[Step], family: str) -> list[Ste
                 "forward; its LayerNorm variants run only with skip and MLP kept here "
                 "(LN-affine, no-LN)"
             )
-        ordered.append((forward_place(layer, step) or [math.inf], 0, step))
+        ordered.append((forward_place(layer, step) or [math.inf], -1, step))
     ordered.sort(key=lambda t: (t[0], t[1]))
     return [step for _, _, step in ordered]
 

@@ -146,14 +146,10 @@ class SpecAdapter(Adapter):
             steps = [*steps[:at], Step(site, "scale", when="scaled"), *steps[at:]]
             ablation = dataclasses.replace(ablation, branch_scale=1.0)
         if ablation.norm != "kept":
-            if wanted:
-                raise ProbeError(
-                    "the LayerNorm variants (LN-affine, no-LN) are measured by probe collapse only"
-                )
             norms = [s for s in self.norm_steps(root._module) if s.applies(ablation)]
-            # With skip and MLP kept the spec's own steps are reads no norm run needs; with
-            # either removed its edits run, the norms' steps merged in forward order.
-            full = ablation.attn_skip and ablation.mlp
+            # With skip and MLP kept, nothing read and nothing scaled, the spec's own steps are
+            # reads no norm run needs; else they run, the norms' steps merged in forward order.
+            full = ablation.attn_skip and ablation.mlp and not wanted and mlp_scale is None
             steps = norms if full else merged(self.layers(root)[0], steps, norms, self.family)
         if ablation.remove == "sinks":
             steps = self.sink_steps(root, steps)

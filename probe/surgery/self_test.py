@@ -14,6 +14,13 @@ attention branch the spec reads, N the sublayer's norm of a post-LN family):
 * **SAN**: each layer's output equals its attention branch alone, N(b) post-LN;
 * **SAN+skip**: each layer's output equals x + b, N(x + b) post-LN.
 
+Beyond them, what an entry enables (:func:`capabilities`): the MLP branch that branch
+scaling multiplies, the LayerNorm variants against the same norms replaced by torch hooks,
+and the variants composed of both: SAN and SAN+skip with their norms made affine or
+removed hold the identities above with A (the norm's affine part) or nothing for N, and,
+pre-LN, agree at the first layer with the model whose norms and MLP branch torch hooks
+replace.
+
 :func:`identities` measures them (``probe check MODEL`` prints them; the test suite
 asserts exact equality in float64 for every family); :func:`verify` runs them on a
 short input when a model is loaded and refuses the model with one line naming the
@@ -25,6 +32,7 @@ while a wrong edit is off by the size of the values themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 
@@ -34,7 +42,7 @@ from probe.errors import ProbeError
 from probe.measures.overflow import overflow_advice
 from probe.models.base import first
 from probe.models.spec import SpecAdapter
-from probe.models.weights import resolve_module
+from probe.models.weights import affine_norm, module_onloaded, resolve_module
 from probe.surgery.ablate import SAN, SAN_SKIP, TRANSFORMER
 
 #: The sources a passed self-test depends on besides the model's own (``verified_key``).
@@ -109,6 +117,8 @@ def verify(probed) -> None:
             raise ProbeError(identity.error)
         if not identity.holds(ULPS * eps):
             if not identity.error and not math.isfinite(identity.max_diff + identity.scale):
+                if identity.field == "norm_kind":  # no normalisation, so this dtype overflows:
+                    continue  # a run of that variant meets the overflow and says so itself
                 raise ProbeError(  # not the spec: the model's own forward overflowed
                     f"{probed.name}: the self-test's forward pass ({identity.name}) holds NaN "
                     f"or inf: it overflowed in {str(probed.dtype).removeprefix('torch.')}; "
@@ -165,12 +175,10 @@ def verified_key(probed) -> str:
 
 def _marker(probed):
     """The file whose presence says this key passed, or None where none can be kept."""
-    import os
-    from pathlib import Path
+    from probe.files.cache import root
 
-    root = os.environ.get("PROBE_CACHE_DIR") or Path.home() / ".cache" / "probe"
     try:
-        return Path(root) / "verified" / verified_key(probed)
+        return root() / "verified" / verified_key(probed)
     except (OSError, RuntimeError, TypeError):  # no home, no source file: check every time
         return None
 
@@ -239,14 +247,17 @@ def _entry(probed) -> Identity:
 
 def capabilities(probed, data, mask, clean_walk, skip_walk) -> list[Identity]:
     """The identities of what an entry enables beyond the four ablations, each measured
-    without the entry's own sites: the MLP branch that residual branch scaling multiplies, and
-    the LayerNorm variants against the norms replaced by plain torch hooks.  ``clean_walk``,
+    without the entry's own sites: the MLP branch that residual branch scaling multiplies,
+    the LayerNorm variants against the norms replaced by plain torch hooks, and SAN and
+    SAN+skip with those norms (:func:`_composed`).  ``clean_walk``,
     ``skip_walk``: X_0 .. X_L of the clean and SAN+skip runs the identities made (None where
     one failed)."""
     found = []
     if probed.adapter.style(probed.config) != "post":
         found.append(_mlp_branch(probed, data, mask, clean_walk, skip_walk))
-    found += [_norm_variant(probed, data, mask, norm) for norm in ("affine", "removed")]
+    for norm in ("affine", "removed"):
+        found.append(_norm_variant(probed, data, mask, norm))
+        found += _composed(probed, data, mask, norm)
     return found
 
 
@@ -300,19 +311,19 @@ def _final(probed, x):
 
 
 def _ablated(probed, data, mask, ablation) -> tuple[Identity, list | None]:
-    """The identity of ``ablation`` (SAN or SAN+skip), and its X_0 .. X_L (None where the walk
-    failed)."""
+    """The identity of ``ablation`` (SAN or SAN+skip, its norms kept, made affine or
+    removed), and its X_0 .. X_L (None where the walk failed)."""
     adapter: SpecAdapter = probed.adapter
-    style = adapter.style(probed.config)
-    name = f"{ablation.name} = " + (
-        ("N(branch)" if ablation is SAN else "N(x + branch)")
-        if style == "post"
-        else ("branch" if ablation is SAN else "x + branch")
-    )
+    post = adapter.style(probed.config) == "post"
+    inner = "x + branch" if ablation.attn_skip else "branch"
+    mode = ablation.norm  # post-LN: the sublayer norm N kept, its affine part A, or none
+    outer = {"kept": "N", "affine": "A"}.get(mode) if post else None
+    name = f"{ablation.name} = " + (f"{outer}({inner})" if outer else inner)
+    field = "steps" if mode == "kept" else "norm_kind"
     try:
         walked = _walk(probed, data, mask, ablation, {"branch"})
     except Exception as err:
-        return Identity(name, float("inf"), 0.0, error=one_line(err)), None
+        return Identity(name, float("inf"), 0.0, error=one_line(err), field=field), None
     norm = adapter.spec.norm_of(probed.config)
     layers = resolve_module(probed.model, adapter.spec.layers)
     m = adapter.spec.branch_multiplier(probed.config)  # Granite's residual_multiplier
@@ -320,15 +331,53 @@ def _ablated(probed, data, mask, ablation) -> tuple[Identity, list | None]:
     for layer in range(1, len(walked)):
         x, values = walked[layer - 1]["x"], walked[layer]
         branch = values["branch"] if m == 1 else values["branch"] * m
-        expected = branch if ablation is SAN else x + branch
-        if style == "post":
+        expected = x + branch if ablation.attn_skip else branch
+        if outer:
+            module = resolve_module(layers[layer - 1], norm)
             with torch.no_grad():
-                expected = resolve_module(layers[layer - 1], norm)(expected)
+                expected = (
+                    module(expected) if mode == "kept" else _affine(module, adapter, expected)
+                )
         d, s = _diff(values["x"], expected)
         scale = max(scale, s)
         if d > worst:
             worst, where = d, f"at layer {layer} "
-    return Identity(name, worst, scale, where), walked
+    return Identity(name, worst, scale, where, field=field), walked
+
+
+def _affine(module, adapter, x):
+    """The affine part of a norm applied to x, its weights read in where offloaded."""
+    with module_onloaded(module):
+        return affine_norm(module, adapter.spec.norm_kind, x)
+
+
+def _composed(probed, data, mask, norm: str) -> list[Identity]:
+    """SAN and SAN+skip with their norms made affine or removed (``norm``), as the walker
+    merges the norms' steps among theirs: each layer as :func:`_ablated` states it; and,
+    pre-LN, where the branch itself reads a norm, the first layer (whose input X_0 no edit
+    changes) against the model with the same norms and its MLP branch zeroed by torch hooks
+    (:func:`_hooked`, no nnsight edit; where the entry's ``mlp_branch`` is a module, not an
+    op of the forward), SAN's branch there against SAN+skip's."""
+    found, walks = [], {}
+    for base in (SAN, SAN_SKIP):
+        identity, walks[base] = _ablated(probed, data, mask, dataclasses.replace(base, norm=norm))
+        found.append(identity)
+    site = probed.adapter.spec.mlp_branch_of(probed.config)
+    if probed.adapter.style(probed.config) == "post" or site.startswith(":"):
+        return found  # post-LN: no norm in the branch; an op's output takes no torch hook
+    variant = dataclasses.replace(SAN_SKIP, norm=norm).name
+    full = dataclasses.replace(TRANSFORMER, norm=norm).name
+    name = f"{variant} at layer 1 = {full} by torch hooks, its MLP branch zeroed"
+    if walks[SAN] is None or walks[SAN_SKIP] is None:
+        return [*found, Identity(name, float("inf"), 0.0, error="a run above failed")]
+    try:
+        hooked = _hooked(probed, data, mask, norm, mlp=False)[1]
+    except Exception as err:
+        return [*found, Identity(name, float("inf"), 0.0, error=one_line(err), field="norm_kind")]
+    skip, san = walks[SAN_SKIP][1], walks[SAN][1]
+    d, s = _diff(skip["x"], hooked)
+    d_branch, s_branch = _diff(san["branch"], skip["branch"])  # one input, one branch
+    return [*found, Identity(name, max(d, d_branch), max(s, s_branch), field="norm_kind")]
 
 
 def _mlp_branch(probed, data, mask, clean_walk, skip_walk) -> Identity:
@@ -355,18 +404,32 @@ def _mlp_branch(probed, data, mask, clean_walk, skip_walk) -> Identity:
 
 def _norm_variant(probed, data, mask, norm: str) -> Identity:
     """LN-affine (``affine``) or no-LN (``removed``) by the walker = the same norms replaced
-    by plain torch forward hooks on the model (removed again after)."""
-    import dataclasses
-
-    from probe.models.weights import affine_norm, layer_norm_sites, module_onloaded
-
-    adapter: SpecAdapter = probed.adapter
+    by plain torch forward hooks on the model (:func:`_hooked`)."""
     ablation = dataclasses.replace(TRANSFORMER, norm=norm)
     name = f"{ablation.name} = its norms replaced by torch hooks"
     try:
         walked = [v["x"] for v in _walk(probed, data, mask, ablation)]
+        states = _hooked(probed, data, mask, norm)
     except Exception as err:
         return Identity(name, float("inf"), 0.0, error=one_line(err), field="norm_kind")
+    worst, scale = 0.0, 0.0
+    for a, b in zip(walked, states, strict=False):
+        d, s = _diff(a, b)
+        worst, scale = max(worst, d), max(scale, s)
+    if len(walked) != len(states):
+        return Identity(
+            name, float("inf"), scale, error="the runs differ in length", field="norm_kind"
+        )
+    return Identity(name, worst, scale, field="norm_kind")
+
+
+def _hooked(probed, data, mask, norm: str, mlp: bool = True) -> list[torch.Tensor]:
+    """X_0 .. X_L of the model with its norms replaced by plain torch forward hooks (their
+    affine part, or removed) and, without ``mlp``, the MLP branch at the entry's
+    ``mlp_branch`` zeroed; the hooks are removed again after."""
+    from probe.models.weights import layer_norm_sites
+
+    adapter: SpecAdapter = probed.adapter
     kind = adapter.spec.norm_kind
     layers = resolve_module(probed.model, adapter.spec.layers)
 
@@ -378,6 +441,11 @@ def _norm_variant(probed, data, mask, norm: str) -> Identity:
         with module_onloaded(module):
             return affine_norm(module, kind, x)
 
+    def zero(module, args, output):
+        if isinstance(output, tuple):
+            return (torch.zeros_like(output[0]), *output[1:])
+        return torch.zeros_like(output)
+
     handles, states = [], []
     try:
         sites = layer_norm_sites(layers, adapter.spec.qk_norms)
@@ -385,6 +453,9 @@ def _norm_variant(probed, data, mask, norm: str) -> Identity:
             for site in sites:
                 module = resolve_module(layer, site)
                 handles.append(module.register_forward_hook(replace, with_kwargs=True))
+            if not mlp:
+                branch = resolve_module(layer, adapter.spec.mlp_branch_of(probed.config))
+                handles.append(branch.register_forward_hook(zero))
         handles.append(
             layers[0].register_forward_pre_hook(
                 lambda m, a, k: states.append(a[0] if a else k["hidden_states"]),
@@ -397,20 +468,10 @@ def _norm_variant(probed, data, mask, norm: str) -> Identity:
         ]
         with torch.no_grad():
             probed.model(**adapter.model_inputs(data, mask))
-    except Exception as err:
-        return Identity(name, float("inf"), 0.0, error=one_line(err), field="norm_kind")
     finally:
         for handle in handles:
             handle.remove()
-    worst, scale = 0.0, 0.0
-    for a, b in zip(walked, states, strict=False):
-        d, s = _diff(a, b)
-        worst, scale = max(worst, d), max(scale, s)
-    if len(walked) != len(states):
-        return Identity(
-            name, float("inf"), scale, error="the runs differ in length", field="norm_kind"
-        )
-    return Identity(name, worst, scale, field="norm_kind")
+    return states
 
 
 def _unchanged(probed, data, mask, clean: Identity) -> Identity:
