@@ -56,6 +56,7 @@ from probe.errors import ProbeError
 from probe.files.interrupts import check_interrupt
 from probe.linalg.lapack import serial_threads
 from probe.measures.bounds import PANEL_VARIANTS, variables
+from probe.measures.theory_cache import remembered
 from probe.measures.theory_norms import (
     composite,
     norm_1,
@@ -406,8 +407,11 @@ def panel(
     from probe.surgery.ablate import PRESETS
     from probe.surgery.trace import layer_values
 
-    with onloaded(probed.model):  # weights a device_map offloaded, read in for the constants
-        found = layer_constants(probed)
+    def compute() -> dict[str, Any]:
+        with onloaded(probed.model):  # weights a device_map offloaded, read in for them
+            return layer_constants(probed)
+
+    found = remembered(probed, compute)  # a pure function of the weights: kept once computed
     result: dict[str, Any] = {"init": probed.init, **found}
     if "beta" not in found:
         return result
