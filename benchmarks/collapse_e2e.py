@@ -24,8 +24,11 @@ default metrics; the command at 32 x 128 at most 1.5x, its fixed cost at most 3 
 ``python -c "import torch, transformers, nnsight, xarray, matplotlib.pyplot; from transformers
 import BertModel"``, both fresh processes, interleaved ``--repeats`` times, in wall time and
 in CPU time (user + system: on a shared machine the wall time mostly measures the other
-jobs); the goal is at most 2 s (probe's own imports, the model build, the self-test, the
-theory constants, the figures and the writes).
+jobs); and each part of that command, timed inside its own process by
+``command_parts.py`` (the floor's imports, probe's, the model's build with the random
+init's draws, the self-test, the theory constants, the forwards and metrics, the report,
+the writes, the index and the rest), with the command beyond the floor less the draws and
+the constants, whose goal is at most 1.0 s.
 
 The Llama size builds the shipped Llama-3.2-1B config (hidden 2048, 16 layers) at random init;
 where probe.load cannot build it, it prints one line saying it is skipped.
@@ -39,6 +42,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import json
 import os
 import resource
 import statistics
@@ -193,6 +197,36 @@ def fixed_cost(repeats: int) -> dict[str, tuple[float, float]]:
     }
 
 
+#: The part of the command that its goal leaves out: the analysis's own draws and constants.
+ANALYSIS_PARTS = ("model build at random init (the draws)", "theory constants")
+
+
+def command_parts(repeats: int) -> dict[str, float]:
+    """Medians of the parts of the smallest bert-base command, each timed inside its own
+    fresh process by ``command_parts.py`` (the floor, probe's imports, each function of
+    its ``PARTS``, the rest), over ``repeats`` processes."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    found: list[dict[str, float]] = []
+    for _ in range(repeats):
+        with tempfile.TemporaryDirectory() as out:
+            record = os.path.join(out, "parts.json")
+            subprocess.run(
+                [sys.executable, os.path.join(here, "command_parts.py"), record, "collapse",
+                 "bert-base-uncased", "--init", "random", "--sequences", "2", "--tokens", "16",
+                 "--quiet", "--out", out],
+                stdout=subprocess.DEVNULL, check=True,
+            )  # fmt: skip
+            with open(record, encoding="utf-8") as handle:
+                one = json.load(handle)
+        if one.pop("exit"):
+            raise SystemExit("probe collapse failed inside command_parts.py")
+        measured = sum(v for k, v in one.items() if k not in ("floor", "total"))
+        one["the rest"] = one["total"] - one["floor"] - measured
+        found.append(one)
+    names = dict.fromkeys(name for one in found for name in one)
+    return {name: statistics.median(one.get(name, 0.0) for one in found) for name in names}
+
+
 def gpu_profile(run, device: torch.device) -> str:
     """The GPU's idle share during ``run()`` (torch profiler, GPU activity only) and where
     the host waited for the device (CUDA's sync debug mode, by thread and line).
@@ -286,9 +320,22 @@ def main() -> None:
         (job, job_cpu), (floor, floor_cpu) = found["command"], found["floor"]
         print(
             f"fixed cost  probe collapse bert-base 2 x 16 {job:.2f} s, import floor {floor:.2f} s, "
-            f"beyond the floor {job - floor:.2f} s (goal 2 s); CPU time {job_cpu:.2f} s, floor "
+            f"beyond the floor {job - floor:.2f} s; CPU time {job_cpu:.2f} s, floor "
             f"{floor_cpu:.2f} s, beyond {job_cpu - floor_cpu:.2f} s (median of {args.repeats}, "
             f"load average {os.getloadavg()[0]:.1f})",
+            flush=True,
+        )
+        parts = command_parts(args.repeats)
+        beyond = parts["total"] - parts["floor"]
+        rest = beyond - sum(parts.get(name, 0.0) for name in ANALYSIS_PARTS)
+        for name, seconds in parts.items():
+            if name not in ("floor", "total"):
+                print(f"  part  {name:40s} {seconds:6.2f} s", flush=True)
+        print(
+            f"  parts probe collapse bert-base 2 x 16 {parts['total']:.2f} s, floor "
+            f"{parts['floor']:.2f} s (in-process), beyond {beyond:.2f} s; less the draws and "
+            f"the constants {rest:.2f} s (goal 1.0 s; median of {args.repeats} processes, "
+            f"each part's own median)",
             flush=True,
         )
     dtypes = [d.strip() for d in args.dtype.split(",") if d.strip()]
