@@ -73,6 +73,14 @@ SEVERAL = {"bert-base-uncased": "bert", "albert-base-v2": "albert", "xlnet-base-
 #: Config overrides that keep an example's own ``--set`` (a deeper GPT-2) but narrow its width
 #: in a short run.
 NARROW = {"gpt2": ["--set", "n_embd=64", "--set", "n_head=4"]}
+#: The same for a sweep, whose every point builds the model anew (a 32-layer bert-base at
+#: random init: a minute apiece of draws, constants and forwards).  A collapse example keeps
+#: bert's width: 48 narrow layers of SAN/LN-affine underflow to zero in float32.
+NARROW_SWEEP = {
+    **NARROW,
+    "bert-base-uncased": ["--set", "hidden_size=64", "--set", "num_attention_heads=4",
+                          "--set", "intermediate_size=128"],
+}  # fmt: skip
 #: Hub ids the examples read at a revision -> the tiny family a local HuggingFace cache made
 #: here holds at that revision (offline, the hub's files cannot be had).
 HUB_REVISIONS = {"EleutherAI/pythia-160m": "gpt-neox"}
@@ -147,9 +155,13 @@ def test_readme_example(
             tiny = request.getfixturevalue("tiny_folders")
             args = [tiny[SEVERAL[a]] if a in SEVERAL else a for a in args]
         if "--set" in args:
-            args += [word for name in set(args) & set(NARROW) for word in NARROW[name]]
+            narrow = NARROW_SWEEP if args[0] == "sweep" else NARROW
+            args += [word for name in set(args) & set(narrow) for word in narrow[name]]
     if args[0] in ("collapse", "attention") and not SLOW:
         args += ["--sequences", "2", "--tokens", "16"]
+    if args[0] == "sweep" and not SLOW:  # short sizes, unless the sweep sweeps them
+        args += [word for size in ("sequences", "tokens") if f"--{size}" not in args
+                 for word in (f"--{size}", "2" if size == "sequences" else "16")]  # fmt: skip
     if args[0] == "paths" and "--sample" in args and "--samples" in args and not SLOW:
         # The paper's notebook setting (BERT-base, MiniLM): the same command on fewer,
         # shorter sequences (the last --sequences/--tokens win) keeps the suite's time.
