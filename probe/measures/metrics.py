@@ -104,14 +104,7 @@ from probe.linalg.gram import Grams, gram
 from probe.linalg.quadrature import PROBES, QUADRATURE_STEPS, effective_rank_estimate
 from probe.linalg.top import DENSE_UP_TO, DENSE_UP_TO_GPU, top_of_spectrum
 from probe.linalg.workspace import workspace
-from probe.measures.metrics_input import (
-    check_name,
-    mean_residual,
-    prepare,
-    rescale,
-    scale,
-    token_mean,
-)
+from probe.measures.metrics_input import check_name, mean_residual, prepare, rescale, token_mean
 from probe.measures.metrics_norms import l1_linf, matrix_norm, norm_table
 from probe.names import EFFECTIVE_RANK_METHODS, FITS, METRICS, MU, NORMS, stored
 
@@ -300,12 +293,10 @@ def collapse_metrics(
     wanted = _wanted(metrics)
     check_name(effective_rank, EFFECTIVE_RANK_METHODS, "effective rank method")
     Xm, mask, counts, peak = prepare(X, mask)
-    exponent = scale(peak)
-    if exponent is None:
-        return _compute(Xm, mask, counts, wanted, effective_rank)
-    out = _compute(torch.ldexp(Xm, -exponent[:, None, None]), mask, counts, wanted, effective_rank)
-    if MU in out:  # the one metric in X's units: scaled back by the exact power of two
-        out[MU] = torch.ldexp(out[MU], exponent)
+    scaled, exponent = rescale(Xm, peak)
+    out = _compute(scaled, mask, counts, wanted, effective_rank)
+    if exponent is not None and MU in out:  # the one metric in X's units: scaled back
+        out[MU] = torch.ldexp(out[MU], exponent)  # by the exact power of two
     return out
 
 
@@ -375,7 +366,7 @@ def residual(X: Tensor, mask: Tensor | None = None, fit: str = "mean") -> Tensor
     # The direction comes from the rescaled X (its Gram matrix must not overflow); the
     # projection is applied to X itself, so the residual keeps X's scale.
     wide = Xm.shape[-2] <= Xm.shape[-1]
-    scaled = rescale(Xm, peak)
+    scaled, _ = rescale(Xm, peak)
     if scaled is not Xm:
         mean = token_mean(scaled, counts)
         R = mean_residual(scaled, mask, counts, mean=mean)

@@ -78,23 +78,19 @@ def prepare(X: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Ten
     return Xm, mask, counts.to(_F64), peak
 
 
-def scale(peak: Tensor) -> Tensor | None:
-    """The power of two each sequence's entries are divided by (float64 exponents), or None
-    where no sequence needs one (:func:`rescale`)."""
+def rescale(Xm: Tensor, peak: Tensor) -> tuple[Tensor, Tensor | None]:
+    """Xm with each sequence divided by a power of two where its largest entry needs it, and
+    those powers' exponents (float64; None where no sequence needs one and Xm is returned
+    as it is)."""
     # Every metric except residual() and mu is scale-invariant.  Scaling each sequence by a
     # power of two (exact in floating point) keeps squared entries clear of float64
     # under/overflow; it is skipped when no sequence needs it, which leaves every result bit
     # for bit the same.
     _, exponent = torch.frexp(peak)
     if bool((exponent.abs() <= _SAFE_EXPONENT).all()):
-        return None
-    return exponent.clamp(min=-1021).to(_F64)
-
-
-def rescale(Xm: Tensor, peak: Tensor) -> Tensor:
-    """Xm with each sequence scaled by a power of two where its largest entry needs it."""
-    exponent = scale(peak)
-    return Xm if exponent is None else torch.ldexp(Xm, -exponent[:, None, None])
+        return Xm, None
+    exponent = exponent.clamp(min=-1021).to(_F64)
+    return torch.ldexp(Xm, -exponent[:, None, None]), exponent
 
 
 def token_mean(Xm: Tensor, counts: Tensor) -> Tensor:

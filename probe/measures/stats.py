@@ -262,9 +262,9 @@ def rate_fit(values: np.ndarray, relative: np.ndarray, low: float) -> dict:
     t, y = np.flatnonzero(ok).astype(float), np.log(values[ok])
     slope, out["stderr"] = line(t, y)
     out["rate"] = float(np.exp(slope))
-    total = float(np.sum((y - y.mean()) ** 2))
     if np.ptp(y) > 0:  # a constant log mu: nothing for a line to explain
         fitted = y.mean() + slope * (t - t.mean())
+        total = float(np.sum((y - y.mean()) ** 2))
         out["r2"] = 1.0 - float(np.sum((y - fitted) ** 2)) / total
     return out
 
