@@ -52,12 +52,12 @@ import tempfile
 import time
 
 import torch
-from timing import timed
+from timing import collapse_pair, timed
 
 import probe
 from probe.analyses import collapse
 from probe.requests.inputs import make_inputs
-from probe.surgery.ablate import PRESETS, parse_variants
+from probe.surgery.ablate import PRESETS
 from probe.surgery.trace import capture, layer_values
 
 SIZES = {
@@ -92,25 +92,7 @@ def bench(
     inputs = make_inputs(
         probed.tokenizer, probed.config.vocab_size, sequences=sequences, tokens=tokens, seed=0
     )
-    batches = [(ids, mask) for _, ids, mask in inputs.batches(batch)]
-    variants = parse_variants("all")
-
-    def forwards():
-        for variant in variants:
-            for ids, mask in batches:
-                layer_values(probed, ids, PRESETS[variant], capture, mask)
-
-    def analysis():
-        collapse.run(
-            probed,
-            variants="all",
-            init="random",
-            sequences=sequences,
-            tokens=tokens,
-            seed=0,
-            batch_size=batch,
-            metrics=chosen,
-        )
+    forwards, analysis = collapse_pair(probed, inputs, batch, chosen)
 
     def command():
         # The whole job as a user runs it: a fresh process that builds the model, probes it,
@@ -139,8 +121,8 @@ def bench(
     # Warm-up on one sequence (nnsight's wrapper, allocators, lazy imports, the LAPACK pool):
     # the same code paths, without adding a whole batch's run to the large sizes (8 x 2048
     # is one batch).
-    ids, mask = batches[0]
-    layer_values(probed, ids[:1], PRESETS[variants[0]], capture, mask[:1])
+    _, ids, mask = next(iter(inputs.batches(batch)))
+    layer_values(probed, ids[:1], PRESETS["SAN"], capture, mask[:1])
     collapse.run(probed, variants="all", init="random", sequences=1, tokens=tokens)
     times = {name: [] for name in runs}
     if probed.device.type == "cuda":

@@ -27,31 +27,18 @@ import statistics
 import subprocess
 import sys
 
-from timing import timed
+from timing import collapse_pair, timed
 
 import probe
 from probe.analyses import collapse
 from probe.requests.inputs import make_inputs
-from probe.surgery.ablate import PRESETS, parse_variants
-from probe.surgery.trace import capture, layer_values
 
 BUSY = "while True: pass"
 
 
 def measure(probed, inputs, batch: int, repeats: int) -> dict[str, list[float]]:
     """(a) and (b), interleaved ``repeats`` times: their seconds, in order."""
-    batches = [(ids, mask) for _, ids, mask in inputs.batches(batch)]
-    variants = parse_variants("all")
-
-    def forwards():
-        for variant in variants:
-            for ids, mask in batches:
-                layer_values(probed, ids, PRESETS[variant], capture, mask)
-
-    def analysis():
-        collapse.run(probed, variants="all", init="random", sequences=inputs.sequences,
-                     tokens=inputs.tokens, seed=0, batch_size=batch)  # fmt: skip
-
+    forwards, analysis = collapse_pair(probed, inputs, batch)
     times: dict[str, list[float]] = {"forwards": [], "collapse.run": []}
     for _ in range(repeats):
         times["forwards"].append(timed(forwards, probed.device))

@@ -39,6 +39,31 @@ def interleaved_medians(runs: dict, repeats: int, device) -> dict[str, float]:
     return {name: statistics.median(values) for name, values in times.items()}
 
 
+def collapse_pair(probed, inputs, batch: int, metrics: str = "all"):
+    """(forwards, analysis) of a collapse run, to time one against the other: every batch of
+    ``inputs`` under the four ablations (SAN, SAN+MLP, SAN+skip, transformer) through
+    ``layer_values`` with the trivial reduction, so the residual stream X_0 .. X_L is
+    captured and nothing else computed; and ``collapse.run`` on the same model, inputs and
+    batches, all four variants and ``metrics``, Dataset included."""
+    from probe.analyses import collapse
+    from probe.surgery.ablate import PRESETS, parse_variants
+    from probe.surgery.trace import capture, layer_values
+
+    batches = [(ids, mask) for _, ids, mask in inputs.batches(batch)]
+    variants = parse_variants("all")
+
+    def forwards():
+        for variant in variants:
+            for ids, mask in batches:
+                layer_values(probed, ids, PRESETS[variant], capture, mask)
+
+    def analysis():
+        collapse.run(probed, variants="all", init="random", sequences=inputs.sequences,
+                     tokens=inputs.tokens, seed=0, batch_size=batch, metrics=metrics)  # fmt: skip
+
+    return forwards, analysis
+
+
 def random_model(name: str, layers: int | None, device: str):
     """``name`` at random init; with ``layers``, its shipped config cut to that many."""
     if layers is None:
