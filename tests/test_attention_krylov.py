@@ -2,7 +2,8 @@
 ``top_two`` from KRYLOV_FROM tokens on) against numpy's float64 SVD on constructed matrices.
 
 The tolerance is the dense path's (tests/test_attention_stats.py): sigma_1 and sigma_2 within
-4 T eps sigma_1 of numpy's values.  The run accepts a Ritz pair only when its residual r
+4 T eps sigma_1 of numpy's values, eps the working precision's (the run is in float64 for a
+float64 matrix, in float32 for a float32 one, numpy's SVD in float64 on the same entries).  The run accepts a Ritz pair only when its residual r
 satisfies r^2 <= (T eps sigma_1 / 4) gap, which by the Kato-Temple bound puts it within
 T eps sigma_1 / 6 of the exact value (probe.measures.attention_stats' docstring); the products'
 rounding (sums of T terms of a nonnegative matrix, a few sqrt(T) eps sigma_1 in practice) and
@@ -53,37 +54,49 @@ def _cases() -> dict[str, tuple[np.ndarray, bool]]:
     }
 
 
-def _check(A: np.ndarray, sigma_1, sigma_2) -> None:
+def _held(A: np.ndarray, dtype: torch.dtype) -> tuple[torch.Tensor, np.ndarray, float]:
+    """A as a run of ``dtype`` holds it, the same values in float64, and dtype's eps."""
+    held = torch.from_numpy(A).to(dtype)
+    return held, held.to(torch.float64).numpy(), float(torch.finfo(dtype).eps)
+
+
+def _check(A: np.ndarray, sigma_1, sigma_2, eps: float = EPS) -> None:
     for m in range(A.shape[0]):
         want = np.linalg.svd(A[m], compute_uv=False)
-        tol = 4 * A.shape[-1] * EPS * want[0]
+        tol = 4 * A.shape[-1] * eps * want[0]
         assert abs(float(sigma_1[m]) - want[0]) <= tol
         assert abs(float(sigma_2[m]) - want[1]) <= tol
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("case", list(_cases()))
-def test_top_two_from_krylov_against_numpy_svd(case):
-    A, certified = _cases()[case]
-    sigma_1, sigma_2, frobenius = top_two(torch.from_numpy(A))
-    _check(A, sigma_1, sigma_2)
-    np.testing.assert_allclose(frobenius.numpy(), (A**2).sum((-2, -1)), rtol=8 * T * EPS)
+def test_top_two_from_krylov_against_numpy_svd(case, dtype):
+    held, A, eps = _held(_cases()[case][0], dtype)
+    certified = _cases()[case][1]
+    sigma_1, sigma_2, frobenius = top_two(held)
+    _check(A, sigma_1, sigma_2, eps)
+    # Each square rounded once to the working precision, summed in float64.
+    want = (A**2).sum((-2, -1))
+    np.testing.assert_allclose(frobenius.numpy(), want, rtol=eps / 2 + 8 * T * EPS)
     # The CPU's run (a QR and an SVD per matrix) and the one CUDA takes (batched products,
     # the Ritz step from B^T B), here both on the CPU.
     for batched in (False, True):
-        sigma, done = krylov_top_two(torch.from_numpy(A), batched)
+        sigma, done = krylov_top_two(held, batched)
+        assert sigma.dtype == dtype
         if certified:
             assert bool(done.all()), batched
         # What the run certifies is accurate by itself, not only after the dense fallback.
-        _check(A[done.numpy()], sigma[done, 0], sigma[done, 1])
+        _check(A[done.numpy()], sigma[done, 0], sigma[done, 1], eps)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("batched", [False, True])
-def test_a_matrix_gets_the_same_values_alone_and_in_a_batch(batched):
+def test_a_matrix_gets_the_same_values_alone_and_in_a_batch(batched, dtype):
     """The fixed start block and the per-matrix stopping step: a matrix's values do not
     depend on the batch it came in (nor on the split over threads), bit for bit."""
-    A = torch.from_numpy(_cases()["causal-random"][0])
+    A = torch.from_numpy(_cases()["causal-random"][0]).to(dtype)
     both, _ = krylov_top_two(
-        torch.cat([A, torch.from_numpy(_cases()["causal-uniform"][0])]), batched
+        torch.cat([A, torch.from_numpy(_cases()["causal-uniform"][0]).to(dtype)]), batched
     )
     alone, _ = krylov_top_two(A[1:], batched)
     assert torch.equal(both[1], alone[0])
@@ -93,16 +106,19 @@ def test_a_matrix_gets_the_same_values_alone_and_in_a_batch(batched):
 @given(
     concentration=st.sampled_from([0.05, 1.0, 50.0]),
     scale=st.sampled_from([0.0, 0.3, 1.0, 3.0]),
+    dtype=st.sampled_from([torch.float64, torch.float32]),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_top_two_on_causal_rows_property(concentration, scale, seed):
+def test_top_two_on_causal_rows_property(concentration, scale, dtype, seed):
     """Causal rows, each a Dirichlet draw times a softmax of scaled noise and renormalised:
-    from near-uniform (Cesaro) to near one-hot; within 4 T eps sigma_1 of numpy."""
+    from near-uniform (Cesaro) to near one-hot; within 4 T eps sigma_1 of numpy, eps the
+    working precision's."""
     rng = np.random.default_rng(seed)
     n = KRYLOV_FROM
     A = _rows(scale * rng.standard_normal((1, n, n)), causal=True)
     for i in range(n):
         A[0, i, : i + 1] *= rng.dirichlet(np.full(i + 1, concentration))
     A /= np.maximum(A.sum(-1, keepdims=True), 1e-300)
-    sigma_1, sigma_2, _ = top_two(torch.from_numpy(A))
-    _check(A, sigma_1, sigma_2)
+    held, A, eps = _held(A, dtype)
+    sigma_1, sigma_2, _ = top_two(held)
+    _check(A, sigma_1, sigma_2, eps)

@@ -12,10 +12,12 @@ from hypothesis import strategies as st
 
 from probe.errors import ProbeError
 from probe.measures.attention_stats import (
+    EPSILON,
     Totals,
     anisotropy_sums,
     check_epsilon,
     head_sums,
+    lower_median,
     massive_sums,
     sink_head_share,
     sink_rate,
@@ -78,10 +80,12 @@ def test_top_key_is_not_always_the_first_token():
     dtype=st.sampled_from([torch.float32, torch.bfloat16, torch.float16]),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_entropy_of_a_low_precision_run_within_its_stated_bound(concentration, causal, dtype, seed):
-    """Below float64 the logs are float32 (probe.measures.attention_stats' docstring): every term
-    -A log A >= 0 carries at most one float32 rounding of the log and one of the product, so
-    the entropy is within 2^-22 relative of the float64 computation on the same values."""
+def test_a_low_precision_run_within_its_stated_bounds(concentration, causal, dtype, seed):
+    """Below float64 the logs and the sums over rows are float32 (probe.measures.attention_stats'
+    docstring): every term -A log A >= 0 carries at most one float32 rounding of the log and
+    one of the product, and a row's sum of n nonnegative terms at most n - 1 roundings, so
+    the entropy is within (n + 1) 2^-24 relative of the float64 computation on the same
+    values and the received attention within (n - 1) 2^-24 (n = 17 real tokens here, or 12)."""
     rng = np.random.default_rng(seed)
     B, H, T = 3, 2, 17
     probs = np.zeros((B, H, T, T))
@@ -95,9 +99,16 @@ def test_entropy_of_a_low_precision_run_within_its_stated_bound(concentration, c
     real[1, 12:] = False  # a padded sequence: its garbage must not count in either
     low[1, :, 12:, :] = 0.5
     low[1, :, :, 12:] = 0.5
-    got = head_sums(low, real, spectrum=False)["entropy"]
-    want = head_sums(low.to(F64), real, spectrum=False)["entropy"]
-    np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=2.0**-22, atol=0)
+    got = head_sums(low, real, spectrum=False)
+    want = head_sums(low.to(F64), real, spectrum=False)
+    np.testing.assert_allclose(got["entropy"], want["entropy"], rtol=(T + 1) * 2.0**-24, atol=0)
+    np.testing.assert_allclose(got["received"], want["received"], rtol=(T - 1) * 2.0**-24, atol=0)
+    # A sequence's first-key score decides its sink the same way unless it lies within the
+    # received attention's bound of eps.
+    first = low.to(F64)[..., 0] * real[:, None, :]  # (B, H, query): the real rows only
+    exact = first.sum(-1) / real.sum(1, keepdim=True)  # (B, H)
+    if bool(((exact - EPSILON).abs() > (T - 1) * 2.0**-24).all()):
+        assert torch.equal(got["sinks"], want["sinks"])
 
 
 def test_massive_sums_batched_equal_a_loop_over_sequences():
@@ -138,6 +149,24 @@ def test_gap_and_stable_rank_of_known_spectra():
     assert float(both["gap"][0]) == pytest.approx(1.0, abs=1e-15)
     assert float(both["stable_rank"][0]) == pytest.approx(5.0, rel=1e-14)
     assert float(both["count"]) == 2
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    rows=st.integers(1, 5),
+    n=st.integers(1, 60),
+    levels=st.sampled_from([3, 1000]),  # 3: many ties
+    dtype=st.sampled_from([torch.float64, torch.float32, torch.bfloat16]),
+    seed=st.integers(0, 2**16),
+)
+def test_lower_median_is_the_lower_middle_value(rows, n, levels, dtype, seed):
+    """torch's median(1) convention, the ((n - 1) // 2)-th smallest, by sorting."""
+    rng = np.random.default_rng(seed)
+    values = torch.from_numpy(rng.integers(0, levels, (rows, n)) / 7.0).to(dtype)
+    want = np.sort(values.to(F64).numpy(), axis=1)[:, (n - 1) // 2]
+    got = lower_median(values)
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got.to(F64).numpy(), want)
 
 
 def test_massive_ratio_and_location_by_hand():
@@ -245,10 +274,22 @@ def test_epsilon_outside_the_open_interval_is_refused_in_one_line(bad):
 
 # ------------------------------------- the spectrum against numpy's float64 SVD (top_two)
 # Both sides are backward-stable SVDs: each singular value within a few T eps sigma_1 of the
-# exact one (probe.measures.attention_stats' docstring), so they agree to 4 T eps sigma_1 in every
+# exact one of the matrix as the run holds it (probe.measures.attention_stats' docstring), eps
+# the working precision's: float64's for a float64 run, float32's for float32 and bfloat16
+# runs (the spectrum is computed in float32 there).  So they agree to 4 T eps sigma_1 in every
 # sigma_i, 8 T eps sigma_1 in the gap; the stable rank (||A||_F^2 / sigma_1^2 against numpy's
-# sum sigma_i^2 / sigma_1^2) to 8 T eps relative.
+# sum sigma_i^2 / sigma_1^2) to 8 T eps relative.  numpy's side is the float64 SVD of the same
+# rounded entries, so the test measures the computation, not the run's rounding of A.
 EPS = float(np.finfo(np.float64).eps)
+DTYPES = [torch.float64, torch.float32, torch.bfloat16]
+
+
+def _held(A: np.ndarray, dtype: torch.dtype) -> tuple[torch.Tensor, np.ndarray, float]:
+    """A as a run of ``dtype`` holds it, those same values in float64 for numpy, and the
+    working precision's eps."""
+    held = torch.from_numpy(A).to(dtype)
+    work = torch.float64 if dtype == torch.float64 else torch.float32
+    return held, held.to(torch.float64).numpy(), float(torch.finfo(work).eps)
 
 
 def _rows(logits: np.ndarray, causal: bool = False) -> np.ndarray:
@@ -282,21 +323,30 @@ def _numpy_spectrum(A: np.ndarray) -> np.ndarray:
     return np.linalg.svd(A, compute_uv=False)
 
 
+def _frobenius_rtol(T: int, eps: float) -> float:
+    # Each square rounded once to the working precision (eps / 2 relative, every term >= 0),
+    # summed in float64 (a sum of squares: ~log2(T^2) eps; 8 T eps as the float64 bound).
+    return eps / 2 + 8 * T * EPS
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("case", list(_hard_cases()))
-def test_top_two_against_numpy_svd_on_hard_cases(case):
-    A = _hard_cases()[case]
+def test_top_two_against_numpy_svd_on_hard_cases(case, dtype):
+    held, A, eps = _held(_hard_cases()[case], dtype)
     T = A.shape[-1]
-    sigma_1, sigma_2, frobenius = top_two(torch.from_numpy(A))
+    sigma_1, sigma_2, frobenius = top_two(held)
+    assert sigma_1.dtype == sigma_2.dtype == frobenius.dtype == torch.float64
     for m in range(A.shape[0]):
         want = _numpy_spectrum(A[m])
-        tol = 4 * T * EPS * want[0]
+        tol = 4 * T * eps * want[0]
         assert abs(float(sigma_1[m]) - want[0]) <= tol
         assert abs(float(sigma_2[m]) - want[1]) <= tol
-        assert float(frobenius[m]) == pytest.approx((want**2).sum(), rel=8 * T * EPS)
+        assert float(frobenius[m]) == pytest.approx((want**2).sum(), rel=_frobenius_rtol(T, eps))
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("case", list(_hard_cases()))
-def test_gap_and_stable_rank_against_numpy_svd_with_padding(case):
+def test_gap_and_stable_rank_against_numpy_svd_with_padding(case, dtype):
     """The matrices inside a padded batch (garbage in the padding rows and columns), each
     sequence a different real length, summed over sequences as head_sums does."""
     A = _hard_cases(16)[case]
@@ -304,22 +354,24 @@ def test_gap_and_stable_rank_against_numpy_svd_with_padding(case):
     lengths = [16, 13, 9][: A.shape[0]] if A.shape[0] > 1 else [16]
     probs = np.full((len(lengths), 2, T, T), 7.0)  # head 1: the transpose's rows renormalised
     real = np.zeros((len(lengths), T), dtype=bool)
-    gap, stable = np.zeros(2), np.zeros(2)
     for s, n in enumerate(lengths):
         block = A[s % A.shape[0], :n, :n]
         block = block / np.maximum(block.sum(-1, keepdims=True), 1e-300)
         other = block.T / np.maximum(block.T.sum(-1, keepdims=True), 1e-300)
-        for h, M in enumerate((block, other)):
-            probs[s, h, :n, :n] = M
-            sigma = _numpy_spectrum(M)
+        probs[s, 0, :n, :n], probs[s, 1, :n, :n] = block, other
+        real[s, :n] = True
+    held, probs, eps = _held(probs, dtype)
+    gap, stable = np.zeros(2), np.zeros(2)
+    for s, n in enumerate(lengths):
+        for h in range(2):
+            sigma = _numpy_spectrum(probs[s, h, :n, :n])
             gap[h] += sigma[0] - sigma[1]
             stable[h] += (sigma**2).sum() / sigma[0] ** 2
-        real[s, :n] = True
-    sums = head_sums(torch.from_numpy(probs), torch.from_numpy(real))
+    sums = head_sums(held, torch.from_numpy(real))
     count = len(lengths)
     # Per sequence: gap within 8 T eps sigma_1, sigma_1 <= sqrt(T) for row-stochastic A.
-    np.testing.assert_allclose(sums["gap"].numpy(), gap, rtol=0, atol=count * 8 * T**1.5 * EPS)
-    np.testing.assert_allclose(sums["stable_rank"].numpy(), stable, rtol=8 * T * EPS, atol=0)
+    np.testing.assert_allclose(sums["gap"].numpy(), gap, rtol=0, atol=count * 8 * T**1.5 * eps)
+    np.testing.assert_allclose(sums["stable_rank"].numpy(), stable, rtol=8 * T * eps, atol=0)
 
 
 @settings(max_examples=40, deadline=None)
@@ -327,24 +379,27 @@ def test_gap_and_stable_rank_against_numpy_svd_with_padding(case):
     T=st.integers(1, 40),
     concentration=st.sampled_from([1e-3, 0.05, 1.0, 50.0, 1e6]),
     causal=st.booleans(),
+    dtype=st.sampled_from(DTYPES),
     seed=st.integers(0, 2**32 - 1),
 )
-def test_top_two_property_against_numpy(T, concentration, causal, seed):
-    """Random Dirichlet attention rows (from one-hot to uniform), causal or not: sigma_1 and
-    sigma_2 within 4 T eps sigma_1 of numpy's SVD, the stable rank within 8 T eps."""
+def test_top_two_property_against_numpy(T, concentration, causal, dtype, seed):
+    """Random Dirichlet attention rows (from one-hot to uniform), causal or not, held in each
+    dtype: sigma_1 and sigma_2 within 4 T eps sigma_1 of numpy's SVD, the stable rank within
+    8 T eps, eps the working precision's."""
     rng = np.random.default_rng(seed)
     A = np.zeros((2, T, T))
     for m in range(2):
         for i in range(T):
             keys = i + 1 if causal else T  # a causal row i sees keys 0..i
             A[m, i, :keys] = rng.dirichlet(np.full(keys, concentration))
-    sigma_1, sigma_2, frobenius = top_two(torch.from_numpy(A))
+    held, A, eps = _held(A, dtype)
+    sigma_1, sigma_2, frobenius = top_two(held)
     for m in range(2):
         want = _numpy_spectrum(A[m])
         second = want[1] if T > 1 else 0.0
-        tol = 4 * T * EPS * want[0]
+        tol = 4 * T * eps * want[0]
         assert abs(float(sigma_1[m]) - want[0]) <= tol
         assert abs(float(sigma_2[m]) - second) <= tol
         assert float(frobenius[m] / sigma_1[m] ** 2) == pytest.approx(
-            (want**2).sum() / want[0] ** 2, rel=8 * T * EPS
+            (want**2).sum() / want[0] ** 2, rel=8 * T * eps
         )

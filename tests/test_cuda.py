@@ -208,24 +208,30 @@ def test_attention_statistics_on_the_device_equal_the_cpus(folders):
             np.testing.assert_array_equal(here[name], cpu[name], err_msg=name)
 
 
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 @pytest.mark.parametrize("T", [96, KRYLOV_FROM + 64])
-def test_the_attention_spectrum_on_the_device_against_numpy(T):
+def test_the_attention_spectrum_on_the_device_against_numpy(T, dtype):
     # Below KRYLOV_FROM the device's matrices go to the host's LAPACK (the CPU's values, bit
     # for bit); from it on the batched Krylov run stays on the device.  Causal rows (certified
     # by the run) and flat ones (the dense fallback), padded; within the dense path's 4 T eps
-    # sigma_1 of numpy's SVD (tests/test_attention_krylov.py).
+    # sigma_1 of numpy's float64 SVD of the same entries, eps the working precision's
+    # (tests/test_attention_krylov.py).
     generator = torch.Generator().manual_seed(3)
     logits = torch.randn(6, T, T, generator=generator, dtype=torch.float64)
     logits[:3] = logits[:3].masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -torch.inf)
     logits[3:] *= 0.3
-    A = torch.softmax(logits, -1)
+    A = torch.softmax(logits, -1).to(dtype)
     A[1, T - 40 :], A[1, :, T - 40 :] = 0.0, 0.0  # padding: zero rows and columns
     sigma_1, sigma_2, frobenius = (v.cpu() for v in top_two(A.to(DEVICE)))
-    want = np.linalg.svd(A.numpy(), compute_uv=False)
-    tol = 4 * T * np.finfo(np.float64).eps * want[:, 0]
+    exact = A.to(torch.float64)
+    want = np.linalg.svd(exact.numpy(), compute_uv=False)
+    eps = float(torch.finfo(dtype).eps)
+    tol = 4 * T * eps * want[:, 0]
     assert (np.abs(sigma_1.numpy() - want[:, 0]) <= tol).all()
     assert (np.abs(sigma_2.numpy() - want[:, 1]) <= tol).all()
-    np.testing.assert_allclose(frobenius, (A**2).sum((-2, -1)), rtol=8 * T * 2**-52)
+    # Each square rounded once to the working precision, summed in float64.
+    rtol = eps / 2 + 8 * T * 2**-52
+    np.testing.assert_allclose(frobenius, (exact**2).sum((-2, -1)), rtol=rtol)
     if T < KRYLOV_FROM:
         assert torch.equal(torch.stack([sigma_1, sigma_2]), torch.stack(top_two(A)[:2]))
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 import probe
@@ -73,6 +75,33 @@ def test_the_check_looks_at_real_entries_only_and_names_what_and_where():
         "m (random): layer 2's attention probabilities hold NaN or inf: the forward pass "
         "overflowed in float32; use `dtype` float64, or a smaller `branch_scale`"
     )
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    dtype=st.sampled_from([torch.float64, torch.float32, torch.bfloat16, torch.float16]),
+    bad=st.sampled_from([float("nan"), float("inf"), -float("inf"), None]),
+    huge=st.booleans(),
+    padded=st.booleans(),
+    seed=st.integers(0, 2**16),
+)
+def test_the_check_refuses_exactly_a_non_finite_real_entry(dtype, bad, huge, padded, seed):
+    """The check first screens by the tensor's sum: finite values whose sum overflows (huge)
+    still pass, a non-finite value anywhere is found, and only a real one is refused."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(3, 5, 4, generator=generator).to(dtype)
+    if huge:  # every entry finite, their sum past the dtype's range
+        x[:, :, 0] = torch.finfo(dtype).max
+    real = torch.ones(3, 5, dtype=torch.bool)
+    real[2, 3:] = False
+    where = (2, 4, 1) if padded else (1, 2, 3)
+    if bad is not None:
+        x[where] = bad
+    if bad is None or padded:
+        check_finite(x, real, 1)
+    else:
+        with pytest.raises(ProbeError, match="layer 1's token representations hold NaN or inf"):
+            check_finite(x, real, 1)
 
 
 def test_attention_stops_before_any_statistic_sees_an_overflow(monkeypatch):

@@ -1,6 +1,9 @@
 """What trained transformers do instead of collapsing: the attention and activation statistics.
 
-Pure tensor functions, in float64 (or exact selections), on real (unpadded) tokens only.
+Pure tensor functions on real (unpadded) tokens only, each as accurate as the arithmetic that
+made its inputs (the accuracy per dtype is stated with each statistic below): a float64 run's
+statistics are computed in float64 (or are exact selections); a float32, bfloat16 or float16
+run's logs and spectrum in float32, the sums in float64.
 Each takes one batch and returns *sums over its sequences* (and the counts to divide them
 by), so a run adds batches up and divides once (:class:`Totals`); only per-(layer, head)
 numbers and a few vectors of the hidden size ever leave a layer.
@@ -15,7 +18,12 @@ over sequences:
   al. 2025's importance score, sum_i A[i, k] / (T - k)).  ``sink_score`` is r_h0, the
   attention the first token receives (Gu et al. 2025; Xiao et al. 2023), seen by every row;
   ``top_key`` the argmax over k of r_hk and ``top_key_score`` its value (Clark et al. 2019:
-  BERT's [CLS] and [SEP]).
+  BERT's [CLS] and [SEP]).  Each column's sum over its rows is formed in the working precision
+  (float64 for a float64 run; float32 for float32, bfloat16 and float16), the rest in
+  float64: a sum of n_s nonnegative terms, within (n_s - 1) 2^-24 relative of the float64
+  sum of the same probabilities in any summation order (float32's vectorised sums come out
+  within a few 2^-24), against the 2^-24 relative that float32's rounding of each entry
+  already carries.
 * ``sink_frequency``: per (layer, head), the share of sequences whose own first-key score
   mean_i A_sh[i, 0] exceeds eps; its mean over layers and heads is Gu et al.'s sink rate
   Sink_eps (sail-sg/Attention-Sink, ``compute_attention_sink``: each sample thresholded,
@@ -24,32 +32,53 @@ over sequences:
   ``sink_score`` exceeds eps, a different number (the pretrained MiniLM: 0.417 against
   Sink_eps's 0.391).
 * ``attention_entropy``: mean_s mean_i -sum_k A_ik log A_ik, in nats (0 log 0 = 0, so the
-  keys a row cannot see add nothing).  Each A log A is formed at the input's precision
-  (float64 for a float64 run; float32 for float32, bfloat16 and float16) and summed in
-  float64.  Every term -A log A is >= 0, so no cancellation: a float32 run's entropy is
-  within 2^-22 (one rounding of the log, one of the product) relative of the float64
-  computation on the same probabilities, the order of what float32's own rounding of them
-  (2^-24 each) moves it; at half the float64 path's cost (a double's log is dear).
+  keys a row cannot see add nothing).  Each row's -sum_k A log A is formed in the working
+  precision (float64 for a float64 run; float32 for float32, bfloat16 and float16), the mean
+  over rows and sequences in float64.  Every term -A log A is >= 0, so no cancellation: a
+  float32 run's entropy is within (n_s + 1) 2^-24 relative of the float64 computation on the
+  same probabilities (one rounding of the log and one of the product per term, at most
+  n_s - 1 of the sum in any order), the order of what float32's own rounding of them (2^-24
+  each) moves it; at a third of the float64 path's cost (a double's log is dear).
 * ``attention_gap`` sigma_1 - sigma_2 and ``attention_stable_rank`` sum_i sigma_i^2 /
   sigma_1^2 of each sequence's n_s x n_s matrix A_sh (Nait Saada et al. 2025), mean over
   sequences.  Only three numbers of each matrix are needed (``top_two``): sum_i sigma_i^2 =
   ||A||_F^2, exactly, from the entries (a sum of squares: relative error ~log2(T^2) eps), and
   sigma_1, sigma_2.  The padding rows and columns are zero, which adds only zero singular
-  values, so the whole layer's (sequence x head) T x T matrices go at once.  sigma_1 and
-  sigma_2 come from LAPACK's singular values (gesdd without vectors), on a CPU through
-  ``probe.linalg.lapack``: one serial LAPACK call per matrix, the batch split over the
-  threads, each thread making its own piece's float64 copy (a bert-base layer at 32 x 128
-  on 2 loaded cores: 2.2 s against 53 s for torch's per-sequence calls, whose MKL threading
-  of each small matrix collapses under load); from CUDA the same, on the host (cuSOLVER
-  solves matrices over 32 x 32 one at a time: slower still).
-  LAPACK computes all T values, O(T^3) per matrix.  Below ``KRYLOV_FROM`` = 512 tokens this is
-  the method, and most of the analysis' cost on a CPU: a Krylov method for the top two is no
+  values, so the whole layer's (sequence x head) T x T matrices go at once.  The spectrum is
+  computed to the run's working precision (``working_dtype``): float64 for a float64 run,
+  float32 for the others.  Below ``KRYLOV_FROM`` = 512 tokens sigma_1 and sigma_2 come from
+  LAPACK, on a CPU through ``probe.linalg.lapack``: one serial LAPACK call per matrix, the
+  batch split over the threads, each thread making its own piece's copy (a bert-base layer
+  at 32 x 128 on 2 loaded cores: 2.2 s against 53 s for torch's per-sequence calls, whose
+  MKL threading of each small matrix collapses under load); from CUDA the same, on the host
+  (cuSOLVER solves matrices over 32 x 32 one at a time: slower still).  A float64 run takes
+  the singular values (gesdd without vectors); a float32 one the two largest eigenvalues
+  lambda_i of the Gram matrix A A^T formed in float64 (syevd), sigma_i = sqrt(lambda_i): the
+  float32 entries' products are exact in float64, and the Gram matrix and its
+  eigensolve cost about 0.75 of a float32 SVD at 128 tokens, 0.85 at 480 (measured on the
+  project's 2-core machine).  Either way LAPACK computes all T values, O(T^3) per matrix, and
+  this is most of the analysis' cost on a CPU: a Krylov method for the top two is no
   cheaper at T = 128 for a random-init model, whose bulk under sigma_1 is flat (sigma_3 /
   sigma_2 ~ 0.97 for softmax(0.3 z) rows: a block Krylov space of 96 of the 128 dimensions
-  still left sigma_2 5e-7 sigma_1 off, 20 dimensions 2e-3).  Accuracy: LAPACK's, backward
-  stable, every singular value within a few T eps sigma_1 of the exact one: sigma_1 relative
-  ~T eps, sigma_2 absolute ~T eps sigma_1 (relative <= 1e-9 where sigma_2 > 1e-3 sigma_1,
-  T <= 1024), the gap absolute ~2 T eps sigma_1, the stable rank relative ~2 T eps.
+  still left sigma_2 5e-7 sigma_1 off, 20 dimensions 2e-3).
+  Accuracy, of the exact singular values of the probabilities as the run holds them:
+  - float64: LAPACK's SVD is backward stable, every singular value within a few T eps
+    sigma_1 (eps = 2^-52): sigma_1 relative ~T eps, sigma_2 absolute ~T eps sigma_1
+    (relative <= 1e-9 where sigma_2 > 1e-3 sigma_1, T <= 1024), the gap absolute ~2 T eps
+    sigma_1, the stable rank relative ~2 T eps: 14 digits of the float64 probabilities.
+  - float32 (and bfloat16, float16): the Gram matrix is off by at most T 2^-53 ||A||_F^2
+    (sums of T nonnegative terms), its eigensolve adds a few T 2^-53 lambda_1, so
+    |lambda_i - sigma_i^2| <= delta ~ T^1.5 2^-53 sigma_1^2 and |sqrt(lambda_i) - sigma_i|
+    <= min(delta / sigma_i, sqrt(delta)): at most ~1e-6 sigma_1 at T = 511 for a sigma_2
+    near 0, far less where sigma_2 is not small.  The stated bound is that of a float32
+    SVD, 4 T eps sigma_1 with eps = 2^-23 for every sigma_i (the Krylov run from 512
+    tokens meets it, below), the gap 8 T eps sigma_1 and the stable rank 8 T eps relative
+    (||A||_F^2 is summed in float64 from squares rounded once to float32).  That is the
+    order of what the run's own rounding of the probabilities already moves them: each
+    entry carries a relative rounding of 2^-24 or more (bfloat16: 2^-8), so the matrix is
+    off by up to 2^-24 ||A||_F <= 2^-24 sqrt(T) sigma_1 in spectral norm, and Weyl's
+    inequality moves every singular value by as much.
+  Tests hold each dtype to its bound against numpy's float64 SVD of the same entries.
   From 512 tokens on, where causal rows give a decaying top (a random-init Llama layer at
   1024 tokens: sigma_1 : sigma_2 : sigma_3 ~ 1.78 : 1.35 : 1.0), ``krylov_top_two`` first
   runs a block Krylov space of A^T A (block 4, at most 12 blocks, a fixed start block, full
@@ -60,8 +89,9 @@ over sequences:
   and g_2 > 4 r_3 (s_3 within a quarter of g_2 of an exact singular value, so that, short of
   one the space missed, the exact gap around s_i is at least 3/4 g_i; Kato-Temple for the
   symmetric [[0, A], [A^T, 0]] then gives |s_i - sigma_i| <= r_i^2 / (2 (3/4) g_i) <= T eps
-  s_1 / 6), the basis orthonormal to T eps; a matrix that does not pass within 12 blocks (a flat
-  or degenerate top: rank one, sharp near one-hot rows, a permutation) gets the dense SVD.
+  s_1 / 6), the basis orthonormal to T eps (the run is in the working precision, and eps is
+  its own); a matrix that does not pass within 12 blocks (a flat or degenerate top: rank
+  one, sharp near one-hot rows, a permutation) gets the dense SVD.
   The accuracy is then the dense path's, and tests/test_attention_krylov.py pins the same 4 T
   eps sigma_1 against numpy's SVD on causal, padded, flat, rank-one and identity matrices.
   The values are not bit for bit the dense SVD's (other rounding), within that accuracy; a
@@ -90,6 +120,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -141,33 +172,41 @@ def head_sums(
         per_key = torch.where(real, seen, 1.0)[:, None, :]  # a padding key receives 0 anyway
     else:
         per_key = rows[:, None, None]
-    # Mean over the rows that see each key, per sequence; float64 sums of the exact entries.
-    per_sequence = A.sum(2, dtype=torch.float64) / per_key  # (B, H, T)
+    # The sums over rows and the logs in the working precision, the rest in float64 (module
+    # docstring: accuracy per dtype).
+    work = A.to(working_dtype(A.dtype))  # A itself in a float32 or float64 run
+    # Mean over the rows that see each key, per sequence.
+    per_sequence = work.sum(2).to(torch.float64) / per_key  # (B, H, T)
     received = per_sequence.sum(0)  # (H, T)
     sinks = (per_sequence[:, :, 0] > epsilon).sum(0, dtype=torch.float64)  # (H,)
-    # The logs at the input's precision, at least float32 (module docstring: accuracy).
-    work = A if A.dtype == torch.float64 else A.to(torch.float32)
-    terms = torch.special.xlogy(work, work).sum(-1, dtype=torch.float64)  # (B, H, T)
+    terms = torch.special.xlogy(work, work).sum(-1).to(torch.float64)  # (B, H, T)
     entropy = (-terms.sum(-1) / rows[:, None]).sum(0)  # (H,)
     count = torch.tensor(float(A.shape[0]))
     out = {"received": received, "sinks": sinks, "entropy": entropy, "count": count}
     if spectrum:
-        sigma_1, sigma_2, frobenius = top_two(A)  # each (B, H)
+        sigma_1, sigma_2, frobenius = top_two(work)  # each (B, H)
         out |= {"gap": (sigma_1 - sigma_2).sum(0), "stable_rank": (frobenius / sigma_1**2).sum(0)}
     return out
 
 
 def top_two(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """sigma_1, sigma_2 and ||A||_F^2 = sum_i sigma_i^2 of every (..., T, T) matrix, in
-    float64 (module docstring: method and accuracy).  A 1 x 1 matrix has sigma_2 = 0."""
+    """sigma_1, sigma_2 and ||A||_F^2 = sum_i sigma_i^2 of every (..., T, T) matrix, as float64
+    tensors, computed in float64 for a float64 ``A`` and in float32 for any other dtype
+    (module docstring: method and accuracy per dtype).  A 1 x 1 matrix has sigma_2 = 0."""
     flat = A.reshape(-1, *A.shape[-2:])
     if flat.device.type == "cpu" or flat.shape[-1] < KRYLOV_FROM:
         # From CUDA too below KRYLOV_FROM: the host's LAPACK, the CPU's values bit for bit.
-        [(sigma, frobenius)] = lapack(_top_two_float64, flat)
+        [(sigma, frobenius)] = lapack(_top_two, flat)
     else:
-        sigma, frobenius = _top_two_float64(flat)
-    sigma = sigma.reshape(*A.shape[:-2], 2)
+        sigma, frobenius = _top_two(flat)
+    sigma = sigma.to(torch.float64).reshape(*A.shape[:-2], 2)
     return sigma[..., 0], sigma[..., 1], frobenius.reshape(A.shape[:-2])
+
+
+def working_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The precision the spectrum is computed in: float64 for a float64 run, float32 for
+    float32, bfloat16 and float16 (the accuracy of the arithmetic that made the probabilities)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
 
 
 #: From this size on, sigma_1 and sigma_2 come from a block Krylov run (module docstring),
@@ -177,24 +216,31 @@ KRYLOV_FROM = 512
 BLOCK, MOST_STEPS = 4, 12
 
 
-def _top_two_float64(A: Tensor) -> tuple[Tensor, Tensor]:
-    # One piece of the batch, in a LAPACK worker on a CPU: the float64 copy is made here, a
-    # piece at a time, so that it too runs on every thread.
-    A = A.to(torch.float64)
-    frobenius = A.square().sum((-2, -1))
+def _top_two(A: Tensor) -> tuple[Tensor, Tensor]:
+    # One piece of the batch, in a LAPACK worker on a CPU: the working copy (float64, or
+    # float32 from a half-precision run) is made here, a piece at a time, so that it too runs
+    # on every thread.  ||A||_F^2 is summed in float64 either way.
+    A = A.to(working_dtype(A.dtype))
+    frobenius = A.square().sum((-2, -1), dtype=torch.float64)
     if A.shape[-1] >= KRYLOV_FROM:
         sigma, done = krylov_top_two(A)
         if not bool(done.all()):  # the dense SVD where the run did not converge
             sigma[~done] = lapack(torch.linalg.svdvals, A[~done])[0][:, :2]
         return sigma, frobenius
-    sigma = torch.linalg.svdvals(A)[:, :2]  # descending
+    if A.dtype == torch.float64:
+        sigma = torch.linalg.svdvals(A)[:, :2]  # descending
+    else:  # a float32 A: its Gram matrix in float64, where the products are exact
+        exact = A.to(torch.float64)
+        top = torch.linalg.eigvalsh(exact @ exact.mT)[:, -2:]  # ascending
+        sigma = top.flip(-1).clamp_min(0).sqrt()
     sigma = torch.nn.functional.pad(sigma, (0, 2 - sigma.shape[-1]))
     return sigma, frobenius
 
 
 def krylov_top_two(A: Tensor, batched: bool | None = None) -> tuple[Tensor, Tensor]:
-    """sigma_1, sigma_2 of each float64 (n, T, T) matrix from a block Krylov space of A^T A,
-    and which of them passed the residual test (module docstring); the others are 0.
+    """sigma_1, sigma_2 of each (n, T, T) matrix from a block Krylov space of A^T A, in A's
+    dtype (float64 or float32) and to its eps, and which of them passed the residual test
+    (module docstring); the others are 0.
 
     ``batched`` (the default off a CPU): the block's orthonormalisation and the Ritz step
     without a QR or an SVD per matrix, which cuSOLVER runs one matrix at a time (a layer's
@@ -205,7 +251,7 @@ def krylov_top_two(A: Tensor, batched: bool | None = None) -> tuple[Tensor, Tens
     n, T, _ = A.shape
     if batched is None:
         batched = A.device.type != "cpu"
-    sigma = torch.zeros(n, 2, dtype=torch.float64, device=A.device)
+    sigma = torch.zeros(n, 2, dtype=A.dtype, device=A.device)
     done = torch.zeros(n, dtype=torch.bool, device=A.device)
     # The same fixed start for every matrix (no seed of the run's): a matrix's values then
     # depend on it alone, not on the batch or the split over threads.
@@ -274,7 +320,7 @@ def _certify(basis: Tensor, B: Tensor, AtB: Tensor, sigma: Tensor, done: Tensor,
     (module docstring): ``sigma`` and ``done`` with the matrices that pass now added; each
     matrix keeps the values of the first step it passed."""
     T = basis.shape[-2]
-    eps = torch.finfo(torch.float64).eps
+    eps = torch.finfo(B.dtype).eps
     S, Y = _ritz(B, batched)
     s = S[..., None, :]
     # r_i = ||A^T u_i - s_i v_i|| with v_i = V y_i and u_i = A v_i / s_i (so A v_i = s_i u_i).
@@ -310,7 +356,7 @@ def massive_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
         flat = a.flatten(1) if len(group) == B and n == a.shape[1] else a[group][real[group]]
         flat = flat.reshape(len(group), n * D)
         tops[group], at[group] = flat.max(1)  # the first of equal maxima, as flatten().max()
-        medians[group] = flat.median(1).values  # the lower middle value of an even count
+        medians[group] = lower_median(flat)
     # Sums in sequence order (cumsum is sequential), as the per-sequence loop added them.
     top = tops.to(torch.float64).cumsum(0)[-1]
     median = medians.to(torch.float64).cumsum(0)[-1]
@@ -326,14 +372,27 @@ def massive_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
     }
 
 
+def lower_median(rows: Tensor) -> Tensor:
+    """Each row's median as torch's ``median(1)`` gives it: the lower middle value of an
+    even count, the ((n - 1) // 2)-th smallest.  A selection, exact; on a CPU (float32,
+    float64) from numpy's introselect, a quarter of torch's time at 128 x 768 entries."""
+    if rows.device.type != "cpu" or rows.dtype not in (torch.float32, torch.float64):
+        return rows.median(1).values
+    k = (rows.shape[1] - 1) // 2
+    return torch.from_numpy(np.partition(rows.numpy(), k, axis=1)[:, k].copy())
+
+
 def anisotropy_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
     """One layer's output (batch, token, hidden): the sums the exact cross-sequence mean
     cosine needs (module docstring): sum u (hidden,), sum_s ||S_s||^2, N and sum_s n_s^2."""
+    copied = x.dtype != torch.float64
     x = x.to(torch.float64)
     if not bool(real.all()):
-        x = x * real[..., None].to(torch.float64)
-    norms = x.norm(dim=-1, keepdim=True)
-    u = x / norms.clamp_min(torch.finfo(torch.float64).tiny)  # a zero vector stays 0
+        x, copied = x * real[..., None].to(torch.float64), True
+    norms = x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
+    # A zero vector stays 0.  In place where x is this function's own copy (one allocation
+    # the less, the same division), never on the caller's tensor.
+    u = x.div_(norms) if copied else x / norms
     per_sequence = u.sum(1)  # (B, D)
     n = real.sum(1).to(torch.float64)
     return {

@@ -57,9 +57,11 @@ def check_finite(
     the result's ``layer`` dim counts (0 = the embeddings' output), ``where`` prefixes the
     line (the model, init, variant), ``what`` names the values, ``scaled``: a branch scale
     is set (``overflow_advice``)."""
-    # One pass over the whole tensor first (no copy); only a tensor holding a non-finite
-    # value somewhere has its real entries picked out.
-    if bool(torch.isfinite(x).all()):
+    # One pass over the whole tensor first, a sum (no copy, no mask): it is finite only if
+    # every entry is (NaN and inf carry through any sum), so only a tensor whose sum is not
+    # finite, a non-finite entry somewhere or finite entries summing past the dtype's range,
+    # has its entries looked at, and then its real entries picked out.
+    if bool(torch.isfinite(x.sum())) or bool(torch.isfinite(x).all()):
         return
     bad = ~torch.isfinite(x)
     if bad.dim() > mask.dim():
