@@ -3,7 +3,8 @@
 Pure tensor functions on real (unpadded) tokens only, each as accurate as the arithmetic that
 made its inputs (the accuracy per dtype is stated with each statistic below): a float64 run's
 statistics are computed in float64 (or are exact selections); a float32, bfloat16 or float16
-run's logs and spectrum in float32, the sums in float64.
+run's sums over rows and logs in float32, its spectrum to float32's accuracy, and the rest in
+float64.
 Each takes one batch and returns *sums over its sequences* (and the counts to divide them
 by), so a run adds batches up and divides once (:class:`Totals`); only per-(layer, head)
 numbers and a few vectors of the hidden size ever leave a layer.
@@ -91,7 +92,7 @@ over sequences:
   symmetric [[0, A], [A^T, 0]] then gives |s_i - sigma_i| <= r_i^2 / (2 (3/4) g_i) <= T eps
   s_1 / 6), the basis orthonormal to T eps (the run is in the working precision, and eps is
   its own); a matrix that does not pass within 12 blocks (a flat or degenerate top: rank
-  one, sharp near one-hot rows, a permutation) gets the dense SVD.
+  one, sharp near one-hot rows, a permutation) gets the dense path (``_dense_top_two``).
   The accuracy is then the dense path's, and tests/test_attention_krylov.py pins the same 4 T
   eps sigma_1 against numpy's SVD on causal, padded, flat, rank-one and identity matrices.
   The values are not bit for bit the dense SVD's (other rounding), within that accuracy; a
@@ -191,7 +192,7 @@ def head_sums(
 
 def top_two(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """sigma_1, sigma_2 and ||A||_F^2 = sum_i sigma_i^2 of every (..., T, T) matrix, as float64
-    tensors, computed in float64 for a float64 ``A`` and in float32 for any other dtype
+    tensors, to float64's accuracy for a float64 ``A`` and to float32's for any other dtype
     (module docstring: method and accuracy per dtype).  A 1 x 1 matrix has sigma_2 = 0."""
     flat = A.reshape(-1, *A.shape[-2:])
     if flat.device.type == "cpu" or flat.shape[-1] < KRYLOV_FROM:
@@ -204,8 +205,9 @@ def top_two(A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
 
 
 def working_dtype(dtype: torch.dtype) -> torch.dtype:
-    """The precision the spectrum is computed in: float64 for a float64 run, float32 for
-    float32, bfloat16 and float16 (the accuracy of the arithmetic that made the probabilities)."""
+    """The precision the attention statistics work in: float64 for a float64 run, float32
+    for float32, bfloat16 and float16 (the accuracy of the arithmetic that made the
+    probabilities)."""
     return torch.float64 if dtype == torch.float64 else torch.float32
 
 
@@ -224,17 +226,23 @@ def _top_two(A: Tensor) -> tuple[Tensor, Tensor]:
     frobenius = A.square().sum((-2, -1), dtype=torch.float64)
     if A.shape[-1] >= KRYLOV_FROM:
         sigma, done = krylov_top_two(A)
-        if not bool(done.all()):  # the dense SVD where the run did not converge
-            sigma[~done] = lapack(torch.linalg.svdvals, A[~done])[0][:, :2]
+        if not bool(done.all()):  # the dense path where the run did not converge
+            sigma[~done] = lapack(_dense_top_two, A[~done])[0].to(A.dtype)
         return sigma, frobenius
+    return _dense_top_two(A), frobenius
+
+
+def _dense_top_two(A: Tensor) -> Tensor:
+    """sigma_1, sigma_2 (n, 2) of each (n, T, T) matrix in the working precision, all of
+    its spectrum computed: a float64 A's singular values, a float32 A's from the two largest
+    eigenvalues of its Gram matrix in float64, where the products are exact."""
     if A.dtype == torch.float64:
         sigma = torch.linalg.svdvals(A)[:, :2]  # descending
-    else:  # a float32 A: its Gram matrix in float64, where the products are exact
+    else:
         exact = A.to(torch.float64)
         top = torch.linalg.eigvalsh(exact @ exact.mT)[:, -2:]  # ascending
         sigma = top.flip(-1).clamp_min(0).sqrt()
-    sigma = torch.nn.functional.pad(sigma, (0, 2 - sigma.shape[-1]))
-    return sigma, frobenius
+    return torch.nn.functional.pad(sigma, (0, 2 - sigma.shape[-1]))
 
 
 def krylov_top_two(A: Tensor, batched: bool | None = None) -> tuple[Tensor, Tensor]:
