@@ -197,7 +197,11 @@ def run(
         for probed in models:
             sums = Totals(probed.n_layers)
             for start, ids, padding in batches:
-                measure_batch(probed, ids, padding, sums, start, ablation=clean, epsilon=epsilon)
+                run_mask = masks.effective(probed, asked)
+                measure_batch(
+                    probed, ids, padding, sums, start, ablation=clean, epsilon=epsilon,
+                    run_mask=run_mask,
+                )  # fmt: skip
                 done += 1
                 if progress is not None:
                     progress(done, len(models) * len(batches), f"{probed.init} attention")
@@ -253,10 +257,13 @@ def measure_batch(
     spectrum: bool = True,
     ablation: Ablation = TRANSFORMER,
     epsilon: float = EPSILON,
+    run_mask: Mask = Mask(),  # noqa: B008 (a frozen value)
 ) -> None:
     """One unablated forward of one batch (``ablation``: the transformer, or with its branches
     scaled); each layer reduced inside the trace into ``sums`` (``spectrum=False`` leaves
-    out the singular values: the benchmark times them apart)."""
+    out the singular values: the benchmark times them apart).  ``run_mask``: the mask the
+    run applies (``masks.effective``); the statistics read which keys each query saw from
+    it, or, for the model's own, from what each layer's attention received."""
     device = probed.device
     ids, mask = ids.to(device), mask.to(device)
     real = mask.bool()
@@ -269,7 +276,7 @@ def measure_batch(
         probed.tracer_root.trace(**adapter.model_inputs(ids, mask), **probed.trace_options) as tr,
     ):
         if wanted:
-            reads = adapter.paths_stream(root, tr, ablation, norms=False)
+            reads = adapter.paths_stream(root, tr, ablation, norms=False, masks=True)
         else:
             reads = ({"x": x} for x in adapter.stream(root, tr, ablation))
         for layer, values in enumerate(reads):
@@ -277,7 +284,9 @@ def measure_batch(
             if "attn" in values:
                 probs = values["attn"]
                 check_finite(probs, keep, layer, where, "attention probabilities", scaled)
-                sums.add_heads(layer, head_sums(probs, real, spectrum, adapter.causal, epsilon))
+                given = values.get("mask", masks.UNREAD)
+                seen = masks.seen(run_mask, real, given, adapter.causal)
+                sums.add_heads(layer, head_sums(probs, real, seen, spectrum, epsilon))
             check_finite(values["x"], real, layer, where, scaled=scaled)
             check_nonzero(values["x"], real, layer, where, why=ZERO_LAYER)
             sums.add_hidden(layer, values["x"], real, start)

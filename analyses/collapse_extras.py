@@ -21,7 +21,7 @@ import xarray as xr
 from probe.errors import ProbeError
 from probe.measures import bounds, metrics, theory
 from probe.names import METRICS
-from probe.surgery import removals
+from probe.surgery import masks, removals
 from probe.surgery.ablate import PRESETS
 
 from .collapse_measure import DEFAULT_METRICS, Plan
@@ -55,9 +55,11 @@ def find_removals(plan: Plan, batches) -> None:
         return
     clean = plan.ablation("transformer")  # with the run's branch scale
     for j, probed in enumerate(plan.models):
+        run_mask = masks.effective(probed, plan.mask)  # what the clean run attends under
         found = removals.find(
-            probed, batches, "no-sink" in wanted, "no-massive" in wanted, clean=clean
-        )
+            probed, batches, "no-sink" in wanted, "no-massive" in wanted, clean=clean,
+            run_mask=run_mask,
+        )  # fmt: skip
         for name in wanted:
             removed = removals.ablation(name, found, plan.surgery)
             if plan.branch_scale != 1:

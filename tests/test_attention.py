@@ -17,36 +17,66 @@ import probe
 from probe.analyses.attention import measure_batch
 from probe.errors import ProbeError
 from probe.measures.attention_stats import Totals
+from probe.surgery import masks
 from tests.paths_tiny import (
     one_thread,  # noqa: F401  (autouse: one torch thread here)
     padded_inputs,
     path_model,
 )
+from tests.reference import own_masks
 from tests.reference.attention import register as reference_attention
 from tests.reference.attention_stats import statistics
+from tests.reference.masked_attention import use as use_mask
 from tests.test_paths_sample import NAMES, _hf_attentions
 
+#: The run's masks: the model's own (per layer, sliding windows included) and four of probe's.
+RUN_MASKS = ("model", "bidirectional", "causal", "window:1", "causal-window:2")
 
+
+@pytest.mark.parametrize("text", RUN_MASKS)
 @pytest.mark.parametrize("name", NAMES)
-def test_statistics_equal_those_of_hf_output_attentions(name):
+def test_statistics_equal_those_of_hf_output_attentions(name, text):
+    """Every statistic under every mask the run can use, against loops over HF's own
+    ``output_attentions`` with the mask applied by the references (their masked attention,
+    and the keys each query saw written from the configs and the masks' definitions)."""
     model = path_model(name)
     probed = probe.wrap(model)
+    run_mask = masks.parse_mask(text)
+    try:
+        masks.check(probed, run_mask)
+    except ProbeError as err:  # a family probe cannot mask: one line, before any number
+        assert "probe cannot mask it" in str(err) or "ALiBi" in str(err)
+        return
     inputs, data, mask = padded_inputs(model)
-    attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
+    config, L, T = model.config, probed.n_layers, mask.shape[1]
+    effective = masks.effective(probed, run_mask)
+    if effective.is_model:
+        attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
+        allowed = own_masks.allowed(config, L, T)
+    else:
+        attn = use_mask(effective.kind, effective.width, inputs.get("attention_mask"))
+        allowed = own_masks.allowed(config, L, T, effective.kind, effective.width)
     hf = _hf_attentions(model, inputs, attn).numpy()  # (layer, sequence, head, query, key)
-    want = statistics(hf, mask.numpy(), causal=probed.adapter.causal, epsilon=0.3)
+    want = statistics(hf, mask.numpy(), allowed, epsilon=0.3)
     sums = Totals(probed.n_layers)
-    measure_batch(probed, data, mask, sums, 0, epsilon=0.3)
+    with masks.applied([probed], run_mask):
+        measure_batch(probed, data, mask, sums, 0, epsilon=0.3, run_mask=effective)
     got = {k: v.numpy() for k, v in sums.attention().items()}
     # Gu et al.'s Sink_eps: thresholds of per-sequence scores (none within 1e-12 of eps here);
     # the same count divided in another order: a few ulps.
     assert float(got["sink_frequency"].mean()) == pytest.approx(want["sink_rate"], abs=1e-15)
+    np.testing.assert_array_equal(got["sink_frequency"], want["sink_frequency"])
     # The same float64 probabilities summed in another order (numpy loops against torch's
     # reductions) over <= 7 rows of <= 7 terms each: a few ulps of values <= 2 (entropy <= ln 7).
-    np.testing.assert_allclose(got["sink_score"], want["sink_score"], rtol=0, atol=1e-15)
+    for key in ("sink_score", "top_key_score"):
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-15, err_msg=key)
     np.testing.assert_allclose(
         got["attention_entropy"], want["attention_entropy"], rtol=0, atol=4e-15
     )
+    # Two backward-stable SVDs (LAPACK's through torch, numpy's) of the same float64 matrices
+    # of <= 7 x 7: each singular value within a few T eps sigma_1, sigma_1 <= sqrt(7).
+    for key in ("attention_gap", "attention_stable_rank"):
+        np.testing.assert_allclose(got[key], want[key], rtol=0, atol=1e-13, err_msg=key)
     # The top key is an argmax: equal where the reference's top is not within rounding of the
     # runner-up (no tie within 1e-12 in these random models).
     ordered = np.sort(want["received"], -1)
@@ -172,7 +202,7 @@ def test_the_pretrained_minilms_sink_rate_is_gu_et_als():
     with torch.no_grad():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), output_attentions=True)
     hf = torch.stack(list(out.attentions)).numpy()
-    want = statistics(hf, np.ones(ids.shape, dtype=bool), causal=False, epsilon=0.3)
+    want = statistics(hf, np.ones(ids.shape, dtype=bool), epsilon=0.3)  # every row sees every key
     # A count of thresholded scores over 4 x 6 x 12 triples, divided in two orders: a few ulps.
     got = float(ds["sink_rate"].sel(init="pretrained"))
     assert got == pytest.approx(want["sink_rate"], abs=1e-15)

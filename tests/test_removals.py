@@ -17,14 +17,16 @@ import torch
 import probe
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from probe.surgery import removals
+from probe.surgery import masks, removals
 from probe.surgery.ablate import TRANSFORMER, Ablation, parse_variants
 from tests.paths_tiny import (
     one_thread,  # noqa: F401  (autouse: one torch thread here)
     padded_inputs,
     path_model,
 )
+from tests.reference import own_masks
 from tests.reference.attention import register as reference_attention
+from tests.reference.masked_attention import use as use_mask
 from tests.reference.removals import (
     clean_hidden_states,
     found,
@@ -117,30 +119,71 @@ def test_no_massive_equals_module_surgery_exactly(name):
     assert float(got[1][0, 0, 1]) == 5.0 and float(got[2][2, 3, 2]) == -7.25
 
 
-@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
-def test_the_clean_pass_finds_what_loops_over_hf_attentions_find(name):
+@pytest.mark.parametrize("text", ["model", "bidirectional", "window:1", "causal-window:2"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama", "gemma2"])
+def test_the_clean_pass_finds_what_loops_over_hf_attentions_find(name, text):
+    """Under the model's own mask (gemma2's sliding layers included) and masks of the run's
+    own: a key's attention is averaged over the rows the run's mask let see it."""
     model = path_model(name)
     probed = probe.wrap(model)
     inputs, data, mask = padded_inputs(model)
-    attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
+    run_mask = masks.effective(probed, masks.parse_mask(text))
+    L, T = probed.n_layers, mask.shape[1]
+    if run_mask.is_model:
+        attn = reference_attention() if probed.attn_implementation == "probe_eager" else None
+        allowed = own_masks.allowed(model.config, L, T)
+    else:
+        attn = use_mask(run_mask.kind, run_mask.width, mask)
+        allowed = own_masks.allowed(model.config, L, T, run_mask.kind, run_mask.width)
     hf = _hf_attentions(model, inputs, attn).numpy()
     reference = path_model(name)
     if attn is not None:
         reference.config._attn_implementation = attn
     states = clean_hidden_states(reference, _call(model, inputs))
     eps, ratio = 0.25, 3.0  # low enough that these random tiny models have both
-    want_sinks, want_massive = found(hf, states, mask.numpy(), eps, ratio, probed.adapter.causal)
+    want_sinks, want_massive = found(hf, states, mask.numpy(), eps, ratio, allowed)
     batches = [(0, data[:2], mask[:2]), (2, data[2:], mask[2:])]  # two batches add up
-    got = removals.find(probed, batches, True, True, epsilon=eps, ratio=ratio)
+    with masks.applied([probed], run_mask):
+        got = removals.find(
+            probed, batches, True, True, epsilon=eps, ratio=ratio, run_mask=run_mask
+        )
     assert list(got.sinks) == want_sinks
     assert [e[:3] for e in got.massive] == [e[:3] for e in want_massive]
     # Means of <= 3 float64 values, summed in another order: a few ulps of values below ~20.
     np.testing.assert_allclose(
         [e[3] for e in got.massive], [e[3] for e in want_massive], rtol=0, atol=1e-13
     )
-    assert want_massive  # the check is not vacuous
+    if text == "model":
+        assert want_massive  # the check is not vacuous
+    else:
+        assert want_sinks  # under a window, each key is seen by at most 2 W + 1 rows
     if name == "gpt2":
         assert want_sinks  # a causal model's first token
+
+
+@pytest.mark.parametrize("text", ["bidirectional", "window:1", "causal-window:2"])
+@pytest.mark.parametrize("name", ["bert", "gpt2", "llama"])
+def test_no_sink_under_a_mask_of_the_runs_own_equals_module_surgery(name, text):
+    """The no-sink edit closes the sink keys in the mask the run applies, not in the model's
+    mask that a mask of the run's own replaces: the reference removes them inside its own
+    attention under the pattern it builds itself."""
+    model = path_model(name)
+    probed = probe.wrap(model)
+    inputs, data, mask = padded_inputs(model)
+    run_mask = masks.parse_mask(text)
+    ablation = Ablation(remove="sinks", sinks=_sinks(probed))
+    with masks.applied([probed], run_mask):
+        got = probe.hidden_states(probed, data, ablation, mask)
+        clean = probe.hidden_states(probed, data, TRANSFORMER, mask)
+    allowed = own_masks.allowed(
+        model.config, probed.n_layers, mask.shape[1], run_mask.kind, run_mask.width
+    )
+    want = no_sink_hidden_states(path_model(name), _call(model, inputs), ablation.sinks, allowed)
+    real = mask.bool()
+    for layer, (g, w) in enumerate(zip(got, want, strict=True)):
+        # As test_no_sink_equals_module_surgery: the same removal reached two ways.
+        np.testing.assert_allclose(g[real], w[real], rtol=0, atol=1e-12, err_msg=f"layer {layer}")
+    assert (got[-1][real] - clean[-1][real]).abs().max() > 1e-3  # the removal matters
 
 
 def test_collapse_runs_the_removals_in_two_passes():

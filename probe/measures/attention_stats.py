@@ -14,10 +14,12 @@ rows and columns restricted to the sequence's real tokens (a padding row is drop
 padding key receives nothing), each averaged over the real query rows of a sequence, then
 over sequences:
 
-* received attention r_hk = mean_s mean_i A_sh[i, k], the mean over the real rows that can
-  see key k: every real row in a bidirectional model, the rows i >= k in a causal one (Gu et
-  al. 2025's importance score, sum_i A[i, k] / (T - k)).  ``sink_score`` is r_h0, the
-  attention the first token receives (Gu et al. 2025; Xiao et al. 2023), seen by every row;
+* received attention r_hk = mean_s mean_i A_sh[i, k], the mean over the real rows i the run's
+  mask let see key k (:func:`probe.surgery.masks.seen`: the mask the layer's attention
+  received, sliding windows included, or the run's ``--mask``): every real row under a
+  bidirectional mask, the rows i >= k under a causal one (Gu et al. 2025's importance score,
+  sum_i A[i, k] / (T - k)), the rows within W of k under a window.  ``sink_score`` is r_h0,
+  the attention the first token receives (Gu et al. 2025; Xiao et al. 2023);
   ``top_key`` the argmax over k of r_hk and ``top_key_score`` its value (Clark et al. 2019:
   BERT's [CLS] and [SEP]).  Each column's sum over its rows is formed in the working precision
   (float64 for a float64 run; float32 for float32, bfloat16 and float16), the rest in
@@ -26,7 +28,7 @@ over sequences:
   within a few 2^-24), against the 2^-24 relative that float32's rounding of each entry
   already carries.
 * ``sink_frequency``: per (layer, head), the share of sequences whose own first-key score
-  mean_i A_sh[i, 0] exceeds eps; its mean over layers and heads is Gu et al.'s sink rate
+  (the mean of A_sh[i, 0] over the rows that saw key 0) exceeds eps; its mean over layers and heads is Gu et al.'s sink rate
   Sink_eps (sail-sg/Attention-Sink, ``compute_attention_sink``: each sample thresholded,
   then the indicator averaged over samples, layers and heads).  ``sink_head_share``
   thresholds the mean over sequences instead: the share of (layer, head) pairs whose
@@ -153,26 +155,27 @@ def _real_only(probs: Tensor, real: Tensor) -> Tensor:
 def head_sums(
     probs: Tensor,
     real: Tensor,
+    seen: Tensor | None = None,
     spectrum: bool = True,
-    causal: bool = False,
     epsilon: float = EPSILON,
 ) -> dict[str, Tensor]:
     """One layer's attention statistics of one batch, summed over its sequences.
 
-    ``probs``: (batch, head, query, key); ``real``: (batch, token) bool; ``causal``: key k is
-    seen by the real rows i >= k only, and its received attention is their mean (Gu et al.).
-    Returns ``received`` (head, key), ``sinks`` (head,: the sequences whose first-key score
-    exceeds ``epsilon``), ``entropy``, ``gap``, ``stable_rank`` (head,) and ``count``
-    (sequences); each a sum over sequences of a per-sequence value (see the module docstring).
+    ``probs``: (batch, head, query, key); ``real``: (batch, token) bool; ``seen``: (batch, 1
+    or head, query, key) bool, the real (query, key) pairs the run's mask opened
+    (:func:`probe.surgery.masks.seen`; None: every real query saw every real key): key k's
+    received attention is the mean over the real rows that saw it.  Returns ``received``
+    (head, key), ``sinks`` (head,: the sequences whose first-key score exceeds ``epsilon``),
+    ``entropy``, ``gap``, ``stable_rank`` (head,) and ``count`` (sequences); each a sum over
+    sequences of a per-sequence value (see the module docstring).
     """
     real = real.bool()
     A = _real_only(probs, real)  # (B, H, T, T), the input's dtype
     rows = real.sum(1).to(torch.float64)  # (B,) real query rows
-    if causal:  # the real rows i >= k: the real positions from k on (every real row sees key 0)
-        seen = real.flip(1).cumsum(1).flip(1).to(torch.float64)  # (B, T)
-        per_key = torch.where(real, seen, 1.0)[:, None, :]  # a padding key receives 0 anyway
-    else:
+    if seen is None:
         per_key = rows[:, None, None]
+    else:  # the real rows that saw each key; a key no row saw received 0 (divided by 1)
+        per_key = seen.sum(-2, dtype=torch.float64).clamp_min(1)  # (B, 1 or H, T)
     # The sums over rows and the logs in the working precision, the rest in float64 (module
     # docstring: accuracy per dtype).
     work = A.to(working_dtype(A.dtype))  # A itself in a float32 or float64 run

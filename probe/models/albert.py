@@ -112,7 +112,9 @@ class AlbertAdapter(Adapter):
             self.ablate(layer, ablation)
         return reads
 
-    def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
+    def paths_stream(
+        self, root, tracer, ablation: Ablation, norms: bool = True, masks: bool = False
+    ):
         encoder = root.encoder
         group = encoder.albert_layer_groups[0]
         yield {"x": encoder.embedding_hidden_mapping_in.output}

@@ -159,8 +159,12 @@ class Adapter:
             self.ablate(layer, ablation)
         return reads
 
-    def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
-        """``{"x": X_0}``, then per layer ``{"attn", "norm_input", "x": X_l}``, in forward order."""
+    def paths_stream(
+        self, root, tracer, ablation: Ablation, norms: bool = True, masks: bool = False
+    ):
+        """``{"x": X_0}``, then per layer ``{"attn", "norm_input", "x": X_l}``, in forward order;
+        with ``masks``, also ``"mask"``, the mask the layer's attention function received,
+        where the family calls one (:func:`probe.surgery.masks.seen`; none here)."""
         layers = self.layers(root)
         yield {"x": self.batch_first(first(layers[0].input))}
         for layer in layers:

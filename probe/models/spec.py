@@ -24,7 +24,7 @@ from probe.surgery.ablate import Ablation
 
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, first
-from .family import Family, Step, skip
+from .family import Family, Step, read, skip
 from .forward_order import merged, resolve_envoy
 from .weights import (
     affine_norm,
@@ -121,6 +121,9 @@ class SpecAdapter(Adapter):
         """
         config = root._module.config
         modules = {step.module for step in self.spec.steps_of(config) if step.op}
+        # The attention's module too: its call of the attention function is where the run's
+        # mask is read (:meth:`mask_step`) and no-sink edits it.
+        modules.add(next(s.module for s in self.spec.steps_of(config) if s.name == "probs"))
         for layer in self.layers(root):
             for path in modules:
                 _ = (resolve_envoy(layer, path) if path else layer).source
@@ -153,6 +156,9 @@ class SpecAdapter(Adapter):
             steps = norms if full else merged(self.layers(root)[0], steps, norms, self.family)
         if ablation.remove == "sinks":
             steps = self.sink_steps(root, steps)
+        if "mask" in wanted and (read_mask := self.mask_step(root)) is not None:
+            at = next(i for i, s in enumerate(steps) if s.name == "probs")
+            steps = [*steps[:at], read_mask, *steps[at:]]  # after a no-sink edit there
         if ablation.branch_scale != 1:
             steps = self.scale_steps(config, steps, ablation)
         needed = set(wanted) | {ref for s in steps for ref in s.refs()}
@@ -174,21 +180,34 @@ class SpecAdapter(Adapter):
         at = next(i for i, s in enumerate(steps) if s.name == "probs")
         return [*steps[:at], self.sink_step(root), *steps[at:]]
 
+    def interface_call(self, root) -> str:
+        """The attention module's call of transformers' attention function
+        (``attention_interface(self, q, k, v, mask, ...)``, eager or probe's) as a step's
+        site, or "" where the family's attention computes its own softmax."""
+        site = next(s.module for s in self.spec.steps_of(root._module.config) if s.name == "probs")
+        names = resolve_envoy(self.layers(root)[0], site).source.names
+        ops = [name for name in names if name.startswith("attention_interface_")]
+        return f"{site}:{ops[-1]}" if ops else ""
+
+    def mask_step(self, root) -> Step | None:
+        """The read of the mask the attention function received (``mask``): the run's own,
+        per layer (:func:`probe.surgery.masks.seen`); None where there is no such call."""
+        site = self.interface_call(root)
+        return read("mask", site, part="mask") if site else None
+
     def sink_step(self, root) -> Step:
         """The no-sink edit: the mask that transformers' attention function
         (``attention_interface(self, q, k, v, mask)``, eager or ``probe_eager``) adds to the
         scores gets the dtype's minimum at each sink key of the layer's heads
         (:func:`_remove_sinks`), as a padding key has it.  A family whose attention computes
         its own softmax (BLOOM, Falcon, DeBERTa-v2) refuses in one line."""
-        site = next(s.module for s in self.spec.steps_of(root._module.config) if s.name == "probs")
-        names = resolve_envoy(self.layers(root)[0], site).source.names
-        ops = [name for name in names if name.startswith("attention_interface_")]
-        if not ops:
+        site = self.interface_call(root)
+        if not site:
             raise ProbeError(
                 f"no-sink needs an attention that calls transformers' attention functions; the "
                 f"{self.family} attention computes its own softmax: leave no-sink out"
             )
-        return Step(f"{site}:{ops[-1]}", "set", part="mask", value="no-sink", when="sinks")
+        return Step(site, "set", part="mask", value="no-sink", when="sinks")
 
     def scale_steps(self, config, steps: list[Step], ablation: Ablation) -> list[Step]:
         """``steps`` with residual branch scaling (:mod:`probe.surgery.scaling`): the attention branch
@@ -213,8 +232,11 @@ class SpecAdapter(Adapter):
         for values in self.walk(root, ablation):
             yield values["x"]
 
-    def paths_stream(self, root, tracer, ablation: Ablation, norms: bool = True):
+    def paths_stream(
+        self, root, tracer, ablation: Ablation, norms: bool = True, masks: bool = False
+    ):
         wanted = {"probs"} | ({"norm", "branch_norm"} if norms else set())
+        wanted |= {"mask"} if masks else set()
         previous = None
         for i, values in enumerate(self.walk(root, ablation, frozenset(wanted))):
             x, previous = previous, values["x"]
@@ -228,7 +250,7 @@ class SpecAdapter(Adapter):
                 "attn": values["probs"],
                 "norm_input": values.get("norm", x) if norms else None,
                 "branch_norm_input": values.get("branch_norm") if norms else None,
-            }
+            } | ({"mask": values["mask"]} if "mask" in values else {})
 
     # --- weights (outside any trace) ----------------------------------------------
     def layer_weights(self, model, index: int) -> LayerWeights:
@@ -343,17 +365,21 @@ def _by_layer(entries) -> dict[int, list[tuple]]:
     return out
 
 
-def _remove_sinks(target, sinks) -> None:
+def _remove_sinks(target, sinks) -> torch.Tensor:
     """no-sink at an attention function's call: its mask gets the dtype's minimum at each
     (head, key) of ``sinks``, so exp underflows to exactly 0 there and the softmax
-    renormalises each row over the other keys.  A row that sees no other key (a causal
-    model's first token, when it is a sink) is left as it is.  A key is visible where the
-    mask is above half the dtype's minimum (transformers' eager mask: 0 or the minimum)."""
+    renormalises each row over the other keys (:func:`probe.surgery.masks.close_sinks`: a
+    row that sees no other key is left as it is; a mask of the run's own closes the same
+    keys).  A key is visible where the mask is above half the dtype's minimum
+    (transformers' eager mask: 0 or the minimum).  Returns the mask before the edit."""
+    from probe.surgery.masks import close_sinks
+
     args, kwargs = target.inputs
     args = list(args)
     query, key = args[1], args[2]
     mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
     batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+    given = mask
     dtype = query.dtype if mask is None or mask.dtype == torch.bool else mask.dtype
     low = torch.finfo(dtype).min
     if mask is None:
@@ -365,14 +391,13 @@ def _remove_sinks(target, sinks) -> None:
     for head, k in sinks:
         if k < keys:
             remove[head, k] = True
-    remove = remove[None, :, None, :]  # (1, head, 1, key)
-    other = ((mask > low / 2) & ~remove).any(-1, keepdim=True)  # (batch, head, row, 1)
-    new = torch.where(remove & other, torch.tensor(low, dtype=dtype, device=mask.device), mask)
+    new = close_sinks(mask, remove[None, :, None, :])  # (1, head, 1, key)
     if len(args) > 4:
         args[4] = new
     else:
         kwargs = {**kwargs, "attention_mask": new}
     target.inputs = (tuple(args), kwargs)
+    return given
 
 
 def _replace_massive(x, entries) -> None:
@@ -415,8 +440,8 @@ def _run_steps(
             if step.value in reads:
                 reads[step.value] = scaled if step.index is None else scaled[step.index]
             continue
-        if step.value == "no-sink":
-            _remove_sinks(target, sinks)
+        if step.value == "no-sink":  # a read of the mask there takes it as the model gave it
+            fetched[(step.site, "mask")] = _remove_sinks(target, sinks)
         elif step.act == "skip":
             target.skip(_value(step, target, reads))
         elif step.act == "zero":
@@ -463,6 +488,9 @@ def _get(target, part: str):
     if part.startswith("arg"):
         args, _ = target.inputs
         return args[int(part[3:])]
+    if part == "mask":  # an attention function's mask: (module, q, k, v, mask, ...)
+        args, kwargs = target.inputs
+        return args[4] if len(args) > 4 else kwargs.get("attention_mask")
     raise AssertionError(part)
 
 

@@ -257,7 +257,8 @@ def additive(mask: Mask, own: torch.Tensor | None, batch: int, tokens: int, dtyp
 
 def probe_masked(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
                  softcap=None, **kwargs):  # fmt: skip
-    """``probe_eager`` with the model's additive mask replaced by the active one."""
+    """``probe_eager`` with the model's additive mask replaced by the active one; the keys
+    a no-sink edit closed in the model's mask (:func:`close_sinks`) are closed in it too."""
     from probe.models.attention import probe_eager
 
     mask = _ACTIVE.get()
@@ -266,8 +267,66 @@ def probe_masked(module, query, key, value, attention_mask, scaling=None, dropou
     tokens = key.shape[-2]
     if query.shape[-2] != tokens:
         raise ProbeError("a mask of probe's needs as many queries as keys (no cache)")
-    chosen = additive(mask, attention_mask, query.shape[0], tokens, query.dtype, query.device)
+    own = getattr(attention_mask, SINKS, None) is not None
+    base = getattr(attention_mask, BEFORE_SINKS, attention_mask) if own else attention_mask
+    chosen = additive(mask, base, query.shape[0], tokens, query.dtype, query.device)
+    if own:
+        chosen = close_sinks(chosen, getattr(attention_mask, SINKS))
     return probe_eager(module, query, key, value, chosen, scaling, dropout, softcap, **kwargs)
+
+
+#: The attributes a no-sink edit leaves on the mask it hands the attention function: the
+#: (1, head, 1, key) keys it closed and the mask before them, so that ``probe_masked``,
+#: which replaces the model's mask, closes the same keys in the run's own.
+SINKS, BEFORE_SINKS = "probe_sinks", "probe_before_sinks"
+
+
+def close_sinks(mask: torch.Tensor, remove: torch.Tensor) -> torch.Tensor:
+    """The additive ``mask`` (batch, 1 or head, query, key) with the dtype's minimum at the
+    keys ``remove`` (1, head, 1, key) marks, in each row that still sees another key (a row
+    left with no key, a causal model's first token when it is a sink, keeps its mask).  The
+    result carries ``remove`` and ``mask`` (:data:`SINKS`, :data:`BEFORE_SINKS`)."""
+    low = torch.finfo(mask.dtype).min
+    other = ((mask > low / 2) & ~remove).any(-1, keepdim=True)  # (batch, head, row, 1)
+    closed = torch.where(
+        remove & other, torch.tensor(low, dtype=mask.dtype, device=mask.device), mask
+    )
+    setattr(closed, SINKS, remove)
+    setattr(closed, BEFORE_SINKS, mask)
+    return closed
+
+
+#: What an attention read gives where the family's attention function was not reached (it
+#: computes its own softmax): the run's mask is then its pattern, or the model's causality.
+UNREAD = object()
+
+
+def seen(run: Mask, real: torch.Tensor, given=UNREAD, causal: bool = False) -> torch.Tensor:
+    """(batch, 1 or head, query, key) bool: the real query i saw the real key k in the run.
+
+    ``run``: the mask the run applied (:func:`effective`); ``real``: (batch, token) bool;
+    ``given``: the mask the family's attention function received, read at its call (an
+    additive float mask, transformers' bool mask, or None for no mask), or :data:`UNREAD`.
+    A mask of probe's is its pattern (``probe_masked`` replaces the model's; a no-sink edit's
+    closed keys aside, which no statistic's run has); the model's own is what its attention
+    function received, per layer, sliding windows and all (open where it is above half the
+    dtype's minimum: transformers' eager masks are 0 or the minimum); unread, the model's
+    causality (a family with its own softmax has no window)."""
+    real = real.bool()
+    rows, keys = real[:, None, :, None], real[:, None, None, :]
+    tokens = real.shape[1]
+    if not run.is_model:
+        open_ = run.allowed(tokens, real.device)[None, None]
+    elif given is UNREAD:
+        open_ = Mask("causal" if causal else "bidirectional").allowed(tokens, real.device)
+        open_ = open_[None, None]
+    elif given is None:
+        open_ = torch.ones(1, 1, tokens, tokens, dtype=torch.bool, device=real.device)
+    else:
+        given = getattr(given, BEFORE_SINKS, given)[..., :tokens, :tokens]
+        low = torch.finfo(given.dtype).min if given.dtype.is_floating_point else None
+        open_ = given if low is None else given > low / 2
+    return open_.to(real.device) & rows & keys
 
 
 def register() -> str:

@@ -8,8 +8,9 @@ seed find the same positions and values.
 
 * **Sinks** (Gu et al. 2025, generalised from the first token to every key position): for
   layer l and head h, the attention key position k receives, averaged over the query rows
-  that can see it (every real row in a bidirectional model, the rows i >= k in a causal one,
-  as Gu et al.'s importance score divides by T - k), then over sequences
+  the run's mask let see it (every real row under a bidirectional mask, the rows i >= k
+  under a causal one, as Gu et al.'s importance score divides by T - k, the rows within W
+  under a window; :func:`probe.surgery.masks.seen`), then over sequences
   (:func:`probe.measures.attention_stats.head_sums`'s ``received``; padding never counts).  (l, h, k) is a sink where it exceeds ``epsilon``
   (default 0.3, Gu et al.'s eps).  ``no-sink`` removes exactly those (layer, head, key)
   triples.
@@ -31,7 +32,9 @@ import torch
 
 from probe.errors import ProbeError
 from probe.measures.attention_stats import EPSILON, head_sums
+from probe.surgery import masks
 from probe.surgery.ablate import PRESETS, TRANSFORMER, Ablation
+from probe.surgery.masks import Mask
 
 #: A massive entry's mean |value| over the layer's median |entry| (Sun et al. 2024's ratio).
 MASSIVE_RATIO = 100.0
@@ -65,10 +68,12 @@ def find(
     epsilon: float = EPSILON,
     ratio: float = MASSIVE_RATIO,
     clean: Ablation = TRANSFORMER,
+    run_mask: Mask = Mask(),  # noqa: B008 (a frozen value)
 ) -> Found:
     """The clean run of ``probed`` over ``batches`` ((start, ids, mask) each): what to remove
     (``epsilon``, ``ratio``: the thresholds of the module docstring; ``clean``: the run the
-    removals are of, the transformer or the transformer with its branches scaled)."""
+    removals are of, the transformer or the transformer with its branches scaled;
+    ``run_mask``: the mask it runs under, ``masks.effective``)."""
     adapter, root = probed.adapter, probed.envoy
     received: dict[int, torch.Tensor] = {}
     sequences = 0
@@ -84,7 +89,7 @@ def find(
             ) as tr,
         ):
             if sinks:
-                reads = adapter.paths_stream(root, tr, clean, norms=False)
+                reads = adapter.paths_stream(root, tr, clean, norms=False, masks=True)
             else:
                 reads = ({"x": x} for x in adapter.stream(root, tr, clean))
             for layer, values in enumerate(reads):
@@ -96,7 +101,9 @@ def find(
                             "no-sink needs the attention probabilities; load the model with "
                             "eager attention"
                         )
-                    sums = head_sums(values["attn"], real, spectrum=False, causal=adapter.causal)
+                    given = values.get("mask", masks.UNREAD)
+                    seen = masks.seen(run_mask, real, given, adapter.causal)
+                    sums = head_sums(values["attn"], real, seen, spectrum=False)
                     got = sums["received"].cpu()
                     received[layer] = received.get(layer, 0) + got
                 if massive:

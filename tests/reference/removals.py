@@ -17,8 +17,8 @@ is left as it was.
   X_l[:, t, d] set to the given value, for each (l, t, d, value).
 * ``found``: what a clean run holds, from the model's own attentions and the clean hidden
   states, with plain loops: the (layer, head, key) whose mean received attention over the
-  real query rows that can see it (all of them, or the rows i >= k of a causal model) and
-  then over sequences exceeds eps, and the (layer, token, dim) whose mean |x| over the
+  real query rows that saw it (``allowed``: the run's mask, or every row) and then over
+  sequences exceeds eps, and the (layer, token, dim) whose mean |x| over the
   sequences where the token is real exceeds ``ratio`` times the mean per-sequence median
   |entry|, with the mean x there.
 """
@@ -46,8 +46,12 @@ def _record(work: nn.Module, inputs: dict) -> list[torch.Tensor]:
     return [s.clone() for s in record_stream(work, _layers(work), inputs)]
 
 
-def no_sink_hidden_states(model: nn.Module, inputs: dict, sinks) -> list[torch.Tensor]:
-    """X_0 .. X_L with the attention to each (layer 1..L, head, key) of ``sinks`` removed."""
+def no_sink_hidden_states(
+    model: nn.Module, inputs: dict, sinks, allowed: np.ndarray | None = None
+) -> list[torch.Tensor]:
+    """X_0 .. X_L with the attention to each (layer 1..L, head, key) of ``sinks`` removed;
+    ``allowed`` (layer, query, key): the keys each query sees instead of the model's own
+    mask (a mask of the run's own), the padding keys of ``inputs["attention_mask"]`` shut."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, eager_mask
 
@@ -69,6 +73,14 @@ def no_sink_hidden_states(model: nn.Module, inputs: dict, sinks) -> list[torch.T
             scores = torch.tanh(scores / softcap) * softcap
         if kwargs.get("position_bias") is not None:  # T5's relative position bias
             scores = scores + kwargs["position_bias"]
+        if allowed is not None:  # the run's mask, built here from its pattern and the padding
+            keys = key.shape[-2]
+            opened = torch.from_numpy(allowed[layer - 1][:keys, :keys]).clone()[None, None]
+            padding = inputs.get("attention_mask")
+            if padding is not None:
+                opened = opened & padding.bool()[:, None, None, :keys]
+            attention_mask = torch.zeros(opened.shape, dtype=scores.dtype)
+            attention_mask[~opened.expand(attention_mask.shape)] = torch.finfo(scores.dtype).min
         if attention_mask is not None:
             scores = scores + attention_mask[:, :, :, : key.shape[-2]]
         probs = torch.softmax(scores.to(torch.float64), dim=-1)
@@ -123,12 +135,13 @@ def found(
     mask: np.ndarray,
     eps: float,
     ratio: float,
-    causal: bool = False,
+    allowed: np.ndarray | None = None,
 ):
     """(sinks, massive) of a clean run, by loops (module docstring).  ``attentions``: (layer,
     sequence, head, query, key); ``states``: X_0 .. X_L; ``mask``: (sequence, token);
-    ``causal``: a key's attention is averaged over the real rows i >= k that can see it
-    (Gu et al.'s importance score), not over every real row."""
+    ``allowed``: (layer, query, key), the keys each query saw (``tests/reference/own_masks``):
+    a key's attention is averaged over the real rows that saw it (in a causal model the rows
+    i >= k, Gu et al.'s importance score); None: over every real row."""
     L, B, H, T, _ = attentions.shape
     sinks = []
     for layer in range(L):
@@ -138,7 +151,7 @@ def found(
                 for s in range(B):
                     real = [t for t in range(T) if mask[s, t]]
                     if k in real:
-                        rows = [i for i in real if i >= k] if causal else real
+                        rows = [i for i in real if allowed is None or allowed[layer, i, k]]
                         total += sum(attentions[layer, s, h, i, k] for i in rows) / len(rows)
                 if total / B > eps:
                     sinks.append((layer + 1, h, k))
