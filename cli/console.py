@@ -34,7 +34,7 @@ import typer
 import typer.core
 from rich.console import Console
 
-from probe.errors import ProbeError
+from probe.errors import ProbeError, ProbeWarning
 from probe.files.interrupts import (
     EXIT_CODES,
     Interrupted,
@@ -257,7 +257,11 @@ def _as_note(message, category, filename, lineno, file=None, line=None) -> None:
     line.  A numerical one (numpy's RuntimeWarning: a division by zero, an invalid value)
     matters, since numbers the user reads are NaN or infinite: it becomes one probe warning,
     the first time.  Everything else (deprecations, advice from matplotlib or transformers)
-    is dropped: it is meant for probe's authors, who see it in the tests."""
+    is dropped: it is meant for probe's authors, who see it in the tests.  probe's own
+    (:class:`probe.errors.ProbeWarning`) is its line, every time."""
+    if issubclass(category, ProbeWarning):
+        warn(str(message))
+        return
     if not issubclass(category, RuntimeWarning) or _noted:
         return
     _noted.append(True)

@@ -22,6 +22,12 @@ class NothingToMeasure(ProbeError):
     (:mod:`probe.measures.overflow`)."""
 
 
+class ProbeWarning(UserWarning):
+    """A line for the user that does not stop the run (a damaged cache entry recomputed):
+    the `probe` command prints it as ``probe: warning: ...``; library callers get a Python
+    warning."""
+
+
 def one_line(err: BaseException) -> str:
     """``err``'s message on one line of at most 300 characters, to quote inside a ProbeError."""
     text = " ".join(str(err).split())

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import xarray as xr
 from PIL import Image
 from typer.testing import CliRunner
@@ -26,7 +28,7 @@ import probe
 from cli.app import app
 from probe.analyses import collapse
 from probe.errors import ProbeError
-from probe.loading.identity import WHOLE_BYTES, folder_fingerprint
+from probe.loading.identity import folder_fingerprint
 from tests.reference.tiny import tiny_model, tiny_spec_config
 
 SMALL = {"sequences": 2, "tokens": 8, "variants": "SAN", "metrics": "relative_residual"}
@@ -77,8 +79,7 @@ def test_a_folder_retrained_in_place_gets_a_new_id_and_a_copy_keeps_its_fingerpr
     assert folder_fingerprint(copy) == after["checkpoint_fingerprint"]
 
 
-def test_two_modules_of_one_class_with_other_weights_get_two_ids(monkeypatch):
-    from probe.loading import identity
+def test_two_modules_of_one_class_with_other_weights_get_two_ids():
     from probe.loading.identity import module_fingerprint
 
     first, second = (tiny_model("gpt2", seed=seed, dtype=torch.float32) for seed in (1, 2))
@@ -89,14 +90,14 @@ def test_two_modules_of_one_class_with_other_weights_get_two_ids(monkeypatch):
     assert a["settings_id"] != b["settings_id"]
     assert a["checkpoint_fingerprint"] != b["checkpoint_fingerprint"]
     assert again["settings_id"] == a["settings_id"]  # the same weights, another object
-    # A change of one entry of one tensor is seen, whether tensors are hashed whole or
-    # (past WHOLE_BYTES, here lowered to 1 KiB) by sampled blocks, the first at entry 0.
-    for whole in (identity.WHOLE_BYTES, 2**10):
-        monkeypatch.setattr(identity, "WHOLE_BYTES", whole)
-        before = module_fingerprint(first)
-        with torch.no_grad():
-            first.wte.weight.view(-1)[0] += 1.0
-        assert module_fingerprint(first) != before
+    # A change of any one entry of any tensor is seen: every byte is hashed.
+    state = [t for t in first.state_dict().values() if t.numel() > 1]
+    for tensor in (state[0], state[len(state) // 2], state[-1]):
+        for at in (0, tensor.numel() // 3, tensor.numel() - 1):
+            before = module_fingerprint(first)
+            with torch.no_grad():
+                tensor.view(-1)[at] += 1.0
+            assert module_fingerprint(first) != before
 
 
 @pytest.mark.parametrize(
@@ -121,17 +122,45 @@ def _flip_last(path: Path) -> bytes:
     return bytes(data)
 
 
-def test_a_large_weight_file_is_sampled_and_a_retrain_still_seen(tmp_path):
-    # Over WHOLE_BYTES the file is hashed by its header, size and 16 sampled blocks: a
-    # retrain changes every value, so each block sees it.
-    folder = tmp_path / "big"
-    folder.mkdir()
-    weights = folder / "model.bin"
-    rng = np.random.default_rng(0)
-    weights.write_bytes(rng.bytes(WHOLE_BYTES + 1000))
-    before = folder_fingerprint(folder)
-    weights.write_bytes(rng.bytes(WHOLE_BYTES + 1000))
-    assert folder_fingerprint(folder) != before
+#: A weight file past the size a sampled key would hash whole (64 MiB), written once.
+LARGE = 65 * 2**20
+
+
+@pytest.fixture(scope="module")
+def large_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("large")
+    (folder / "model.safetensors").write_bytes(np.random.default_rng(0).bytes(LARGE))
+    return folder, folder_fingerprint(folder)
+
+
+@settings(max_examples=12, deadline=None)
+@given(at=st.integers(0, LARGE - 1), bit=st.integers(0, 7))
+def test_any_byte_of_a_large_weight_file_changes_the_fingerprint(large_folder, at, bit):
+    """Any byte anywhere in a 65 MiB weight file, one bit flipped in place: a new
+    fingerprint (the bytes a sample would skip count as much as the others); flipped back,
+    the old one."""
+    folder, before = large_folder
+    with (folder / "model.safetensors").open("r+b") as handle:
+        handle.seek(at)
+        byte = handle.read(1)[0]
+        for value in (byte ^ (1 << bit), byte):
+            handle.seek(at)
+            handle.write(bytes([value]))
+            handle.flush()
+            assert (folder_fingerprint(folder) == before) == (value == byte)
+
+
+def test_the_fingerprint_is_sha256_of_every_byte(tmp_path):
+    """The key written out by hand with hashlib: per file in name order, its name, size and
+    the sha256 of its bytes."""
+    import hashlib
+
+    folder = _save(tmp_path / "m", 1)
+    hasher = hashlib.sha256()
+    for path in sorted(folder.iterdir()):
+        hasher.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        hasher.update(hashlib.sha256(path.read_bytes()).digest())
+    assert folder_fingerprint(folder) == hasher.hexdigest()
 
 
 @pytest.mark.parametrize(

@@ -3,19 +3,19 @@
 A result file is named by a hash of its settings (:func:`probe.files.results.settings_id`).  For a
 local ``save_pretrained`` folder the name as typed (``./m``) says nothing about the weights:
 two projects' ``./m`` are two checkpoints, and a folder retrained in place is a new one.
-So a local folder is identified by its resolved path and a fingerprint of its contents:
-
-* every small file (config, tokenizer, index files, small weight files) is hashed whole;
-* a weight file over :data:`WHOLE_BYTES` is hashed by its size, its safetensors header
-  (names, dtypes, shapes, offsets) and :data:`SAMPLES` evenly spaced blocks of its bytes.
-  Retraining changes essentially every value, so a sampled block sees it, at a cost of a few
-  MiB read per file whatever its size.  No modification time enters: a copy of a folder is
-  the same checkpoint, and touching a file changes nothing.
+So a local folder is identified by its resolved path and a fingerprint of its contents: a
+sha256 over every file's name, size and *every byte* (config, tokenizer, index files and
+weight files alike), so that any byte of a weight file that changes gives another
+fingerprint, hence another result id and other cached theory constants.  No modification time
+enters: a copy of a folder is the same checkpoint, and touching a file changes nothing.
+The files are hashed in parallel, one a thread (hashlib releases the GIL): on the project's
+2-core machine a 1 GiB weight file takes about 0.8 s (sha256 with the CPU's SHA extensions;
+docs/robustness.md gives the measurement).
 
 A module the caller passes (``probe.wrap``) has no folder: it is identified by
 :func:`module_fingerprint`, the same hash over its parameters and buffers (names, dtypes,
-shapes, and their bytes, whole up to :data:`WHOLE_BYTES` a tensor, sampled above), so two
-modules of one class with other weights never share a result file.
+shapes, and every byte of each), so two modules of one class with other weights never share
+a result file.
 
 A hub id is identified by its name and, for pretrained weights from the local cache, the
 revision (the commit) the files came from.  Probe's own checkpoints (``minilm``, the shipped
@@ -30,32 +30,21 @@ from __future__ import annotations
 
 import hashlib
 import os
-import struct
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from ..errors import ProbeError, one_line
 
-#: Files hashed whole up to this size; larger ones by header, size and sampled blocks.
-WHOLE_BYTES = 64 * 2**20
-#: Blocks sampled from a large file, and their size.
-SAMPLES = 16
-BLOCK_BYTES = 2**16
+#: The block a file is read in.
+BLOCK_BYTES = 2**20
 
 
-def _file_digest(path: Path, size: int) -> bytes:
+def _file_digest(path: Path) -> bytes:
+    """sha256 of every byte of ``path``."""
     hasher = hashlib.sha256()
     with path.open("rb") as handle:
-        if size <= WHOLE_BYTES:
-            for block in iter(lambda: handle.read(2**20), b""):
-                hasher.update(block)
-            return hasher.digest()
-        hasher.update(b"sampled %d" % size)
-        if path.suffix == ".safetensors":  # the header: names, dtypes, shapes, offsets
-            (length,) = struct.unpack("<Q", handle.read(8))
-            hasher.update(handle.read(min(length, WHOLE_BYTES)))
-        for index in range(SAMPLES):
-            handle.seek((size - BLOCK_BYTES) * index // (SAMPLES - 1))
-            hasher.update(handle.read(BLOCK_BYTES))
+        for block in iter(lambda: handle.read(BLOCK_BYTES), b""):
+            hasher.update(block)
     return hasher.digest()
 
 
@@ -66,21 +55,24 @@ def folder_fingerprint(folder: str | os.PathLike) -> str:
     files excepted.  Two folders with the same files give the same fingerprint wherever
     they are; any change to a weight, the config or the tokenizer gives another.
     """
+    files = [
+        path
+        for path in sorted(Path(folder).iterdir())
+        if not path.name.startswith(".") and path.is_file()
+    ]
+    with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
+        digests = list(pool.map(_file_digest, files))
     hasher = hashlib.sha256()
-    for path in sorted(Path(folder).iterdir()):
-        if path.name.startswith(".") or not path.is_file():
-            continue
-        size = path.stat().st_size
-        hasher.update(f"{path.name}\0{size}\0".encode())
-        hasher.update(_file_digest(path, size))
+    for path, digest in zip(files, digests, strict=True):
+        hasher.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        hasher.update(digest)
     return hasher.hexdigest()
 
 
 def module_fingerprint(model) -> str:
     """A sha256 (hex) of a module's parameters and buffers, as :func:`folder_fingerprint`
-    hashes files: each tensor's name, dtype and shape, and its bytes (whole up to
-    :data:`WHOLE_BYTES`, else :data:`SAMPLES` evenly spaced blocks).  A tensor on the meta
-    device (offloaded by a device map) counts by its name, dtype and shape only."""
+    hashes files: each tensor's name, dtype and shape, and every byte of it.  A tensor on the
+    meta device (offloaded by a device map) counts by its name, dtype and shape only."""
     import torch
 
     hasher = hashlib.sha256()
@@ -89,15 +81,8 @@ def module_fingerprint(model) -> str:
         hasher.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
         if tensor.device.type == "meta" or tensor.numel() == 0:
             continue
-        flat = tensor.detach().reshape(-1)
-        size = flat.numel() * flat.element_size()
-        if size <= WHOLE_BYTES:
-            data = flat.cpu().contiguous().view(torch.uint8)
-        else:  # the same sampled blocks a large file gets, taken on the tensor's device
-            per = max(1, BLOCK_BYTES // flat.element_size())
-            starts = [(flat.numel() - per) * i // (SAMPLES - 1) for i in range(SAMPLES)]
-            data = torch.cat([flat[a : a + per] for a in starts]).cpu().view(torch.uint8)
-        hasher.update(data.numpy().tobytes())
+        data = tensor.detach().reshape(-1).cpu().contiguous().view(torch.uint8)
+        hasher.update(memoryview(data.numpy()))
     return hasher.hexdigest()
 
 
