@@ -267,3 +267,64 @@ def test_a_float64_checkpoint_runs_on_its_float64_weights(tmp_path):
     assert "stored in float64" in as32.weights
     for key, value in want.named_parameters():  # one rounding to float32
         assert torch.equal(dict(as32.model.named_parameters())[key], value.float()), key
+
+
+def _float64_llama(folder, config_dtype: str, safe: bool = True, mixed: bool = False):
+    """A tiny float64 llama whose weights float32 cannot hold, saved with its config's
+    ``dtype`` set to ``config_dtype`` (what the files hold is another matter); ``mixed``:
+    its norms' weights stored in float32.  The state dict as the files hold it."""
+    import json
+
+    import transformers
+
+    from tests.reference.tiny import TINY_CONFIGS
+
+    name, kwargs = TINY_CONFIGS["llama"]
+    config = getattr(transformers, name)(**kwargs)
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config).to(torch.float64)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1e-9 * torch.randn_like(parameter))
+    if mixed:
+        for module_name, module in model.named_modules():
+            if module_name.endswith("norm"):
+                module.float()
+    model.save_pretrained(folder, safe_serialization=safe)
+    path = folder / "config.json"
+    saved = json.loads(path.read_text())
+    saved["dtype"] = config_dtype  # the config's word, not what the files hold
+    path.write_text(json.dumps(saved))
+    return {k: v.clone() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("safe", [True, False], ids=["safetensors", "pytorch_model.bin"])
+def test_the_stored_dtype_is_read_from_the_tensors_not_the_config(tmp_path, safe):
+    """A float64 checkpoint whose config says float32: a float64 run holds its float64
+    weights bit for bit (transformers' dtype="auto" reads the config's word and rounds them
+    to float32), and no run calls them float32."""
+    folder = tmp_path / "says-float32"
+    stored = _float64_llama(folder, "float32", safe=safe)
+    probed = probe.load(folder, init="pretrained", dtype="float64")
+    got = probed.model.state_dict()
+    for key, value in stored.items():
+        assert got[key].dtype == torch.float64 and torch.equal(got[key], value), key
+    assert "weights_stored_dtype" not in probed.checkpoint  # stored as the run runs
+    as32 = probe.load(folder, init="pretrained", dtype="float32")
+    assert as32.checkpoint["weights_stored_dtype"] == "float64"
+    assert as32.weights.endswith("; stored in float64")
+
+
+def test_a_checkpoint_of_mixed_dtypes_is_read_exactly_and_said_so(tmp_path):
+    """float64 weights beside float32 norms: each tensor read exactly (the float32 ones
+    widened, which is exact), and the attribute names both, with their counts."""
+    folder = tmp_path / "mixed"
+    stored = _float64_llama(folder, "float32", mixed=True)
+    norms = sum(1 for v in stored.values() if v.dtype == torch.float32)
+    probed = probe.load(folder, init="pretrained", dtype="float64")
+    got = probed.model.state_dict()
+    for key, value in stored.items():
+        assert torch.equal(got[key], value.to(torch.float64)), key
+    words = f"float64 ({len(stored) - norms} tensors) and float32 ({norms} tensors)"
+    assert probed.checkpoint["weights_stored_dtype"] == words
+    assert f"stored in {words}" in probed.weights

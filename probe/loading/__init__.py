@@ -46,6 +46,7 @@ from ..models import adapter_for
 from .audit import CODE_MAPS, INCOMPLETE, check_finite, incomplete_note, refuse_custom_code
 from .build import choose_attention, model_class, pretrained_model, random_model, stored_dtype
 from .config_edits import apply_overrides, point
+from .hub import hub_kwargs
 from .identity import checkpoint_identity, module_fingerprint
 from .model import ProbedModel
 from .options import DTYPES, MAX_SEED, as_device, as_dtype, check_request, check_seed, run_options
@@ -64,6 +65,7 @@ from .resolve import (
     minilm_path,
     read_config,
 )
+from .stored import described, holding, stored_dtypes
 from .tokenizers import TOKENIZER_FILES, image_processor_at, tokenizer_at
 
 __all__ = [
@@ -232,14 +234,21 @@ def load(
 
 def _pretrained(name, found, allow_missing_weights, revision, seed, torch_dtype, identity, what):
     """(model, words for its weights) of a pretrained load, checked finite (``what`` names
-    them in an error); ``found`` is :func:`preflight`'s answer.  A checkpoint stored in
-    another dtype than the run's says so, in the words and in ``identity``."""
+    them in an error); ``found`` is :func:`preflight`'s answer.  The weights are read in
+    the dtype that holds what the files store (:mod:`.stored`), whatever the config says; a
+    checkpoint stored in another dtype than the run's (or in several) says so, in the words
+    and in ``identity``."""
     location, where, config, adapter = found
+    dtypes = None
+    if getattr(config, "quantization_config", None) is None:  # a quantizer decides its own
+        dtypes = stored_dtypes(location, revision, hub_kwargs(location))
+    reading = holding(dtypes) if dtypes else None
     model, note = pretrained_model(
-        name, location, config, adapter, allow_missing_weights, revision, seed
-    )
+        name, location, config, adapter, allow_missing_weights, revision, seed,
+        dtype=reading or "auto",
+    )  # fmt: skip
     weights = f"pretrained weights from {where}" + (f"; {note}" if note else "")
-    stored = stored_dtype(model)
+    stored = described(dtypes) if dtypes else stored_dtype(model)
     if stored != str(torch_dtype).removeprefix("torch."):  # said where it is not the run's
         identity["weights_stored_dtype"] = stored
         weights += f"; stored in {stored}"

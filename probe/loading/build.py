@@ -132,7 +132,9 @@ def _torch_init_skipped():
 
 
 def stored_dtype(model: torch.nn.Module) -> str:
-    """The precision the model's floating weights hold (the widest, where they mix)."""
+    """The precision the model's floating weights hold after a load (the widest, where they
+    mix): what a checkpoint stores where its files cannot be read (``probe.loading.stored``
+    reads them)."""
     widths = {p.dtype: p.element_size() for p in model.parameters() if p.is_floating_point()}
     if not widths:
         return "none"
@@ -140,11 +142,20 @@ def stored_dtype(model: torch.nn.Module) -> str:
 
 
 def pretrained_model(
-    name: str, location, config, adapter: Adapter, allow_missing: bool, revision=None, seed=0
+    name: str,
+    location,
+    config,
+    adapter: Adapter,
+    allow_missing: bool,
+    revision=None,
+    seed=0,
+    dtype: torch.dtype | str = "auto",
 ) -> tuple[torch.nn.Module, str]:
-    """The base model with its checkpoint's weights as stored (at hub ``revision``), and a
-    note on what did not load.  Tensors the checkpoint lacks (``allow_missing``) are drawn
-    from ``seed``, as a random init's are, without disturbing the caller's generator."""
+    """The base model with its checkpoint's weights (at hub ``revision``) read in ``dtype``
+    (:mod:`probe.loading.stored`: the dtype that holds what the files store; "auto":
+    transformers' choice, the config's), and a note on what did not load.  Tensors the
+    checkpoint lacks (``allow_missing``) are drawn from ``seed``, as a random init's are,
+    without disturbing the caller's generator."""
     where = f"folder {location}" if isinstance(location, Path) else f"hub id {name}"
     if revision is not None:
         where += f" at revision {revision}"
@@ -158,7 +169,7 @@ def pretrained_model(
                 attn_implementation="eager",
                 # As stored: a float64 checkpoint keeps its float64 weights, and casting any
                 # other to the run's dtype afterwards gives what reading it in float32 did.
-                dtype="auto",
+                dtype=dtype,
                 output_loading_info=True,
                 # Mismatched shapes are reported below, in probe's words, not raised.
                 ignore_mismatched_sizes=True,
