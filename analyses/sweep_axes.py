@@ -42,15 +42,13 @@ byte where those agree, so a refusal is never a guess.
 
 from __future__ import annotations
 
-import filecmp
-import hashlib
 import json
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
 from probe.errors import ProbeError
-from probe.loading.identity import BLOCK_BYTES, SAMPLES
+from probe.loading.identity import file_digest
 from probe.surgery.masks import parse_mask
 
 from . import sweep_points
@@ -366,7 +364,8 @@ def _settings(fields: dict, names: list[str]) -> str:
 
 
 def _distinct_weights(axis: Axis) -> None:
-    """Refuse two steps whose weight files are the same byte for byte."""
+    """Refuse two steps whose weight files are the same byte for byte (the same names, and
+    the sha256 of every byte of each)."""
     seen: dict = {}
     for step, folder in zip(axis.values, axis.folders, strict=True):
         files = sorted(
@@ -374,32 +373,15 @@ def _distinct_weights(axis: Axis) -> None:
         )
         if not files:  # a folder without weights: the points' checks say what it lacks
             continue
-        key = tuple((p.name, p.stat().st_size, _sampled(p)) for p in files)
-        for other, other_folder, other_files in seen.get(key, []):
-            if all(
-                filecmp.cmp(a, b, shallow=False) for a, b in zip(files, other_files, strict=True)
-            ):
-                raise ProbeError(
-                    f"`steps` {other} and {step} hold the same weights ({other_folder} and "
-                    f"{folder}): the same run twice; drop one of them, or give the folder each "
-                    "step wrote"
-                )
-        seen.setdefault(key, []).append((step, folder, files))
-
-
-def _sampled(path: Path) -> str:
-    """A sha256 of evenly spaced blocks of a file (the whole of a small one): files that
-    differ here differ; files that agree are compared byte for byte."""
-    size = path.stat().st_size
-    hasher = hashlib.sha256()
-    with path.open("rb") as handle:
-        if size <= SAMPLES * BLOCK_BYTES:
-            hasher.update(handle.read())
-        else:
-            for index in range(SAMPLES):
-                handle.seek((size - BLOCK_BYTES) * index // (SAMPLES - 1))
-                hasher.update(handle.read(BLOCK_BYTES))
-    return hasher.hexdigest()
+        key = tuple((p.name, file_digest(p)) for p in files)
+        if key in seen:
+            other, other_folder = seen[key]
+            raise ProbeError(
+                f"`steps` {other} and {step} hold the same weights ({other_folder} and "
+                f"{folder}): the same run twice; drop one of them, or give the folder each "
+                "step wrote"
+            )
+        seen[key] = (step, folder)
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import xarray as xr
 from hypothesis import given, settings
 from hypothesis import strategies as st
-import xarray as xr
 from PIL import Image
 from typer.testing import CliRunner
 

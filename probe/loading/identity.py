@@ -39,7 +39,7 @@ from ..errors import ProbeError, one_line
 BLOCK_BYTES = 2**20
 
 
-def _file_digest(path: Path) -> bytes:
+def file_digest(path: Path) -> bytes:
     """sha256 of every byte of ``path``."""
     hasher = hashlib.sha256()
     with path.open("rb") as handle:
@@ -61,7 +61,7 @@ def folder_fingerprint(folder: str | os.PathLike) -> str:
         if not path.name.startswith(".") and path.is_file()
     ]
     with ThreadPoolExecutor(max_workers=max(1, min(len(files), os.cpu_count() or 1))) as pool:
-        digests = list(pool.map(_file_digest, files))
+        digests = list(pool.map(file_digest, files))
     hasher = hashlib.sha256()
     for path, digest in zip(files, digests, strict=True):
         hasher.update(f"{path.name}\0{path.stat().st_size}\0".encode())
