@@ -54,6 +54,7 @@ import xarray as xr
 from probe.errors import ProbeError
 from probe.files.results import ENGINE, save_result, settings_id
 from probe.requests import checks
+from probe.requests.overrides import value_of
 
 #: The store's folder in a sweep's `out`, shared by every sweep written there.
 FOLDER = "sweep-points"
@@ -181,27 +182,6 @@ def parse_counts(text, name: str, low: int, high: int) -> tuple[int, ...]:
     return tuple(values)
 
 
-#: A whole number and a real number as ``probe collapse --set`` reads them
-#: (:mod:`probe.requests.overrides`), so that a sweep's point and its collapse run read one value alike.
-_INT = re.compile(r"[+-]?[0-9]+")
-_FLOAT = re.compile(r"[+-]?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][+-]?[0-9]+)?")
-
-
-def parse_value(text: str):
-    """A config value as typed: a whole number, a real number, true/false, else the text."""
-    word = text.strip()
-    if _INT.fullmatch(word):
-        return int(word)
-    if _FLOAT.fullmatch(word):
-        number = float(word)
-        if number in (float("inf"), float("-inf")):
-            raise ProbeError(f"config value {word} is not a finite number")
-        return number
-    if word.lower() in ("true", "false"):
-        return word.lower() == "true"
-    return word
-
-
 def parse_setting(text: str) -> tuple[str, tuple]:
     """``KEY=V1,V2,...`` -> (key, values)."""
     key, eq, rest = str(text).partition("=")
@@ -214,7 +194,9 @@ def parse_setting(text: str) -> tuple[str, tuple]:
     items = [item.strip() for item in rest.split(",")]
     if not rest.strip() or not all(items):
         raise ProbeError(f"`set` {key} has an empty value; give KEY=V1,V2,...")
-    return key, tuple(parse_value(item) for item in items)
+    # Each value as ``probe collapse --set`` reads it, so that a sweep's point and its
+    # collapse run read one value alike.
+    return key, tuple(value_of(key, item) for item in items)
 
 
 def config_key(key) -> str:

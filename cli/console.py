@@ -146,8 +146,11 @@ class _Out(Console):
         super().print(*objects, **kwargs)
 
 
-out = _Out(file=_Stdout(), highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+# Every line, table cell and label is printed as its text says: no rich markup ("[bold]")
+# and no emoji codes (":-1:"), since model names, file names and values the user typed
+# reach them verbatim.
+out = _Out(file=_Stdout(), highlight=False, soft_wrap=True, markup=False, emoji=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 USAGE = 2
 
@@ -418,7 +421,7 @@ class Reporter:
             self._summary_lines()
             return
         columns = (
-            TextColumn("{task.description}"),
+            TextColumn("{task.description}", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import typing
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -346,5 +347,7 @@ def memory(text: str) -> dict:
         device, _, size = item.strip().partition("=")
         if not device or not size:
             fail(f"--max-memory takes DEVICE=SIZE pairs like 0=20GiB,cpu=60GiB, got {item!r}")
-        sizes[int(device) if device.isdigit() else device] = int(size) if size.isdigit() else size
+        ascii_int = re.compile(r"[0-9]{1,19}")  # ASCII digits: "٠" is no device
+        index = int(device) if ascii_int.fullmatch(device) else device
+        sizes[index] = int(size) if ascii_int.fullmatch(size) else size
     return sizes

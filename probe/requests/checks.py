@@ -37,6 +37,19 @@ def shown(value) -> str:
     return repr(value) if isinstance(value, str) else str(value)
 
 
+#: Whole numbers longer than this are refused before they are read (no count, seed or
+#: width comes near: 2^63 has 19 digits); Python itself reads no more than 4300.
+MAX_DIGITS = 40
+
+
+def clipped(text: str, keep: int = 40) -> str:
+    """``text`` as an error line quotes it, its middle left out past ``keep`` characters."""
+    text = str(text)
+    if len(text) <= keep:
+        return text
+    return f"{text[: keep // 2]}...{text[-keep // 2 :]}"
+
+
 #: What a path may be on the file systems probe writes to (Linux's NAME_MAX and PATH_MAX).
 NAME_MAX, PATH_MAX = 255, 4095
 
@@ -73,6 +86,11 @@ def integer(option: str, value, low: int | None = None, high: int | None = MAX_C
         raise ProbeError(f"{option} must be a whole number, got {value!r}")
     if isinstance(value, str):
         text = value.strip()
+        if _DIGITS.fullmatch(text.removeprefix("-")) and len(text.lstrip("+-0")) > MAX_DIGITS:
+            raise ProbeError(  # a number no option takes, and no need to read it
+                f"{option} must be a whole number{_range(low, high)}, got "
+                f"{len(text.lstrip('+-0'))} digits ({clipped(text)})"
+            )
         if text.startswith("-") and _DIGITS.fullmatch(text[1:]):
             number = -int(text[1:])
         elif _DIGITS.fullmatch(text):

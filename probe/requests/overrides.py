@@ -21,7 +21,7 @@ import re
 from collections.abc import Iterator, Mapping
 
 from probe.errors import ProbeError
-from probe.requests.checks import plain
+from probe.requests.checks import clipped, plain
 
 #: What a config key looks like (a Python identifier).
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -123,21 +123,36 @@ def parse_setting(text: str) -> tuple[str, bool | int | float | str]:
     key = key.strip()
     if not sep or not key:
         raise ProbeError(f"`config` takes KEY=VALUE, like n_layer=4; got {text!r}")
-    value: bool | int | float | str
-    if _INT.fullmatch(raw):
-        value = int(raw)
-    elif _FLOAT.fullmatch(raw):
-        value = float(raw)
-        if not math.isfinite(value):
-            raise ProbeError(f"`config` {key}={raw}: give a finite number")
-    elif raw.lower() in ("true", "false"):
-        value = raw.lower() == "true"
-    else:
-        value = raw
     if raw == "":
         raise ProbeError(f"`config` {key}= has no value; give KEY=VALUE, like n_layer=4")
+    value = value_of(key, raw)
     _check_item(key, value)
     return key, value
+
+
+#: The longest whole number a config value is read from: beyond a 64-bit integer already.
+LONGEST = 40
+
+
+def value_of(key: str, raw: str) -> bool | int | float | str:
+    """A config value as typed: a whole number (ASCII digits), a real number, true/false,
+    else the text; a number no config field holds (over 40 digits, or not finite) refused."""
+    if _INT.fullmatch(raw):
+        digits = raw.lstrip("+-0")
+        if len(digits) > LONGEST:
+            raise ProbeError(
+                f"`config` {key}: a whole number of {len(digits)} digits ({clipped(raw)}); "
+                "no config field holds one over 64 bits"
+            )
+        return int(raw)
+    if _FLOAT.fullmatch(raw):
+        value = float(raw)
+        if not math.isfinite(value):
+            raise ProbeError(f"`config` {key}={clipped(raw)}: give a finite number")
+        return value
+    if raw.lower() in ("true", "false"):
+        return raw.lower() == "true"
+    return raw
 
 
 def parse_settings(texts) -> ConfigOverrides | None:

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from probe.errors import ProbeError
+from probe.requests.checks import MAX_COUNT, MAX_DIGITS, clipped
 
 #: The mask names, in the order the help lists them; ``window`` and ``causal-window`` take
 #: a width, ``window:W``.
@@ -88,6 +89,12 @@ class Mask:
                 f"mask {self.kind}:{width}: the width W counts the keys beside the diagonal; "
                 "give W >= 1 (W = 0 would let each token see only itself)"
             )
+        if width is not None and width > MAX_COUNT:
+            raise ProbeError(
+                f"mask {self.kind}:W: the width W is at most {MAX_COUNT} (no context is longer; "
+                f"a window that holds every key is {'bidirectional' if self.kind == 'window' else 'causal'}); "
+                f"got {clipped(str(width))}"
+            )
 
     @property
     def text(self) -> str:
@@ -127,12 +134,16 @@ def parse_mask(text: str | Mask | None) -> Mask:
         raise ProbeError(f"`mask` takes a mask's name; got {text!r}; {CHOICES}")
     found = _SPELLING.match(text.strip().lower())
     if found is None or found.group(1) not in KINDS:
-        raise ProbeError(f"unknown mask {text!r}; {CHOICES}")
+        raise ProbeError(f"unknown mask {clipped(text)!r}; {CHOICES}")
     kind, width = found.group(1), found.group(2)
     if width is None:
         return Mask(kind)
-    if not re.fullmatch(r"-?\d+", width.strip()):
-        raise ProbeError(f"mask {text!r}: the width W is a whole number; {CHOICES}")
+    if not re.fullmatch(r"-?[0-9]+", width.strip()):  # ASCII digits only
+        raise ProbeError(f"mask {clipped(text)!r}: the width W is a whole number; {CHOICES}")
+    if len(width.strip().lstrip("-0")) > MAX_DIGITS:  # not read: no window is that wide
+        raise ProbeError(
+            f"mask {kind}:W: the width W is at most {MAX_COUNT}; got {clipped(width.strip())}"
+        )
     return Mask(kind, int(width))
 
 
