@@ -19,7 +19,8 @@ pretrained weights the tokenizers, and the bytes of a series' weight files; no m
 * `branch_scale`: two scales of equal value at every depth the grid runs (`1` and `1.0`,
   `1/L` and `L^-1`) scale every branch alike; alpha is taken as `probe.surgery.scaling` evaluates
   it, and 1 and its spellings run the model as it is.
-* `mask`: `causal` on a causal model without a sliding window is its own mask (`model`);
+* `mask`: `causal` on a causal model and `bidirectional` on an encoder, without a sliding
+  window, are its own mask (`model`);
   `window:W` with W at least the tokens less one is `bidirectional`, and `causal-window:W`
   so wide is `causal`.
 * `config`: two values a field reads alike (`1` and `1.0` of a real-number field) build
@@ -231,6 +232,7 @@ def _masks(axis: Axis, sweep, request_of: Requests, read: _Configs) -> None:
     without a window."""
     from types import SimpleNamespace
 
+    from probe.requests.inputs import image_tokens
     from probe.surgery.masks import parse_mask, same_run
 
     runs = []
@@ -240,7 +242,10 @@ def _masks(axis: Axis, sweep, request_of: Requests, read: _Configs) -> None:
             for init in model.init:
                 _, _, config, adapter = read(model, init)
                 probed = SimpleNamespace(config=config, adapter=adapter)
-                ran.append(same_run(probed, mask, inputs.tokens))
+                # An image's token count is its patches' and [CLS], whatever `tokens` says.
+                pixels = adapter.inputs == "pixels"
+                tokens = image_tokens(config) if pixels else inputs.tokens
+                ran.append(same_run(probed, mask, tokens))
         runs.append(tuple(ran))
     same = _twice(axis.values, runs)
     if same is not None:

@@ -25,6 +25,7 @@ from probe.cli.app import app
 from probe.models import ADAPTERS
 from probe.surgery import masks
 from probe.surgery.ablate import SAN, TRANSFORMER
+from tests.reference.attention import register as register_reference_attention
 from tests.reference.layers import reference_hidden_states as layer_reference
 from tests.reference.masked_attention import pattern, use
 from tests.reference.surgery import reference_hidden_states as surgery_reference
@@ -34,9 +35,15 @@ from tests.test_families import TINY, _family, _inputs, _model
 MASKS = ("bidirectional", "causal", "window:1", "causal-window:2")
 
 
-def _reference(name: str, ablation, inputs: dict, mask: masks.Mask) -> list[torch.Tensor]:
+def _reference(name: str, ablation, inputs: dict, mask: masks.Mask | None) -> list[torch.Tensor]:
+    """The independent surgery on the model under ``mask`` (the hand-written masked
+    attention), or, None, under its own attention."""
     model = _model(name)
-    model.config._attn_implementation = use(mask.kind, mask.width, inputs.get("attention_mask"))
+    if mask is not None:
+        padding = inputs.get("attention_mask")
+        model.config._attn_implementation = use(mask.kind, mask.width, padding)
+    elif name not in ORIGINAL and ADAPTERS[_family(model)].spec.float32_softmax:
+        model.config._attn_implementation = register_reference_attention()  # float64 kept
     if name in ORIGINAL:
         args = (inputs["input_ids"], inputs["attention_mask"])
         return surgery_reference(model, *args, attn_skip=ablation.attn_skip, mlp=ablation.mlp)
@@ -63,10 +70,10 @@ def test_every_mask_equals_a_hand_written_masked_attention(name, text, ablation)
     padding = inputs.get("attention_mask")
     with masks.applied([probed], mask):
         got = probe.hidden_states(probed, data, ablation, attention_mask=padding)
-    if masks.effective(probed, mask).is_model:  # causal on a causal model: its own run
-        want = probe.hidden_states(probed, data, ablation, attention_mask=padding)
-    else:
-        want = _reference(name, ablation, inputs, mask)
+    # The hand-written masked attention also where the mask is the model's own (causal on a
+    # causal model, bidirectional on an encoder), which then runs unmasked.
+    own = masks.effective(probed, mask).is_model and not masks._dispatches(probed)
+    want = _reference(name, ablation, inputs, None if own else mask)  # T5: its own softmax
     real = torch.ones(got[0].shape[:2], dtype=torch.bool) if padding is None else padding.bool()
     for layer, (g, w) in enumerate(zip(got, want, strict=True)):
         # float64 on the CPU, the same operations on both sides: exactly equal.
@@ -104,6 +111,17 @@ def test_a_bad_mask_is_one_line(text, words):
     with pytest.raises(probe.ProbeError, match=words) as err:
         masks.parse_mask(text)
     assert "\n" not in str(err.value)
+
+
+def test_bidirectional_on_an_encoder_is_its_own_run_and_says_so():
+    """BERT's own mask is bidirectional: asked for, it runs the model's own attention (the
+    unmasked run's numbers bit for bit), and the result says why."""
+    options = {"init": "random", "sequences": 2, "tokens": 6, "variants": "SAN"}
+    asked = collapse.run("minilm", mask="bidirectional", **options)
+    own = collapse.run("minilm", **options)
+    xr.testing.assert_identical(asked.relative_residual, own.relative_residual)
+    assert asked.attrs["attention"] == own.attrs["attention"]
+    assert "own mask is bidirectional, so the run is its own" in asked.attrs["mask_note"]
 
 
 def test_causal_on_a_causal_model_is_its_own_run_and_says_so():
@@ -184,6 +202,15 @@ def test_a_sweep_takes_masks_as_an_axis(tmp_path):
         (["attention", "fastformer-tiny", "--init", "random", "--mask", "causal-window:1"],
          "cannot mask it"),
         (["sweep", "gpt2-tiny", "--init", "random", "--mask", "model,causal"], "same mask"),
+        # An encoder's own mask is bidirectional: `model` beside it is one run.
+        (["sweep", "bert-base-uncased", "--init", "random", "--mask", "model,bidirectional",
+          "--dry-run"], "same mask"),
+        # ViT-base's 197 tokens (196 patches and [CLS]): a window of 196 holds every key,
+        # whatever --tokens says.
+        (["sweep", "google/vit-base-patch16-224", "--init", "random", "--mask",
+          "bidirectional,window:196", "--dry-run"], "same mask"),
+        (["sweep", "google/vit-base-patch16-224", "--init", "random", "--mask",
+          "model,window:400", "--tokens", "8", "--dry-run"], "same mask"),
     ],
 )  # fmt: skip
 def test_what_cannot_be_masked_is_one_line_and_exit_2(tmp_path, args, words):

@@ -49,8 +49,17 @@ def _refused(args, tmp_path, words: str) -> str:
         (["--seed", HUGE], "5000 digits"),
         (["--sequences", "١٢"], "whole number"),
     ],
-    ids=["window", "causal-window", "window-5000", "arabic-indic", "full-width",
-         "set-5000", "tokens-5000", "seed-5000", "sequences-arabic-indic"],  # fmt: skip
+    ids=[
+        "window",
+        "causal-window",
+        "window-5000",
+        "arabic-indic",
+        "full-width",
+        "set-5000",
+        "tokens-5000",
+        "seed-5000",
+        "sequences-arabic-indic",
+    ],  # fmt: skip
 )
 def test_a_number_outside_any_run_is_refused_when_read(args, words, tmp_path):
     _refused(["collapse", "gpt2", *RUN, *args], tmp_path, words)

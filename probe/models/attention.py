@@ -7,7 +7,8 @@ attention rows then sum to one only to ~1e-7, and a pure-attention (SAN) run sto
 collapsing there (Llama at 24 layers: 5.3e-7) instead of going on to 1e-16.
 
 ``probe_eager`` is that same eager computation, operation for operation
-(``q k^T * scaling``, the optional tanh soft-cap, ``+ mask``, softmax, ``@ v``),
+(``q k^T * scaling``, the optional tanh soft-cap, T5's ``+ position_bias``, ``+ mask``,
+softmax, ``@ v``),
 with the softmax in the promoted type of the query and float32: float32, bfloat16
 and float16 models get exactly what HF's eager gives them (the tests assert bitwise
 equality in float32), and float64 models stay in float64.  It is registered through
@@ -52,6 +53,8 @@ def probe_eager(
     scores = torch.matmul(query, key.transpose(2, 3)) * scaling  # (batch, head, query, key)
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
+    if kwargs.get("position_bias") is not None:  # T5's relative position bias, before the mask
+        scores = scores + kwargs["position_bias"]
     if attention_mask is not None:
         scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     softmax_dtype = torch.promote_types(query.dtype, torch.float32)

@@ -24,8 +24,9 @@ mask, whose diagonal is open exactly at the real tokens.  A family whose attenti
 go through the interface (it computes its own softmax), or that has no T x T attention (the
 Fastformer's additive pooling), is refused in one line.
 
-``causal`` on a model whose own mask is causal (no sliding window) is the model's own mask:
-the run is the unmasked run, and the result says so.
+``causal`` on a model whose own mask is causal, and ``bidirectional`` on an encoder, (no
+sliding window either way) is the model's own mask: the run is the unmasked run, and the
+result says so.
 """
 
 from __future__ import annotations
@@ -147,17 +148,21 @@ def parse_mask(text: str | Mask | None) -> Mask:
     return Mask(kind, int(width))
 
 
-def own_is_causal(probed) -> bool:
-    """Whether the model's own mask is plain causal: a causal family, no sliding window."""
+def own_kind(probed) -> str | None:
+    """The model's own mask as one of probe's: ``causal`` (a causal family) or
+    ``bidirectional`` (an encoder), where no layer has a sliding window; else None."""
     config = probed.config
     sliding = getattr(config, "sliding_window", None)
     layer_types = getattr(config, "layer_types", None) or ()
-    return bool(probed.adapter.causal) and not sliding and "sliding_attention" not in layer_types
+    if sliding or "sliding_attention" in layer_types:
+        return None
+    return "causal" if probed.adapter.causal else "bidirectional"
 
 
 def effective(probed, mask: Mask) -> Mask:
-    """The mask a run applies: ``causal`` on a model already causal is the model's own."""
-    if mask.kind == "causal" and own_is_causal(probed):
+    """The mask a run applies: the one the model already has (``causal`` on a causal model,
+    ``bidirectional`` on an encoder) is the model's own."""
+    if mask.width is None and not mask.is_model and mask.kind == own_kind(probed):
         return Mask()
     return mask
 
@@ -175,12 +180,13 @@ def note(probed, asked: Mask, tokens: int) -> str:
     if asked.is_model:
         return ""
     if effective(probed, asked).is_model:
-        return f"mask causal: {probed.name}'s own mask is causal, so the run is its own"
+        return f"mask {asked.kind}: {probed.name}'s own mask is {asked.kind}, so the run is its own"
     paper = PAPER_NAMES[asked.kind]
     words = f"mask {asked.text} (the paper's {paper}) replaces {probed.name}'s own mask"
     if asked.width is not None and asked.width >= tokens - 1:
-        whole = same_run(probed, asked, tokens)
-        words += f"; at {tokens} tokens the window holds every key, as {whole.text or 'model'}"
+        whole = "bidirectional" if asked.kind == "window" else "causal"
+        own = f", {probed.name}'s own" if same_run(probed, asked, tokens).is_model else ""
+        words += f"; at {tokens} tokens the window holds every key, as {whole}{own}"
     if asked.kind in ("bidirectional", "window") and probed.adapter.causal:
         if probed.init == "pretrained":
             words += f"; {probed.name} was trained causal, not with this mask"

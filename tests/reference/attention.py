@@ -29,6 +29,8 @@ def reference_eager(
     scores = torch.matmul(query, key.transpose(2, 3)) * scale
     if softcap is not None:
         scores = torch.tanh(scores / softcap) * softcap
+    if kwargs.get("position_bias") is not None:  # T5 adds its relative position bias here
+        scores = scores + kwargs["position_bias"]
     if attention_mask is not None:
         scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     dtype = torch.float64 if query.dtype == torch.float64 else torch.float32

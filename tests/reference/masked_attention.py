@@ -41,7 +41,8 @@ def reference_masked(module, query, key, value, attention_mask, scaling=None, dr
         allowed &= padding.bool()[:, None, None, :tokens]
     additive = torch.zeros(allowed.shape, dtype=query.dtype)
     additive[~allowed] = torch.finfo(query.dtype).min
-    return reference_eager(module, query, key, value, additive, scaling, dropout, softcap)
+    return reference_eager(module, query, key, value, additive, scaling, dropout, softcap,
+                           position_bias=kwargs.get("position_bias"))  # fmt: skip
 
 
 def use(kind: str, width: int | None, padding: torch.Tensor | None) -> str:
