@@ -42,6 +42,7 @@ and rank 0 gathers them, bit for bit what one process gives.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -207,9 +208,10 @@ def plan(
         wanted = replace(wanted, steps=sweep_points.series(str(request.source)))
     axes, fixed_values = wanted.axes()
     if not axes:
-        raise ProbeError(
-            "nothing to sweep: give two values or more to `set`, `tokens`, `seeds`, "
-            "`branch_scale` or `revisions`, or several checkpoints with `steps`"
+        settings_ = [f"`{f.name}`" for f in dataclasses.fields(Grid) if f.name != "steps"]
+        raise ProbeError(  # every axis a grid has, named from the grid itself
+            f"nothing to sweep: give two values or more to {', '.join(settings_[:-1])} or "
+            f"{settings_[-1]}, or several checkpoints with `steps`"
         )
     points = grid(axes)
     max_points = checks.integer("`max_points`", max_points, 1)

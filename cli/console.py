@@ -49,59 +49,73 @@ from .help import HelpGroup
 from .tables import keep_whole
 
 
-class _Stdout:
-    """``sys.stdout`` (looked up at each write: tests swap it) that survives a standard output
-    that cannot be written: a reader that went away (EPIPE), a full device (``>/dev/full``,
-    ENOSPC), a closed descriptor (``1>&-``: Python then has no ``sys.stdout``).  The first
-    failed write or flush points file descriptor 1 at /dev/null (so Python's own flush at
-    exit fails no more) and the rest of the output is dropped."""
+class _Stream:
+    """``sys.stdout`` or ``sys.stderr`` (looked up at each write: tests swap them) that
+    survives a stream that cannot be written: a reader that went away (EPIPE), a full device
+    (``>/dev/full``, ENOSPC), a closed descriptor (``1>&-``: Python then has no such
+    stream).  The first failed write or flush points the stream's file descriptor at
+    /dev/null (so Python's own flush at exit fails no more) and the rest of its output is
+    dropped: the command's work goes on either way."""
 
-    closed_early = False
-    why = ""  # the error's words; "" for a reader that went away
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.closed_early = False
+        self.why = ""  # the error's words; "" for a reader that went away
+
+    def target(self):
+        """The Python stream; OSError (EBADF) where Python has none (closed at start)."""
+        stream = getattr(sys, self.name)
+        if stream is None or stream is self:
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        return stream
 
     def write(self, text: str) -> int:
-        if not _Stdout.closed_early:
+        if not self.closed_early:
             try:
-                return _stdout().write(text)
+                return self.target().write(text)
             except (OSError, ValueError) as exc:  # ValueError: a closed Python stream
-                _stdout_gone(exc)
+                self.gone(exc)
         return len(text)
 
     def flush(self) -> None:
-        if not _Stdout.closed_early:
+        if not self.closed_early:
             try:
-                _stdout().flush()
+                self.target().flush()
             except (OSError, ValueError) as exc:
-                _stdout_gone(exc)
+                self.gone(exc)
 
     def isatty(self) -> bool:
-        return sys.stdout is not None and sys.stdout.isatty()
+        stream = getattr(sys, self.name)
+        return stream is not None and stream is not self and stream.isatty()
 
     def fileno(self) -> int:
-        return _stdout().fileno()
+        return self.target().fileno()
 
     @property
     def encoding(self) -> str:
-        return getattr(sys.stdout, "encoding", None) or "utf-8"
+        return getattr(getattr(sys, self.name), "encoding", None) or "utf-8"
+
+    def gone(self, exc: BaseException | None = None) -> None:
+        self.closed_early = True
+        broken = exc is None or isinstance(exc, BrokenPipeError | SystemExit)
+        self.why = "" if broken else getattr(exc, "strerror", None) or str(exc)
+        try:
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self.target().fileno())
+            os.close(devnull)
+        except (OSError, ValueError):  # no file descriptor (a test's stream): nothing to flush
+            pass
+
+    def reset(self) -> None:
+        self.closed_early, self.why = False, ""
+
+
+_STDOUT, _STDERR = _Stream("stdout"), _Stream("stderr")
 
 
 def _stdout():
     """``sys.stdout``; OSError (EBADF) where Python has none (descriptor 1 closed at start)."""
-    if sys.stdout is None:
-        raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-    return sys.stdout
-
-
-def _stdout_gone(exc: BaseException | None = None) -> None:
-    _Stdout.closed_early = True
-    broken = exc is None or isinstance(exc, BrokenPipeError | SystemExit)
-    _Stdout.why = "" if broken else getattr(exc, "strerror", None) or str(exc)
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, _stdout().fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # no file descriptor (a test's stream): nothing to flush
-        pass
+    return _STDOUT.target()
 
 
 def _stdout_failed(exc: BaseException) -> bool:
@@ -149,8 +163,8 @@ class _Out(Console):
 # Every line, table cell and label is printed as its text says: no rich markup ("[bold]")
 # and no emoji codes (":-1:"), since model names, file names and values the user typed
 # reach them verbatim.
-out = _Out(file=_Stdout(), highlight=False, soft_wrap=True, markup=False, emoji=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True, markup=False, emoji=False)
+out = _Out(file=_STDOUT, highlight=False, soft_wrap=True, markup=False, emoji=False)
+err = Console(file=_STDERR, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 USAGE = 2
 
@@ -181,9 +195,19 @@ def in_cli_words(message: str, command=None) -> str:
 
 
 def fail(message: str, code: int = USAGE):
-    """Print ``probe: error: message`` on one line and exit."""
-    err.print(f"probe: error: {' '.join(in_cli_words(message).split())}", markup=False)
+    """Print ``probe: error: message`` on one line and exit.  In a torchrun job, an error
+    met while the command still checks its input (every rank meets it alike) is printed by
+    rank 0 alone; the other ranks exit with the same status, silent."""
+    if held is None or _rank() == 0:
+        err.print(f"probe: error: {' '.join(in_cli_words(message).split())}", markup=False)
     raise SystemExit(code)
+
+
+def _rank() -> int:
+    """This process' rank in a torchrun job (0 outside one, or where RANK is not a number:
+    the job's own checks say so)."""
+    text = os.environ.get("RANK", "0").strip()
+    return int(text) if text.isascii() and text.isdigit() else 0
 
 
 def warn(message: str) -> None:
@@ -297,7 +321,8 @@ class OneLineErrors(HelpGroup):
         kept.clear()
         held = []
         done = False
-        _Stdout.closed_early, _Stdout.why = False, ""
+        _STDOUT.reset()
+        _STDERR.reset()
         _noted.clear()
         try:
             with handled(), warnings.catch_warnings():
@@ -327,7 +352,7 @@ class OneLineErrors(HelpGroup):
         except (OSError, SystemExit) as exc:  # under a library's own print (click's help)
             if not _stdout_failed(exc):
                 raise
-            _stdout_gone(exc)
+            _STDOUT.gone(exc)
             done, result, late = True, 0, None
         finally:
             running.clear()  # every way out passes here, its error line said
@@ -336,8 +361,8 @@ class OneLineErrors(HelpGroup):
         checked()
         if late is not None:
             err.print(_finished_line(), markup=False)
-        if _Stdout.closed_early:
-            what = f"could not be written ({_Stdout.why})" if _Stdout.why else (
+        if _STDOUT.closed_early:
+            what = f"could not be written ({_STDOUT.why})" if _STDOUT.why else (
                 "was closed before the command ended")  # fmt: skip
             err.print(
                 f"probe: warning: standard output {what}; "

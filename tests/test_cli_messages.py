@@ -73,7 +73,11 @@ SWEEP_LINES = [
     ("config, init", ["--seeds", "0,1", "--set", "n_layer=1,2"], "--set changes the architecture"),
     ("revision", ["--init", "random", "--revisions", "main,step1"], "drop --revisions"),
     ("tokens", ["--init", "random", "--tokens", "2,100000"], "use --tokens 64 or fewer"),
-    ("set, seeds", ["--init", "random", "--seeds", "0"], "two values or more to --set, --tokens"),
+    (
+        "config, seeds",
+        ["--init", "random", "--seeds", "0"],
+        "two values or more to --set, --branch",
+    ),
 ]
 
 
@@ -200,3 +204,21 @@ def test_help_to_an_unwritable_stdout_is_no_traceback(redirect, tmp_path):
     done = _unwritable("sweep --help", redirect, tmp_path)
     assert done.returncode == 0, done.stderr
     assert all(line.endswith(DROPPED) for line in done.stderr.splitlines()), done.stderr
+
+
+#: Standard error: a full device, a closed descriptor, a reader that went away.
+ERR_REDIRECTS = {"full device": "2>/dev/full", "closed descriptor": "2>&-",
+                 "closed pipe": "2> >(true)"}  # fmt: skip
+
+
+@pytest.mark.parametrize("redirect", ERR_REDIRECTS.values(), ids=list(ERR_REDIRECTS))
+def test_an_unwritable_stderr_drops_lines_not_work(redirect, tmp_path):
+    """Standard error is treated as standard output is: its lines (progress, notes,
+    warnings) are dropped, the work is done and the exit status is the run's."""
+    run = "collapse gpt2-tiny --init random --sequences 2 --tokens 8 --variants SAN --out out"
+    done = _unwritable(run, redirect, tmp_path)
+    assert done.returncode == 0
+    (result,) = (tmp_path / "out").glob("*.nc")
+    assert result.with_suffix(".html").is_file() and (tmp_path / "out" / "index.html").is_file()
+    refused = _unwritable("collapse gpt2-tiny --tokens 0 --out out2", redirect, tmp_path)
+    assert refused.returncode == 2 and not (tmp_path / "out2").exists()

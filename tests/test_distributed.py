@@ -267,3 +267,14 @@ def test_a_killed_jobs_shard_folder_is_removed_by_the_next_run(tmp_path):
     folder = distributed.shard_folder(tmp_path / "out", distributed.World())
     assert folder.name.startswith(f".probe-shards-{host}-{os.getpid()}-")
     assert clean_parts(tmp_path / "out") == []  # this process is alive
+
+
+def test_a_usage_error_under_torchrun_is_said_once(tmp_path):
+    """Every rank meets a bad option alike: rank 0 says it, the others exit with the same
+    status silently (torchrun then adds its own failure summary, which is torchrun's)."""
+    done = launch(["collapse", "gpt2-tiny", "--init", "random", "--tokens", "0"],
+                  tmp_path / "r", ranks=2, timeout=120)  # fmt: skip
+    assert done.returncode != 0
+    lines = [line for line in done.stderr.splitlines() if line.startswith("probe: ")]
+    assert lines == ["probe: error: --tokens must be a whole number from 2 to 2147483647, got 0"]
+    assert not (tmp_path / "r").exists()

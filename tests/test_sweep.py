@@ -18,6 +18,7 @@ import probe
 from probe import Inputs, Model
 from probe.analyses import attention, collapse, sweep
 from probe.analyses.sweep_points import Store, parse_counts, parse_setting
+from probe.cli.app import app
 from probe.errors import ProbeError
 from probe.measures import bounds
 from probe.reports.reproduce import command_line
@@ -390,3 +391,21 @@ def test_the_report_draws_the_phase_diagram_of_two_swept_values(swept):
     two.attrs["sweep_dims"] = '{"width": ["32", "64"], "tokens": ["8", "12"], "seed": ["0", "1"]}'
     page = render_sweep(two, result_file="s.nc")
     assert "The phase diagram" in page and page.count("<svg") == 2
+
+
+def test_nothing_to_sweep_names_every_axis_a_grid_has():
+    """The line lists the grid's own fields (the library's names; the command's options),
+    so an axis added to the grid is named without editing the message."""
+    import dataclasses
+
+    from probe.analyses.sweep_axes import Grid
+
+    with pytest.raises(ProbeError, match="nothing to sweep") as caught:
+        sweep.plan("gpt2", init="random", tokens=8)
+    for field in dataclasses.fields(Grid):
+        assert f"`{field.name}`" in str(caught.value), field.name
+    done = CliRunner().invoke(app, ["sweep", "gpt2", "--init", "random", "--tokens", "8"])
+    assert done.exit_code == 2
+    for option in ("--set", "--branch-scale", "--mask", "--revisions", "--tokens", "--seeds",
+                   "--steps"):  # fmt: skip
+        assert option in done.stderr, option
