@@ -22,7 +22,6 @@ import errno
 import io
 import os
 import re
-import shlex
 import signal
 import sys
 import time
@@ -43,6 +42,7 @@ from probe.files.interrupts import (
     handled,
     recorded,
 )
+from probe.files.names import command, quoted, readable
 
 from .domains import OptionError, command_of, option_for, options_of
 from .help import HelpGroup
@@ -239,22 +239,12 @@ def checked() -> None:
 def shown(path) -> str:
     """A path as printed: as it is when every character is printable and it neither
     starts nor ends with a space; otherwise in the shell's ``$'...'`` quoting (as ``ls``
-    shows such a name), so the name printed is the name written, and pastes back."""
+    shows such a name; an undecodable byte as ``\\xNN``), so the name printed is the name
+    written, and pastes back."""
     text = str(path)
-    if text.isprintable() and text == text.strip():
+    if text.isprintable() and text == text.strip() and readable(text) == text:
         return text
-    escapes = {"\\": "\\\\", "'": "\\'", "\t": "\\t", "\n": "\\n", "\r": "\\r"}
-    parts = []
-    for char in text:
-        if char in escapes:
-            parts.append(escapes[char])
-        elif char.isprintable():
-            parts.append(char)
-        elif ord(char) < 0x80:  # above it, \x would be a raw byte to bash, not UTF-8
-            parts.append(f"\\x{ord(char):02x}")
-        else:
-            parts.append(f"\\u{ord(char):04x}" if ord(char) < 0x10000 else f"\\U{ord(char):08x}")
-    return "$'" + "".join(parts) + "'"
+    return quoted(text)
 
 
 def named(label: str, path) -> Path:
@@ -509,4 +499,4 @@ class Reporter:
 
 def command_line() -> str:
     """The running command as a user would type it."""
-    return shlex.join(["probe", *invocation])
+    return command(["probe", *invocation])

@@ -15,6 +15,8 @@ from importlib.resources import files
 from string import Template
 from urllib.parse import quote
 
+from probe.files.names import as_bytes, readable
+
 # The order of the meta tags, so pages diff cleanly; the index reads them back.
 META_KEYS = (
     "model",
@@ -30,8 +32,9 @@ META_KEYS = (
 
 
 def esc(value: object) -> str:
-    """HTML-escape anything shown on a page (attrs and coords may hold any character)."""
-    return escape(str(value), quote=True)
+    """HTML-escape anything shown on a page (attrs and coords may hold any character; a
+    file name's bytes that are not UTF-8 show as ``\\xNN``)."""
+    return escape(readable(str(value)), quote=True)
 
 
 _CODE_SPAN = re.compile(r"`([^`]+)`")
@@ -52,8 +55,8 @@ def href(name: str) -> str:
     """
     name = str(name)
     if name.startswith("file:/"):
-        return esc(quote(name, safe="/:%"))
-    url = quote(name, safe="/")
+        return esc(quote(as_bytes(name), safe="/:%"))
+    url = quote(as_bytes(name), safe="/")  # a name's own bytes, %FF for a byte not UTF-8
     if url.startswith("//"):
         url = "/" + url.lstrip("/")
     return esc(url)

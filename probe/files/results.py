@@ -16,7 +16,6 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import shlex
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -25,6 +24,7 @@ import xarray as xr
 
 from probe import registry
 from probe.errors import ProbeError
+from probe.files.names import command, readable
 
 # The write path lives in probe.files.staging; much of probe reaches it through this module.
 from probe.files.staging import (  # noqa: F401
@@ -61,7 +61,7 @@ def command_line() -> str:
     argv = list(sys.argv)
     if argv and Path(argv[0]).name in ("probe", "__main__.py"):
         argv[0] = "probe"
-    return shlex.join(argv)
+    return command(argv)
 
 
 def settings_id(settings: dict) -> str:
@@ -90,13 +90,16 @@ def utc_now() -> str:
 
 
 def netcdf_safe(attrs: dict) -> dict:
-    """netCDF attributes hold strings and numbers only: bools and None become strings."""
+    """netCDF attributes hold strings and numbers only: bools and None become strings, and
+    text holds UTF-8 only (:func:`probe.files.names.readable`)."""
     safe = {}
     for key, value in attrs.items():
         if isinstance(value, bool) or value is None:
             value = str(value)
         elif not isinstance(value, int | float | str):
             value = str(value)
+        if isinstance(value, str):  # a path whose bytes are not UTF-8: its bytes as \xNN
+            value = readable(value)
         safe[key] = value
     return safe
 
