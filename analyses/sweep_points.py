@@ -45,6 +45,7 @@ import fcntl
 import json
 import os
 import re
+import tempfile
 from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from pathlib import Path
@@ -395,10 +396,15 @@ class Store:
             try:  # shared -> alone, without waiting: another sweep may need these points
                 fcntl.flock(self._held, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError:
+                # Said finished: the last sweep to let go of the store removes them.
+                _finished(self.folder, [self.path(point).name for point in points])
                 return 0
         for point in points:
             self.path(point).unlink(missing_ok=True)
-        return len(list(self.folder.glob("point-*.nc"))) if self.folder.is_dir() else 0
+        if not self.folder.is_dir():
+            return 0
+        _remove_finished(self.folder)  # alone: other sweeps' finished points go too
+        return len(list(self.folder.glob("point-*.nc")))
 
 
 @contextlib.contextmanager
@@ -412,9 +418,32 @@ def _locked(path: Path, how: int):
         os.close(fd)
 
 
+#: A list of point files whose sweep wrote its result while another sweep used the store.
+FINISHED = ".finished-"
+
+
+def _finished(folder: Path, names: list[str]) -> None:
+    """Record ``names`` as points of a sweep whose result is written (a file of its own,
+    put in place whole), for :func:`_tidy` to remove once no sweep uses the store."""
+    fd, staged = tempfile.mkstemp(prefix=".stage-", dir=folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        handle.write("\n".join(names))
+    os.replace(staged, folder / f"{FINISHED}{Path(staged).name.removeprefix('.stage-')}")
+
+
+def _remove_finished(folder: Path) -> None:
+    """The points :func:`_finished` recorded, and its records (the store held alone)."""
+    for done in folder.glob(f"{FINISHED}*"):
+        for name in done.read_text(encoding="utf-8").split():
+            if name.startswith("point-") and "/" not in name:
+                (folder / name).unlink(missing_ok=True)
+        done.unlink(missing_ok=True)
+
+
 def _tidy(folder: Path) -> None:
-    """Remove the store's folder when it holds no point and no other sweep uses it."""
-    if not folder.is_dir() or any(folder.glob("point-*.nc")):
+    """Once no other sweep uses the store: remove the points of sweeps whose results are
+    written (:func:`_finished`), then the folder when it holds no point."""
+    if not folder.is_dir():
         return
     try:
         fd = os.open(folder / ".in-use", os.O_RDWR)
@@ -426,6 +455,9 @@ def _tidy(folder: Path) -> None:
         os.close(fd)
         return
     try:
+        _remove_finished(folder)
+        if any(folder.glob("point-*.nc")):
+            return
         for leftover in folder.iterdir():  # the lock files, and stages a kill left behind
             if leftover.is_file():
                 leftover.unlink(missing_ok=True)

@@ -32,6 +32,7 @@ Sizes are checked once more against memory where the model and all sizes are kno
 
 from __future__ import annotations
 
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -374,7 +375,17 @@ class OutFolder(Domain):
     metavar = "DIR"
 
     def check(self, value):
-        return checks.writable_folder(_path(value, self.name), self.name)
+        folder = checks.writable_folder(_path(value, self.name), self.name)
+        # Every command that writes into DIR rewrites DIR/index.html last: something that
+        # is not a file there would refuse it after the result and report were written.
+        index = folder / "index.html"
+        state = checks.path_state(index, self.name)
+        if state is not None and not stat.S_ISREG(state.st_mode):
+            raise ProbeError(
+                f"{self.name} {folder}: {index.name} there is not a file "
+                "(the folder's index is written there); move it away or choose another folder"
+            )
+        return folder
 
 
 class NewFolder(Domain):

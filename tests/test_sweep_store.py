@@ -140,3 +140,42 @@ def test_a_failed_torchrun_sweep_removes_what_it_created(tiny_folders, tmp_path)
     errors = [line for line in done.stderr.splitlines() if line.startswith("probe: error:")]
     assert len(errors) == 1 and "overflowed" in errors[0], done.stderr[-3000:]
     assert not (tmp_path / "r").exists()
+
+
+def test_two_sweeps_that_overlap_in_one_store_leave_nothing_behind(tmp_path):
+    """Sweep A finishes while sweep B still uses the store: A may not remove its points
+    (B may be reading one), so it says them finished; B, the last to let go, removes A's
+    finished points with its own, and the store's folder with its markers.  Two holds in
+    one process contend as two processes do (flock belongs to an open file description)."""
+    folder = tmp_path / FOLDER
+    a, b = Store(folder, {"analysis": "test"}), Store(folder, {"analysis": "test"})
+    points_a = grid([Axis("seed", "seed", (0, 1))])
+    points_b = grid([Axis("seed", "seed", (1, 2))])
+    data = xr.Dataset({"v": ("x", np.arange(3.0))})
+    with b.using():
+        with a.using():
+            for point in points_a:
+                a.keep(point, lambda: data)
+            for point in points_b:
+                b.keep(point, lambda: data)
+            assert a.clean(points_a) == 0  # b holds the store too
+        assert folder.is_dir() and {p.name for p in folder.glob("point-*.nc")} == {
+            a.path(p).name for p in [*points_a, *points_b]
+        }
+        assert b.clean(points_b) == 0  # alone now: its own points go
+    assert not folder.exists()  # and, once b let go, a's finished points and the markers
+
+
+def test_a_point_of_an_unfinished_sweep_stays_for_its_resume(tmp_path):
+    """Only points said finished are removed: an interrupted sweep's stay, as alone."""
+    folder = tmp_path / FOLDER
+    a, b = Store(folder, {"analysis": "test"}), Store(folder, {"analysis": "test"})
+    (kept,) = grid([Axis("seed", "seed", (7,))])
+    (done,) = grid([Axis("seed", "seed", (8,))])
+    data = xr.Dataset({"v": ("x", np.arange(3.0))})
+    with b.using():
+        with a.using():
+            a.keep(kept, lambda: data)  # a stops here, its result unwritten
+            b.keep(done, lambda: data)
+        assert b.clean([done]) == 1
+    assert [p.name for p in folder.glob("point-*.nc")] == [a.path(kept).name]
