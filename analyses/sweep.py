@@ -453,8 +453,11 @@ def run(model, inputs: Inputs | None = None, *, store: str | Path | None = None,
     Raises
     ------
     ProbeError
-        A sweep or point that cannot run (see [`plan`][probe.analyses.sweep.plan]).
+        A sweep or point that cannot run (see [`plan`][probe.analyses.sweep.plan]); a
+        `store` that is a file, or a folder that cannot be written.
     """
+    if store is not None:  # a folder, or one that can be made: checked before the plan
+        store = checks.writable_folder(store, "`store`")
     sweep = plan(model, inputs, **options)
     if store is None:
         return gather(sweep, execute(sweep, progress=progress))

@@ -220,3 +220,47 @@ def _nothing():
     import contextlib
 
     return contextlib.nullcontext()
+
+
+# --- entries that took a value a user means, or raised raw ------------------------------
+
+
+def test_ids_as_a_numpy_array_or_lists_are_the_tensor_they_hold():
+    import numpy as np
+
+    from probe.analyses import collapse
+
+    array = np.array([[5, 6, 7, 8], [9, 10, 11, 12]])
+    got = collapse.run(
+        "gpt2-tiny", Inputs(ids=array), init="random", variants="SAN",
+        metrics="relative_residual",
+    )  # fmt: skip
+    want = collapse.run(
+        "gpt2-tiny", Inputs(ids=torch.from_numpy(array)), init="random", variants="SAN",
+        metrics="relative_residual",
+    )  # fmt: skip
+    np.testing.assert_array_equal(got.relative_residual.values, want.relative_residual.values)
+    assert Inputs(ids=[[1, 2], [3, 4]]).ids.dtype == torch.int64
+
+
+@pytest.mark.parametrize(
+    "ids",
+    [np.array([["a", "b"]]), [[1, 2], [3]], "1 2 3", np.array([[True, False]]), object()],
+    ids=["text array", "ragged", "str", "bool", "object"],
+)
+def test_ids_that_hold_no_numbers_are_one_line(ids):
+    with pytest.raises(ProbeError, match="`ids` must be a tensor") as caught:
+        Inputs(ids=ids)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("store", ["a file", 3])
+def test_a_sweep_store_that_is_no_folder_is_one_line_before_any_point(store, tmp_path):
+    from probe.analyses import sweep
+
+    if store == "a file":
+        store = tmp_path / "store"
+        store.write_text("")
+    with pytest.raises(ProbeError, match="`store`"):
+        sweep.run("gpt2-tiny", init="random", seeds="0,1", sequences=2, tokens=8,
+                  variants="SAN", attention=False, store=store)  # fmt: skip

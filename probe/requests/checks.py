@@ -269,6 +269,8 @@ def writable_folder(path, option: str = "`out`") -> Path:
     so a command refused later leaves no empty folder behind.  Writability is tried, not
     guessed from permission bits (root passes ``os.access`` on /proc, yet cannot write).
     """
+    if not isinstance(path, str | os.PathLike):
+        raise ProbeError(f"{option} must be a folder's path; got {type(path).__name__}")
     path = Path(path)
     if "\0" in str(path):
         raise ProbeError(f"{option} {shown(str(path))} holds a NUL character; give a folder")

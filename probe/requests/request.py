@@ -365,7 +365,8 @@ class Inputs:
         if len(given) > 1:
             raise ProbeError(f"give one of `text`, `images` and `ids`, not {' and '.join(given)}")
         if self.ids is not None:
-            shape = tuple(getattr(self.ids, "shape", ()))
+            set_(self, "ids", _tensor_of(self.ids))
+            shape = tuple(self.ids.shape)
             if len(shape) not in (2, 4) or 0 in shape:
                 raise ProbeError(
                     "`ids` must be a (sequence, token) tensor of token ids or a (sequence, "
@@ -497,3 +498,27 @@ def record(analysis: str, model: Model, inputs: Inputs, options: dict, dtype=Non
     the same."""
     fields_ = {"analysis": analysis, "model": model.as_fields(dtype), "options": options}
     return json.dumps({**fields_, "inputs": inputs.as_fields(**sizes)}, default=str)
+
+
+def _tensor_of(ids):
+    """``ids`` as a torch tensor: a tensor as it is; a numpy array or nested lists of whole
+    numbers (token ids) or of reals (pixels) as the tensor they hold, copied (int64, or
+    their float dtype); anything else refused in one line."""
+    import numpy as np
+    import torch
+
+    if isinstance(ids, torch.Tensor):
+        return ids
+    try:
+        array = np.asarray(ids)
+    except (ValueError, TypeError):  # ragged lists
+        array = None
+    if array is None or array.dtype.kind not in "iuf":
+        raise ProbeError(
+            "`ids` must be a tensor (or a numpy array) of token ids or of pixels; got "
+            f"{type(ids).__name__}"
+            + (f" of {array.dtype}" if array is not None and array.dtype != object else "")
+        )
+    if array.dtype.kind in "iu":
+        return torch.from_numpy(array.astype(np.int64))
+    return torch.from_numpy(array.copy())
