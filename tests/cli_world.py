@@ -109,6 +109,15 @@ def build_world(root: Path) -> dict[str, list[str]]:
         shutil.copytree(bert, corrupt)
         (corrupt / "tokenizer.json").write_text("{not json")
     (models / "empty-folder").mkdir(exist_ok=True)
+    # Checkpoints whose config's dtype is not what their tensors hold: float64 files, and
+    # float64 files with float32 norms, each with a config that says float32.
+    for name, mixed in (("says-float32", False), ("mixed-dtypes", True)):
+        if not (models / name).exists():
+            _stored_otherwise(models / name, mixed)
+    # A folder whose name is not UTF-8 (Linux names are bytes): a good model all the same.
+    odd = models / os.fsdecode(b"tiny-gpt2-\xff")
+    if not odd.exists():
+        shutil.copytree(gpt2, odd)
     config_only = models / "config-only"
     if not config_only.exists():
         config_only.mkdir()
@@ -152,11 +161,16 @@ def build_world(root: Path) -> dict[str, list[str]]:
     if not tokenizer.exists():
         _with_tokenizer(tokenizer)
     good_results = ["collapse", "collapse-other", "paths-count", "paths-sample"]
-    good_results += ["paths-decompose", "toy-circle", "training"]
+    good_results += ["paths-decompose", "toy-circle", "training", ODD_RESULT]
+    cache = root / "cache"
+    if not cache.exists():
+        _malformed_cache(cache, [models / "tiny-gpt2", models / "tiny-llama"])
     return {
         "model": {
             "good": [rel(p) for p in good]
-            + [rel(tokenizer), "fastformer-tiny", "gpt2-tiny", "minilm", "bert-base-uncased"],
+            + [rel(tokenizer), "fastformer-tiny", "gpt2-tiny", "minilm", "bert-base-uncased"]
+            + [rel(models / n) for n in ("says-float32", "mixed-dtypes")]
+            + [rel(odd)],
             "bad": [
                 rel(models / n)
                 for n in (*hostile, "broken-json", "truncated-weights", "corrupt-tokenizer")
@@ -197,7 +211,8 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": ["nope", "BERT", "bert ", "", "gpt-2", "../bert"],
         },
         "out-folder": {
-            "good": ["out", "out/deeper/still", "results", "models/empty-folder", "."],
+            "good": ["out", "out/deeper/still", "results", "models/empty-folder", "."]
+            + [os.fsdecode(b"out-\xff\xfe")],
             "bad": ["texts/good.txt", "texts/good.txt/below", "/proc", "/proc/out", "/dev/null"]
             + ["texts/fifo"],
         },
@@ -210,7 +225,8 @@ def build_world(root: Path) -> dict[str, list[str]]:
         "setting": {
             "good": ["n_layer=1", "num_hidden_layers=1", "initializer_range=0.5"]
             + ["initializer_range=1e30"],
-            "bad": ["", "=", "n_layer", "nope=1", "n_layer=abc", "n_layer=2.5", "n_layer=-1"],
+            "bad": ["", "=", "n_layer", "nope=1", "n_layer=abc", "n_layer=2.5", "n_layer=-1"]
+            + ["n_layer=" + "9" * 5000, "n_layer=١", "n_layer=:-1:"],
         },
         "revision": {
             "good": ["main", "step1000"],
@@ -228,7 +244,8 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "bad": ["", "=", "n_layer", "n_layer=", "n_layer=1,,2", "n_layer=1,", "n_layer=1,1"]
             + ["layer=1,2", "seed=1,2", "variant=1,2", "nope=1,2", "n_layer=abc,1", "1=2"]
             + ["n_layer=1e999", "n_layer=2.5,1", "n_layer=-1,1", "__import__('os')=1"]
-            + ["n_layer=__import__('os')", "n_layer=1\0"],
+            + ["n_layer=__import__('os')", "n_layer=1\0", "n_layer=1," + "9" * 5000]
+            + ["n_layer=١,2", "n_layer=[bold]1[/bold],2"],
         },
         "branch-scales": {
             "good": ["1,0.5", "0.5,1", "1,1/sqrt(L)", "1,1e30", "1/L,L^-0.5", "1", "1e30"],
@@ -239,13 +256,16 @@ def build_world(root: Path) -> dict[str, list[str]]:
             "good": ["model", "bidirectional", "causal", "window:1", "causal-window:4"]
             + ["window:100000", "CAUSAL"],
             "bad": ["", "casual", "window", "window:0", "window:-1", "causal:2", "window:x"]
-            + ["window:1.5", "window:1e999", "model:1"],
+            + ["window:1.5", "window:1e999", "model:1", "window:١٢", "window:１２"]
+            + ["window:" + "9" * 5000, "window:99999999999999999999", "causal-window:2147483648"]
+            + ["[b]:smile:", ":-1:"],
         },
         "masks": {
             "good": ["bidirectional,causal", "causal,window:2", "model,bidirectional"]
             + ["window:1,window:2", "causal"],
             "bad": ["", ",", "causal,,window:1", "causal,", "causal,causal", "casual,causal"]
-            + ["window:0,causal", "window:1,window:01"],
+            + ["window:0,causal", "window:1,window:01", "causal,window:" + "9" * 40]
+            + ["causal,window:٢"],
         },
         "revisions": {
             "good": ["main", "main,step1000", "step0,step1000"],
@@ -342,6 +362,58 @@ def _results(folder: Path) -> None:
     edited.attrs["model"] = ""
     save_result(edited, folder / "edited-attrs.nc")
     (folder / "fake.nc").write_text("not netcdf")
+    shutil.copy(folder / "collapse.nc", folder / f"{ODD_RESULT}.nc")
+
+
+#: A result whose file name is not UTF-8, beside its report.
+ODD_RESULT = os.fsdecode(b"collapse-\xff")
+
+
+def _stored_otherwise(folder: Path, mixed: bool) -> None:
+    """A tiny llama stored in float64 (``mixed``: its norms in float32) whose config says
+    float32."""
+    model = tiny_spec_model("llama", seed=1, dtype=torch.float64)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1e-9)  # values float32 cannot hold
+    if mixed:
+        for name, module in model.named_modules():
+            if name.endswith("norm"):
+                module.float()
+    model.save_pretrained(folder)
+    config = json.loads((folder / "config.json").read_text())
+    config["dtype"] = "float32"
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+#: The cache folder whose theory constants are malformed, and the entries put there.
+MALFORMED = ["{}", "[]", '{"missing": "x"}', '{"beta": [1.0]}', "null", '{"missing": []}']
+
+
+def _malformed_cache(cache: Path, folders: list[Path]) -> None:
+    """A probe cache (``PROBE_CACHE_DIR``) whose theory constants, for these models at
+    random and pretrained init (seed 0, float32, the CPU), are malformed entries (the
+    fuzzer's lines run with it now and then); the self-test's passes are kept as they are."""
+    import probe
+    from probe.measures import theory_cache
+
+    saved = os.environ.get("PROBE_CACHE_DIR")
+    os.environ["PROBE_CACHE_DIR"] = str(cache)
+    try:
+        for index, folder in enumerate(folders):
+            for init in ("random", "pretrained"):
+                probed = probe.load(folder, init=init)
+                name = theory_cache.key(probed)
+                if name is not None:
+                    entry = cache / "theory" / f"{name}.json"
+                    entry.parent.mkdir(parents=True, exist_ok=True)
+                    entry.write_text(MALFORMED[index % len(MALFORMED)])
+                index += 1
+    finally:
+        if saved is None:
+            os.environ.pop("PROBE_CACHE_DIR", None)
+        else:
+            os.environ["PROBE_CACHE_DIR"] = saved
 
 
 def copy_world(world: Path, sandbox: Path) -> None:

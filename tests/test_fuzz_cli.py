@@ -6,8 +6,11 @@ option's values come from its declared domain (``cli.domains``: a ``Count``'s bo
 ``Real``'s interval, a ``Choice``'s values, the kind of path it takes) or, for an option
 declared without one, from typer's own description of it (choices, ``min``/``max``,
 ``Path``); to the values inside the domain the fuzzer adds hostile ones: empty text,
-unicode digits, inf and nan, numbers just past each bound and far past it, negative
-numbers, and paths to files, folders, fifos, /dev/null and /proc (``tests/cli_world``).
+unicode digits, inf and nan, numbers just past each bound and far past it (thousands of
+digits), negative numbers, terminal markup and emoji codes, names that are not UTF-8, and
+paths to files, folders, fifos, /dev/null and /proc (``tests/cli_world``).  Its models
+include checkpoints whose tensors are stored in another dtype than their config says (and
+in several), and a line runs now and then with a cache of malformed theory constants.
 
 Each command line runs in a private copy of that world, on tiny models, and must keep
 the contract of the command line:
@@ -95,7 +98,9 @@ COMMANDS = leaf_commands()
 # --- values, from the declarations -------------------------------------------------
 
 HOSTILE_TEXT = ["", " ", "١٢", "٣", "1_000", "0x10", "1e3", "1.5", "+", "-", "inf", "nan",
-                "-inf", "NaN", "∞", "１２", "12 ", "\t3", "None", "true", "a" * 300]  # fmt: skip
+                "-inf", "NaN", "∞", "１２", "12 ", "\t3", "None", "true", "a" * 300,
+                "9" * 5000, "9" * 45, "-" + "9" * 4400, ":-1:", "[bold]x[/bold]",
+                os.fsdecode(b"\xff\xfe")]  # fmt: skip
 
 
 def _ints(low: int, high: int) -> st.SearchStrategy:
@@ -294,16 +299,24 @@ def _alarm(signum, frame):
 
 def unquoted(text: str) -> str:
     """A path as probe prints it (``cli.console.shown``) back to the name: ``$'...'``
-    quoting decoded, written here from bash's rules, not by calling probe."""
+    quoting decoded, written here from bash's rules (``\\xHH`` a byte), not by calling
+    probe."""
     if not (text.startswith("$'") and text.endswith("'")):
         return text
-    names = {"t": "\t", "n": "\n", "r": "\r", "\\": "\\", "'": "'"}
-
-    def one(match):
-        code = match.group(1)
-        return names[code] if code in names else chr(int(code[1:], 16))
-
-    return re.sub(r"\\([tnr\\']|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})", one, text[2:-1])
+    names = {"t": b"\t", "n": b"\n", "r": b"\r", "\\": b"\\", "'": b"'"}
+    out, rest = b"", text[2:-1]
+    pattern = re.compile(r"\\([tnr\\']|x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})")
+    while (found := pattern.search(rest)) is not None:
+        out += rest[: found.start()].encode("utf-8", "surrogateescape")
+        code = found.group(1)
+        if code in names:
+            out += names[code]
+        elif code[0] == "x":  # \xHH is one byte to bash
+            out += bytes([int(code[1:], 16)])
+        else:
+            out += chr(int(code[1:], 16)).encode("utf-8")
+        rest = rest[found.end() :]
+    return os.fsdecode(out + rest.encode("utf-8", "surrogateescape"))
 
 
 def nameable(line: list[str]) -> set[str]:
@@ -427,6 +440,7 @@ def test_every_command_line_keeps_the_contract(words, command, world, tmp_path, 
     # A line that left its sandbox exactly as it was copied (every refusal, asserted)
     # leaves it to the next line; otherwise the next line gets a fresh copy.
     kept: list[tuple[Path, dict]] = []
+    session_cache = os.environ["PROBE_CACHE_DIR"]
 
     @settings(
         max_examples=EXAMPLES,
@@ -435,10 +449,18 @@ def test_every_command_line_keeps_the_contract(words, command, world, tmp_path, 
         database=None if not LONG else settings.default.database,
         suppress_health_check=list(HealthCheck),
     )
-    @given(line=command_lines(words, command, pool), ctrl_c=SIGNAL_TIMES)
-    def run(line, ctrl_c):
+    @given(line=command_lines(words, command, pool), ctrl_c=SIGNAL_TIMES, cache=st.booleans())
+    def run(line, ctrl_c, cache):
         import shutil
 
+        # Now and then a cache whose theory constants are malformed (tests/cli_world.py), a
+        # copy of its own, outside the sandbox (what a run remembers is not what it writes).
+        if cache:
+            mine = tmp_path / f"cache{next(counter)}"
+            shutil.copytree(root / "cache", mine)
+            monkeypatch.setenv("PROBE_CACHE_DIR", str(mine))
+        else:
+            monkeypatch.setenv("PROBE_CACHE_DIR", session_cache)
         if kept:
             sandbox, pristine = kept.pop()
         else:
