@@ -18,7 +18,6 @@ warning says so at the end.
 
 from __future__ import annotations
 
-import errno
 import io
 import os
 import re
@@ -46,76 +45,8 @@ from probe.files.names import command, quoted, readable
 
 from .domains import OptionError, command_of, option_for, options_of
 from .help import HelpGroup
+from .streams import STDERR, STDOUT, stdout
 from .tables import keep_whole
-
-
-class _Stream:
-    """``sys.stdout`` or ``sys.stderr`` (looked up at each write: tests swap them) that
-    survives a stream that cannot be written: a reader that went away (EPIPE), a full device
-    (``>/dev/full``, ENOSPC), a closed descriptor (``1>&-``: Python then has no such
-    stream).  The first failed write or flush points the stream's file descriptor at
-    /dev/null (so Python's own flush at exit fails no more) and the rest of its output is
-    dropped: the command's work goes on either way."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-        self.closed_early = False
-        self.why = ""  # the error's words; "" for a reader that went away
-
-    def target(self):
-        """The Python stream; OSError (EBADF) where Python has none (closed at start)."""
-        stream = getattr(sys, self.name)
-        if stream is None or stream is self:
-            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
-        return stream
-
-    def write(self, text: str) -> int:
-        if not self.closed_early:
-            try:
-                return self.target().write(text)
-            except (OSError, ValueError) as exc:  # ValueError: a closed Python stream
-                self.gone(exc)
-        return len(text)
-
-    def flush(self) -> None:
-        if not self.closed_early:
-            try:
-                self.target().flush()
-            except (OSError, ValueError) as exc:
-                self.gone(exc)
-
-    def isatty(self) -> bool:
-        stream = getattr(sys, self.name)
-        return stream is not None and stream is not self and stream.isatty()
-
-    def fileno(self) -> int:
-        return self.target().fileno()
-
-    @property
-    def encoding(self) -> str:
-        return getattr(getattr(sys, self.name), "encoding", None) or "utf-8"
-
-    def gone(self, exc: BaseException | None = None) -> None:
-        self.closed_early = True
-        broken = exc is None or isinstance(exc, BrokenPipeError | SystemExit)
-        self.why = "" if broken else getattr(exc, "strerror", None) or str(exc)
-        try:
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self.target().fileno())
-            os.close(devnull)
-        except (OSError, ValueError):  # no file descriptor (a test's stream): nothing to flush
-            pass
-
-    def reset(self) -> None:
-        self.closed_early, self.why = False, ""
-
-
-_STDOUT, _STDERR = _Stream("stdout"), _Stream("stderr")
-
-
-def _stdout():
-    """``sys.stdout``; OSError (EBADF) where Python has none (descriptor 1 closed at start)."""
-    return _STDOUT.target()
 
 
 def _stdout_failed(exc: BaseException) -> bool:
@@ -125,8 +56,8 @@ def _stdout_failed(exc: BaseException) -> bool:
     if isinstance(exc, SystemExit):
         return exc.code == 1 and type(sys.stdout).__name__ == "PacifyFlushWrapper"
     try:
-        _stdout().flush()
-        os.write(_stdout().fileno(), b"")
+        stdout().flush()
+        os.write(stdout().fileno(), b"")
     except io.UnsupportedOperation:  # a stream without a descriptor (a test's) took the text
         return isinstance(exc, BrokenPipeError)
     except (OSError, ValueError) as again:
@@ -163,8 +94,8 @@ class _Out(Console):
 # Every line, table cell and label is printed as its text says: no rich markup ("[bold]")
 # and no emoji codes (":-1:"), since model names, file names and values the user typed
 # reach them verbatim.
-out = _Out(file=_STDOUT, highlight=False, soft_wrap=True, markup=False, emoji=False)
-err = Console(file=_STDERR, highlight=False, soft_wrap=True, markup=False, emoji=False)
+out = _Out(file=STDOUT, highlight=False, soft_wrap=True, markup=False, emoji=False)
+err = Console(file=STDERR, highlight=False, soft_wrap=True, markup=False, emoji=False)
 
 USAGE = 2
 
@@ -311,8 +242,8 @@ class OneLineErrors(HelpGroup):
         kept.clear()
         held = []
         done = False
-        _STDOUT.reset()
-        _STDERR.reset()
+        STDOUT.reset()
+        STDERR.reset()
         _noted.clear()
         try:
             with handled(), warnings.catch_warnings():
@@ -342,7 +273,7 @@ class OneLineErrors(HelpGroup):
         except (OSError, SystemExit) as exc:  # under a library's own print (click's help)
             if not _stdout_failed(exc):
                 raise
-            _STDOUT.gone(exc)
+            STDOUT.gone(exc)
             done, result, late = True, 0, None
         finally:
             running.clear()  # every way out passes here, its error line said
@@ -351,8 +282,8 @@ class OneLineErrors(HelpGroup):
         checked()
         if late is not None:
             err.print(_finished_line(), markup=False)
-        if _STDOUT.closed_early:
-            what = f"could not be written ({_STDOUT.why})" if _STDOUT.why else (
+        if STDOUT.closed_early:
+            what = f"could not be written ({STDOUT.why})" if STDOUT.why else (
                 "was closed before the command ended")  # fmt: skip
             err.print(
                 f"probe: warning: standard output {what}; "

@@ -15,11 +15,11 @@ padding key receives nothing), each averaged over the real query rows of a seque
 over sequences:
 
 * received attention r_hk = mean_s mean_i A_sh[i, k], the mean over the real rows i the run's
-  mask let see key k (:func:`probe.surgery.masks.seen`: the mask the layer's attention
-  received, sliding windows included, or the run's ``--mask``): every real row under a
-  bidirectional mask, the rows i >= k under a causal one (Gu et al. 2025's importance score,
-  sum_i A[i, k] / (T - k)), the rows within W of k under a window.  ``sink_score`` is r_h0,
-  the attention the first token receives (Gu et al. 2025; Xiao et al. 2023);
+  mask let see key k (:func:`probe.surgery.masks.seen`: what the layer's attention received,
+  sliding windows included, or the run's own mask): every real row under a bidirectional
+  mask, the rows i >= k under a causal one (Gu et al. 2025: sum_i A[i, k] / (T - k)), the
+  rows within W of k under a window.  ``sink_score`` is r_h0, the first token's (Gu et al.
+  2025; Xiao et al. 2023);
   ``top_key`` the argmax over k of r_hk and ``top_key_score`` its value (Clark et al. 2019:
   BERT's [CLS] and [SEP]).  Each column's sum over its rows is formed in the working precision
   (float64 for a float64 run; float32 for float32, bfloat16 and float16), the rest in
@@ -162,12 +162,11 @@ def head_sums(
     """One layer's attention statistics of one batch, summed over its sequences.
 
     ``probs``: (batch, head, query, key); ``real``: (batch, token) bool; ``seen``: (batch, 1
-    or head, query, key) bool, the real (query, key) pairs the run's mask opened
-    (:func:`probe.surgery.masks.seen`; None: every real query saw every real key): key k's
-    received attention is the mean over the real rows that saw it.  Returns ``received``
-    (head, key), ``sinks`` (head,: the sequences whose first-key score exceeds ``epsilon``),
-    ``entropy``, ``gap``, ``stable_rank`` (head,) and ``count`` (sequences); each a sum over
-    sequences of a per-sequence value (see the module docstring).
+    or head, query, key) bool, the real pairs the run's mask opened (None: all of them), over
+    whose rows each key's received attention is the mean.  Returns ``received`` (head, key),
+    ``sinks`` (head,: the sequences whose first-key score exceeds ``epsilon``), ``entropy``,
+    ``gap``, ``stable_rank`` (head,) and ``count`` (sequences); each a sum over sequences of
+    a per-sequence value (see the module docstring).
     """
     real = real.bool()
     A = _real_only(probs, real)  # (B, H, T, T), the input's dtype

@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from probe.surgery.ablate import Ablation
+from probe.surgery.masks import remove_sinks
 
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, first
@@ -199,7 +200,7 @@ class SpecAdapter(Adapter):
         """The no-sink edit: the mask that transformers' attention function
         (``attention_interface(self, q, k, v, mask)``, eager or ``probe_eager``) adds to the
         scores gets the dtype's minimum at each sink key of the layer's heads
-        (:func:`_remove_sinks`), as a padding key has it.  A family whose attention computes
+        (:func:`probe.surgery.masks.remove_sinks`), as a padding key has it.  A family whose attention computes
         its own softmax (BLOOM, Falcon, DeBERTa-v2) refuses in one line."""
         site = self.interface_call(root)
         if not site:
@@ -365,41 +366,6 @@ def _by_layer(entries) -> dict[int, list[tuple]]:
     return out
 
 
-def _remove_sinks(target, sinks) -> torch.Tensor:
-    """no-sink at an attention function's call: its mask gets the dtype's minimum at each
-    (head, key) of ``sinks``, so exp underflows to exactly 0 there and the softmax
-    renormalises each row over the other keys (:func:`probe.surgery.masks.close_sinks`: a
-    row that sees no other key is left as it is; a mask of the run's own closes the same
-    keys).  A key is visible where the mask is above half the dtype's minimum
-    (transformers' eager mask: 0 or the minimum).  Returns the mask before the edit."""
-    from probe.surgery.masks import close_sinks
-
-    args, kwargs = target.inputs
-    args = list(args)
-    query, key = args[1], args[2]
-    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
-    batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
-    given = mask
-    dtype = query.dtype if mask is None or mask.dtype == torch.bool else mask.dtype
-    low = torch.finfo(dtype).min
-    if mask is None:
-        mask = torch.zeros((batch, 1, rows, keys), dtype=dtype, device=query.device)
-    elif mask.dtype == torch.bool:
-        mask = torch.where(mask, 0.0, low).to(dtype)
-    mask = mask[:, :, :, :keys]
-    remove = torch.zeros((heads, keys), dtype=torch.bool, device=query.device)
-    for head, k in sinks:
-        if k < keys:
-            remove[head, k] = True
-    new = close_sinks(mask, remove[None, :, None, :])  # (1, head, 1, key)
-    if len(args) > 4:
-        args[4] = new
-    else:
-        kwargs = {**kwargs, "attention_mask": new}
-    target.inputs = (tuple(args), kwargs)
-    return given
-
-
 def _replace_massive(x, entries) -> None:
     """no-massive: x[:, t, d] <- the clean run's corpus mean there, in every sequence."""
     entries = [(t, d, v) for t, d, v in entries if t < x.shape[1]]
@@ -441,7 +407,7 @@ def _run_steps(
                 reads[step.value] = scaled if step.index is None else scaled[step.index]
             continue
         if step.value == "no-sink":  # a read of the mask there takes it as the model gave it
-            fetched[(step.site, "mask")] = _remove_sinks(target, sinks)
+            fetched[(step.site, "mask")] = remove_sinks(target, sinks)
         elif step.act == "skip":
             target.skip(_value(step, target, reads))
         elif step.act == "zero":

@@ -428,3 +428,42 @@ def passed_inputs(probed, ids: torch.Tensor) -> Encoded:
         "ids passed by the caller",
         digest,
     )
+
+
+def given_ids(ids, sequences, tokens) -> tuple[torch.Tensor, int, int | None]:
+    """``Inputs(ids=...)``: the tensor (:func:`tensor_of`), and the sequences and tokens its
+    shape gives (a (sequence, token) tensor of ids, or (sequence, channel, height, width)
+    pixels, whose tokens are the model's); sizes given beside it must be those."""
+    ids = tensor_of(ids)
+    shape = tuple(ids.shape)
+    if len(shape) not in (2, 4) or 0 in shape:
+        raise ProbeError(
+            "`ids` must be a (sequence, token) tensor of token ids or a (sequence, "
+            f"channel, height, width) tensor of pixels; got shape {shape}"
+        )
+    if sequences not in (None, shape[0]) or (len(shape) == 2 and tokens not in (None, shape[1])):
+        raise ProbeError("`sequences` and `tokens` come from the shape of `ids`; drop them")
+    return ids, shape[0], shape[1] if len(shape) == 2 else tokens
+
+
+def tensor_of(ids):
+    """``ids`` as a torch tensor: a tensor as it is; a numpy array or nested lists of whole
+    numbers (token ids) or of reals (pixels) as the tensor they hold, copied (int64, or
+    their float dtype); anything else refused in one line."""
+    import numpy as np
+
+    if isinstance(ids, torch.Tensor):
+        return ids
+    try:
+        array = np.asarray(ids)
+    except (ValueError, TypeError):  # ragged lists
+        array = None
+    if array is None or array.dtype.kind not in "iuf":
+        raise ProbeError(
+            "`ids` must be a tensor (or a numpy array) of token ids or of pixels; got "
+            f"{type(ids).__name__}"
+            + (f" of {array.dtype}" if array is not None and array.dtype != object else "")
+        )
+    if array.dtype.kind in "iu":
+        return torch.from_numpy(array.astype(np.int64))
+    return torch.from_numpy(array.copy())

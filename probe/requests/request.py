@@ -334,9 +334,9 @@ class Inputs:
     images
         A folder of images for an image model.  None: seeded noise images.
     ids
-        A (sequence, token) tensor of token ids, or an image model's (sequence, channel,
-        height, width) pixel values, used as they are; `sequences` and `tokens` then come from
-        its shape.
+        A (sequence, token) tensor (or numpy array) of token ids, or an image model's
+        (sequence, channel, height, width) pixels, used as they are; its shape gives
+        `sequences` and `tokens`.
     sequences
         How many sequences; `"all"`: every full sequence of the text, every image of the folder.
     tokens
@@ -365,20 +365,12 @@ class Inputs:
         if len(given) > 1:
             raise ProbeError(f"give one of `text`, `images` and `ids`, not {' and '.join(given)}")
         if self.ids is not None:
-            set_(self, "ids", _tensor_of(self.ids))
-            shape = tuple(self.ids.shape)
-            if len(shape) not in (2, 4) or 0 in shape:
-                raise ProbeError(
-                    "`ids` must be a (sequence, token) tensor of token ids or a (sequence, "
-                    f"channel, height, width) tensor of pixels; got shape {shape}"
-                )
-            if self.sequences not in (None, shape[0]) or (
-                len(shape) == 2 and self.tokens not in (None, shape[1])
-            ):
-                raise ProbeError("`sequences` and `tokens` come from the shape of `ids`; drop them")
-            set_(self, "sequences", shape[0])
-            if len(shape) == 2:
-                set_(self, "tokens", shape[1])
+            from probe.requests.inputs import given_ids  # torch: not before it is needed
+
+            ids, sequences, tokens = given_ids(self.ids, self.sequences, self.tokens)
+            set_(self, "ids", ids)
+            set_(self, "sequences", sequences)
+            set_(self, "tokens", tokens)
         if self.sequences is not None and self.sequences != "all":
             set_(self, "sequences", checks.integer("`sequences`", self.sequences, 1))
         if self.sequences == "all" and self.text is None and self.images is None:
@@ -498,27 +490,3 @@ def record(analysis: str, model: Model, inputs: Inputs, options: dict, dtype=Non
     the same."""
     fields_ = {"analysis": analysis, "model": model.as_fields(dtype), "options": options}
     return json.dumps({**fields_, "inputs": inputs.as_fields(**sizes)}, default=str)
-
-
-def _tensor_of(ids):
-    """``ids`` as a torch tensor: a tensor as it is; a numpy array or nested lists of whole
-    numbers (token ids) or of reals (pixels) as the tensor they hold, copied (int64, or
-    their float dtype); anything else refused in one line."""
-    import numpy as np
-    import torch
-
-    if isinstance(ids, torch.Tensor):
-        return ids
-    try:
-        array = np.asarray(ids)
-    except (ValueError, TypeError):  # ragged lists
-        array = None
-    if array is None or array.dtype.kind not in "iuf":
-        raise ProbeError(
-            "`ids` must be a tensor (or a numpy array) of token ids or of pixels; got "
-            f"{type(ids).__name__}"
-            + (f" of {array.dtype}" if array is not None and array.dtype != object else "")
-        )
-    if array.dtype.kind in "iu":
-        return torch.from_numpy(array.astype(np.int64))
-    return torch.from_numpy(array.copy())

@@ -313,6 +313,39 @@ def close_sinks(mask: torch.Tensor, remove: torch.Tensor) -> torch.Tensor:
     return closed
 
 
+def remove_sinks(target, sinks) -> torch.Tensor:
+    """no-sink at an attention function's call: its mask gets the dtype's minimum at each
+    (head, key) of ``sinks``, so exp underflows to exactly 0 there and the softmax
+    renormalises each row over the other keys (:func:`close_sinks`: a
+    row that sees no other key is left as it is; a mask of the run's own closes the same
+    keys).  A key is visible where the mask is above half the dtype's minimum
+    (transformers' eager mask: 0 or the minimum).  Returns the mask before the edit."""
+    args, kwargs = target.inputs
+    args = list(args)
+    query, key = args[1], args[2]
+    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
+    batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
+    given = mask
+    dtype = query.dtype if mask is None or mask.dtype == torch.bool else mask.dtype
+    low = torch.finfo(dtype).min
+    if mask is None:
+        mask = torch.zeros((batch, 1, rows, keys), dtype=dtype, device=query.device)
+    elif mask.dtype == torch.bool:
+        mask = torch.where(mask, 0.0, low).to(dtype)
+    mask = mask[:, :, :, :keys]
+    remove = torch.zeros((heads, keys), dtype=torch.bool, device=query.device)
+    for head, k in sinks:
+        if k < keys:
+            remove[head, k] = True
+    new = close_sinks(mask, remove[None, :, None, :])  # (1, head, 1, key)
+    if len(args) > 4:
+        args[4] = new
+    else:
+        kwargs = {**kwargs, "attention_mask": new}
+    target.inputs = (tuple(args), kwargs)
+    return given
+
+
 #: What an attention read gives where the family's attention function was not reached (it
 #: computes its own softmax): the run's mask is then its pattern, or the model's causality.
 UNREAD = object()

@@ -12,7 +12,10 @@ attention branch the spec reads, N the sublayer's norm of a post-LN family):
   output equals that norm of X_L), and a clean run after ablated ones gives the
   same numbers (the model was left as it was);
 * **SAN**: each layer's output equals its attention branch alone, N(b) post-LN;
-* **SAN+skip**: each layer's output equals x + b, N(x + b) post-LN.
+* **SAN+skip**: each layer's output equals x + b, N(x + b) post-LN;
+* **probe's attention = the model's own**: the attention probe computes itself (float64
+  runs, masks) equals the function the model's own code defines, call by call
+  (:mod:`probe.surgery.core_check`): not probe against probe.
 
 Beyond them, what an entry enables (:func:`capabilities`): the MLP branch that branch
 scaling multiplies, the LayerNorm variants against the same norms replaced by torch hooks,
@@ -34,7 +37,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass
 
 import torch
 
@@ -43,7 +45,9 @@ from probe.measures.overflow import overflow_advice
 from probe.models.base import first
 from probe.models.spec import SpecAdapter
 from probe.models.weights import affine_norm, module_onloaded, resolve_module
+from probe.surgery import core_check
 from probe.surgery.ablate import SAN, SAN_SKIP, TRANSFORMER
+from probe.surgery.identity import ULPS, Identity
 
 #: The sources a passed self-test depends on besides the model's own (``verified_key``).
 CODE = (
@@ -57,29 +61,9 @@ CODE = (
     "models/by_config.py",
     "models/conformance.py",
     "models/attention.py",
+    "surgery/core_check.py",
+    "surgery/identity.py",
 )
-#: verify()'s allowance, in units of the dtype's machine epsilon times the values' scale.
-ULPS = 64
-
-
-@dataclass(frozen=True)
-class Identity:
-    """One identity on one model: how far its two sides are apart, and relative to what."""
-
-    name: str
-    max_diff: float
-    scale: float
-    detail: str = ""
-    error: str = ""
-    #: The entry's field a failure points at (what to fix in ``families.py``).
-    field: str = "steps"
-    #: An absolute allowance of its own, where the two sides are different arithmetic (the
-    #: path decomposition's float64 programme against a run with float32 norms).
-    bound: float = 0.0
-
-    def holds(self, tolerance: float = 0.0) -> bool:
-        allowed = max(tolerance * max(self.scale, 1e-30), self.bound)
-        return not self.error and self.max_diff <= allowed
 
 
 def identities(probed, data: torch.Tensor | None = None, mask: torch.Tensor | None = None):
@@ -97,6 +81,7 @@ def identities(probed, data: torch.Tensor | None = None, mask: torch.Tensor | No
         san_skip, skip_walk = _ablated(probed, data, mask, SAN_SKIP)
         found = [entry, clean, san, san_skip]
         found += capabilities(probed, data, mask, clean_walk, skip_walk)
+    found.append(core_check.identity(probed, data, mask))
     found.append(_unchanged(probed, data, mask, clean))
     return found
 
@@ -113,7 +98,7 @@ def verify(probed) -> None:
         return
     eps = torch.finfo(probed.dtype).eps if probed.dtype.is_floating_point else 0.0
     for identity in identities(probed):
-        if identity.name == ENTRY and identity.error:
+        if identity.name in (ENTRY, core_check.CORE) and identity.error:
             raise ProbeError(identity.error)
         if not identity.holds(ULPS * eps):
             if not identity.error and not math.isfinite(identity.max_diff + identity.scale):
