@@ -130,7 +130,9 @@ def fail(message: str, code: int = USAGE):
     met while the command still checks its input (every rank meets it alike) is printed by
     rank 0 alone; the other ranks exit with the same status, silent."""
     if held is None or _rank() == 0:
-        err.print(f"probe: error: {' '.join(in_cli_words(message).split())}", markup=False)
+        # A name whose bytes are not UTF-8 shows them as \xNN (probe.files.names).
+        line = " ".join(readable(in_cli_words(message)).split())
+        err.print(f"probe: error: {line}", markup=False)
     raise SystemExit(code)
 
 
@@ -148,6 +150,7 @@ def warn(message: str) -> None:
 
 def say(line: str) -> None:
     """A line on stderr, held while the command still checks its input (see ``checked``)."""
+    line = readable(line)  # a name whose bytes are not UTF-8: \xNN
     if held is not None:
         held.append(line)
     else:

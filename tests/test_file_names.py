@@ -71,3 +71,15 @@ def test_a_quoted_name_pastes_back_as_its_bytes(name):
 @pytest.mark.parametrize("name", ["plain.nc", "with space.nc", "ünïcode.nc"])
 def test_a_utf8_name_is_left_as_it_is(name):
     assert readable(name) == name
+
+
+def test_an_error_about_a_name_so_shows_its_bytes(tmp_path):
+    """transformers cannot read a checkpoint at such a path (safetensors wants UTF-8): one
+    line, the name's bytes as \\xNN."""
+    folder = tmp_path / ODD
+    folder.mkdir()
+    (folder / "config.json").write_text("{not json")
+    done = CliRunner().invoke(app, ["collapse", str(folder), "--out", str(tmp_path / "o")])
+    assert done.exit_code == 2
+    (line,) = done.stderr.splitlines()
+    assert "x\\xff\\xfe" in line and "\\udc" not in line
