@@ -119,7 +119,9 @@ def test_the_added_family_passes_every_check(starcoder2, tmp_path):
     found = identities(probed)
     assert [i.error for i in found] == [""] * len(found)
     eps = torch.finfo(torch.float64).eps
-    assert all(i.max_diff <= 4 * eps * i.scale for i in found), found
+    # A few float64 roundings, or the identity's own stated bound (probe's attention
+    # against the model's own, whose softmax runs in float32: probe.surgery.core_check).
+    assert all(i.max_diff <= max(4 * eps * i.scale, i.bound) for i in found), found
     # The hooks against the independent surgery, with padding, for the four variants.
     ids = torch.randint(3, 80, (2, 7), generator=torch.Generator().manual_seed(0))
     mask = torch.ones_like(ids)

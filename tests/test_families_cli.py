@@ -54,12 +54,13 @@ def test_collapse_no_skip_on_every_family_folder(name, folders, tmp_path):
 def test_check_prints_every_identity_and_exits_0(folders):
     result = runner.invoke(app, ["check", folders["llama"]])
     assert result.exit_code == 0, result.output
-    # Fifteen rows: the entry, clean, SAN, SAN+skip, the MLP branch; per LayerNorm variant
+    # Sixteen rows: the entry, clean, SAN, SAN+skip, the MLP branch; per LayerNorm variant
     # (LN-affine, no-LN) the variant, its SAN, its SAN+skip and their first layer against
-    # torch hooks; clean again, and the path decomposition's reconstruction (the tiny
-    # Llama's head is not tied: no loss row); all exact but the MLP branch's linearity and
-    # the reconstruction (float32 RMS norms), which hold to rounding.
-    assert result.stdout.count("exactly") + result.stdout.count("to rounding") == 15
+    # torch hooks; probe's attention against the model's own; clean again, and the path
+    # decomposition's reconstruction (the tiny Llama's head is not tied: no loss row); all
+    # exact but the MLP branch's linearity, the attention (the model's own softmax runs in
+    # float32) and the reconstruction (float32 RMS norms), which hold to rounding.
+    assert result.stdout.count("exactly") + result.stdout.count("to rounding") == 16
     assert result.stdout.count("exactly") >= 13 and "NO" not in result.stdout
     assert "all identities hold" in result.stdout
 

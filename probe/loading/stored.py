@@ -47,7 +47,7 @@ def stored_dtypes(location, revision=None, hub: dict | None = None) -> Counter |
         if files:
             try:
                 return sum((_dtypes(path) for path in files), Counter())
-            except (OSError, ValueError, RuntimeError, struct.error):
+            except Exception:  # a file transformers will refuse with its own reason
                 return None
     return None
 
