@@ -15,7 +15,7 @@ values, and what it changes in the request:
 * ``seed``: the seed of the random init and of the synthetic inputs (``probe.Model(seed=...)``).
 
 The grid is the product of the axes, in their order, the last varying fastest.  A
-:class:`Point` is one cell: a value per axis.  Its identity (:func:`point_id`) is the hash of
+:class:`Point` is one cell: a value per axis.  Its identity (:meth:`Store.path`) is the hash of
 the sweep's fixed settings and its own values, so the same point of a larger grid (one more
 seed, say) is the same file.
 
@@ -266,11 +266,6 @@ def series(name: str) -> list[tuple[int, str]] | None:
 # --- the store ------------------------------------------------------------------------------
 
 
-def point_id(fixed: dict, point: Point) -> str:
-    """The hash naming a point's file: the sweep's fixed settings and the point's values."""
-    return settings_id(point_settings(fixed, point))
-
-
 def point_settings(fixed: dict, point: Point) -> dict:
     values = point.as_dict()
     folder = point.folder()
@@ -303,12 +298,21 @@ class Store:
         self.fixed = fixed
         self.required = tuple(required)
         self._held: int | None = None  # the descriptor of `using`'s shared hold
+        # Each point's settings, computed once: a step's checkpoint is hashed whole (every
+        # byte), not again at each look at its file.
+        self._settings: dict[Point, dict] = {}
+
+    def settings(self, point: Point) -> dict:
+        """The point's settings (:func:`point_settings`), once per store."""
+        if point not in self._settings:
+            self._settings[point] = point_settings(self.fixed, point)
+        return self._settings[point]
 
     def path(self, point: Point) -> Path:
-        return self.folder / f"point-{point_id(self.fixed, point)}.nc"
+        return self.folder / f"point-{settings_id(self.settings(point))}.nc"
 
     def expected(self, point: Point) -> str:
-        return json.dumps(point_settings(self.fixed, point), sort_keys=True, default=str)
+        return json.dumps(self.settings(point), sort_keys=True, default=str)
 
     def read(self, point: Point) -> xr.Dataset | None:
         """The finished point, loaded, or None: no file, a damaged one, or other settings."""
