@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from probe.surgery.ablate import Ablation
-from probe.surgery.masks import remove_sinks
+from probe.surgery.masks import call_mask, remove_sinks
 
 from ..errors import ProbeError
 from .base import Adapter, LayerWeights, first
@@ -454,9 +454,8 @@ def _get(target, part: str):
     if part.startswith("arg"):
         args, _ = target.inputs
         return args[int(part[3:])]
-    if part == "mask":  # an attention function's mask: (module, q, k, v, mask, ...)
-        args, kwargs = target.inputs
-        return args[4] if len(args) > 4 else kwargs.get("attention_mask")
+    if part == "mask":  # an attention function's mask
+        return call_mask(*target.inputs)
     raise AssertionError(part)
 
 

@@ -35,13 +35,11 @@ from probe.surgery.identity import Identity
 
 #: The identity's name, as ``probe check`` shows it.
 CORE = "probe's attention = the model's own"
-#: The keywords probe's core reads or that change nothing it computes (the mask already
-#: holds a sliding window; ids, caches and flags are the model's bookkeeping).
+#: The keywords probe's core reads beyond its signature (T5's ``position_bias``), or that
+#: change nothing it computes (the mask already holds a sliding window; ids, caches and flags
+#: are the model's bookkeeping).
 KNOWN = frozenset(
     {
-        "scaling",
-        "dropout",
-        "softcap",
         "position_bias",
         "sliding_window",
         "position_ids",
@@ -63,13 +61,16 @@ NAME = "probe_capture"
 def identity(probed, data: torch.Tensor, mask: torch.Tensor):
     """The identity on one batch: an :class:`probe.surgery.identity.Identity`, with ``error``
     naming the family, the layer and any keyword probe's core does not read where it fails."""
+    from probe.models.attention import probe_eager
+
     calls = _calls(probed, data, mask)
+    reads = set(inspect.signature(probe_eager).parameters) - {"kwargs"}  # and `KNOWN`
     if not calls:
         return Identity(CORE, 0.0, 0.0, "(its attention computes its own softmax) ", field="")
     worst, where, unread = None, "", set()  # (difference, allowance, size)
     for layer, (module, arguments, own) in enumerate(calls, start=1):
         given = {k for k, v in arguments.items() if v is not None}
-        unread |= given - KNOWN - set(_CORE_PARAMETERS)
+        unread |= given - KNOWN - reads
         for factor in (1.0, LOUDER):
             found = _compare(module, arguments, own, factor)
             if worst is None or found[0] / found[1] > worst[0] / worst[1]:
@@ -120,11 +121,6 @@ def _calls(probed, data, mask) -> list[tuple[torch.nn.Module, dict, object]]:
     finally:
         config._attn_implementation = saved
     return calls
-
-
-#: The parameters of probe's core besides the tensors (``probe_eager``'s signature).
-_CORE_PARAMETERS = ("module", "query", "key", "value", "attention_mask", "scaling", "dropout",
-                    "softcap", "position_bias")  # fmt: skip
 
 
 def _compare(module, arguments: dict, own, factor: float) -> tuple[float, float, float]:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 import torch
 
 from probe.errors import ProbeError
-from probe.requests.checks import MAX_COUNT, MAX_DIGITS, clipped
+from probe.requests.checks import MAX_COUNT, clipped, integer
 
 #: The mask names, in the order the help lists them; ``window`` and ``causal-window`` take
 #: a width, ``window:W``.
@@ -139,13 +139,8 @@ def parse_mask(text: str | Mask | None) -> Mask:
     kind, width = found.group(1), found.group(2)
     if width is None:
         return Mask(kind)
-    if not re.fullmatch(r"-?[0-9]+", width.strip()):  # ASCII digits only
-        raise ProbeError(f"mask {clipped(text)!r}: the width W is a whole number; {CHOICES}")
-    if len(width.strip().lstrip("-0")) > MAX_DIGITS:  # not read: no window is that wide
-        raise ProbeError(
-            f"mask {kind}:W: the width W is at most {MAX_COUNT}; got {clipped(width.strip())}"
-        )
-    return Mask(kind, int(width))
+    # ASCII digits, read as every whole number is (Mask says what W >= 1 means).
+    return Mask(kind, integer(f"the width W of mask {kind}:W", width, None, MAX_COUNT))
 
 
 def own_kind(probed) -> str | None:
@@ -284,11 +279,10 @@ def probe_masked(module, query, key, value, attention_mask, scaling=None, dropou
     tokens = key.shape[-2]
     if query.shape[-2] != tokens:
         raise ProbeError("a mask of probe's needs as many queries as keys (no cache)")
-    own = getattr(attention_mask, SINKS, None) is not None
-    base = getattr(attention_mask, BEFORE_SINKS, attention_mask) if own else attention_mask
+    base = getattr(attention_mask, BEFORE_SINKS, attention_mask)  # the model's, as it gave it
     chosen = additive(mask, base, query.shape[0], tokens, query.dtype, query.device)
-    if own:
-        chosen = close_sinks(chosen, getattr(attention_mask, SINKS))
+    if (sinks := getattr(attention_mask, SINKS, None)) is not None:
+        chosen = close_sinks(chosen, sinks)
     return probe_eager(module, query, key, value, chosen, scaling, dropout, softcap, **kwargs)
 
 
@@ -298,13 +292,27 @@ def probe_masked(module, query, key, value, attention_mask, scaling=None, dropou
 SINKS, BEFORE_SINKS = "probe_sinks", "probe_before_sinks"
 
 
+def visible(mask: torch.Tensor) -> torch.Tensor:
+    """Where a mask transformers hands an attention function lets a query see a key: a bool
+    mask as it is, an additive one where it is above half its dtype's minimum (its eager
+    masks are 0 or the minimum)."""
+    if not mask.dtype.is_floating_point:
+        return mask
+    return mask > torch.finfo(mask.dtype).min / 2
+
+
+def call_mask(args, kwargs):
+    """The mask of an attention function's call, ``(module, q, k, v, mask, ...)``."""
+    return args[4] if len(args) > 4 else kwargs.get("attention_mask")
+
+
 def close_sinks(mask: torch.Tensor, remove: torch.Tensor) -> torch.Tensor:
     """The additive ``mask`` (batch, 1 or head, query, key) with the dtype's minimum at the
     keys ``remove`` (1, head, 1, key) marks, in each row that still sees another key (a row
     left with no key, a causal model's first token when it is a sink, keeps its mask).  The
     result carries ``remove`` and ``mask`` (:data:`SINKS`, :data:`BEFORE_SINKS`)."""
     low = torch.finfo(mask.dtype).min
-    other = ((mask > low / 2) & ~remove).any(-1, keepdim=True)  # (batch, head, row, 1)
+    other = (visible(mask) & ~remove).any(-1, keepdim=True)  # (batch, head, row, 1)
     closed = torch.where(
         remove & other, torch.tensor(low, dtype=mask.dtype, device=mask.device), mask
     )
@@ -323,7 +331,7 @@ def remove_sinks(target, sinks) -> torch.Tensor:
     args, kwargs = target.inputs
     args = list(args)
     query, key = args[1], args[2]
-    mask = args[4] if len(args) > 4 else kwargs.get("attention_mask")
+    mask = call_mask(args, kwargs)
     batch, heads, rows, keys = query.shape[0], query.shape[1], query.shape[2], key.shape[2]
     given = mask
     dtype = query.dtype if mask is None or mask.dtype == torch.bool else mask.dtype
@@ -359,9 +367,8 @@ def seen(run: Mask, real: torch.Tensor, given=UNREAD, causal: bool = False) -> t
     additive float mask, transformers' bool mask, or None for no mask), or :data:`UNREAD`.
     A mask of probe's is its pattern (``probe_masked`` replaces the model's; a no-sink edit's
     closed keys aside, which no statistic's run has); the model's own is what its attention
-    function received, per layer, sliding windows and all (open where it is above half the
-    dtype's minimum: transformers' eager masks are 0 or the minimum); unread, the model's
-    causality (a family with its own softmax has no window)."""
+    function received, per layer, sliding windows and all (:func:`visible`); unread, the
+    model's causality (a family with its own softmax has no window)."""
     real = real.bool()
     rows, keys = real[:, None, :, None], real[:, None, None, :]
     tokens = real.shape[1]
@@ -373,9 +380,7 @@ def seen(run: Mask, real: torch.Tensor, given=UNREAD, causal: bool = False) -> t
     elif given is None:
         open_ = torch.ones(1, 1, tokens, tokens, dtype=torch.bool, device=real.device)
     else:
-        given = getattr(given, BEFORE_SINKS, given)[..., :tokens, :tokens]
-        low = torch.finfo(given.dtype).min if given.dtype.is_floating_point else None
-        open_ = given if low is None else given > low / 2
+        open_ = visible(getattr(given, BEFORE_SINKS, given)[..., :tokens, :tokens])
     return open_.to(real.device) & rows & keys
 
 
