@@ -81,7 +81,6 @@ docs-data: $(STAMP) browser
 	$(BIN)/python docs/data/fastformer_checkpoints.py
 	$(BIN)/python docs/data/rotary.py
 	$(BIN)/python docs/data/paths_sample.py
-	$(BIN)/python docs/data/hidden_states.py
 	$(BIN)/python docs/data/precision_floor.py
 	$(BIN)/python docs/data/branch_scale.py
 	$(BIN)/python docs/data/masks_layernorm.py

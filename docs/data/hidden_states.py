@@ -2,18 +2,14 @@
 
     python docs/data/hidden_states.py
 
-Writes, to ``docs/data/hidden_states.md`` (``docs/families.md`` includes it), one row per
-family: where it reads layer 0 and layers 1..L, and the final norm that HF applies after the
-last layer (its ``hidden_states[-1]`` is after that norm; probe's layer L is before it).
+Prints one row per family: where it reads layer 0 and layers 1..L, and the final norm that
+HF applies after the last layer (its ``hidden_states[-1]`` is after that norm; probe's layer L is before it).
 Nothing is measured: the rows come from the entries of ``probe.models.families`` and the
-three families outside it.
+three families outside it.  The docs build writes the same table into ``docs/families.md``
+(``docs/hooks/registry.py``), so it is never a file to regenerate.
 """
 
 from __future__ import annotations
-
-from pathlib import Path
-
-HERE = Path(__file__).resolve().parent
 
 STYLES = {
     "post": "the layer's output, after its last LayerNorm",
@@ -64,13 +60,7 @@ def markdown_table() -> str:
 
 
 def main() -> None:
-    text = (
-        "*Written from probe's family registry by `python docs/data/hidden_states.py`.*\n\n"
-        + markdown_table()
-        + "\n"
-    )
-    (HERE / "hidden_states.md").write_text(text, encoding="utf-8")
-    print(text, end="")
+    print(markdown_table())
 
 
 if __name__ == "__main__":

@@ -30,18 +30,20 @@ from tests.reference.layers import layer_list, record_stream
 
 
 class _Scaled:
-    """Mixed into a module's own class: its output times ``alpha`` (a tuple's first element).
+    """Mixed into a module's own class: its output times alpha (a tuple's first element).
 
     The module stays where it is, with its own name, class name and submodules (only its
-    class gains this base), so the copy is the same model to anything that reads it."""
+    class gains this base), so the copy is the same model to anything that reads it.  The
+    factor's attribute has a name no transformers module uses (a mixture-of-experts block
+    has an ``alpha`` of its own, which a plain ``alpha`` would shadow)."""
 
-    alpha: float = 1.0
+    _reference_branch_scale: float = 1.0
 
     def forward(self, *args, **kwargs):
         out = super().forward(*args, **kwargs)
         if isinstance(out, tuple):
-            return (out[0] * self.alpha, *out[1:])
-        return out * self.alpha
+            return (out[0] * self._reference_branch_scale, *out[1:])
+        return out * self._reference_branch_scale
 
 
 def _get(root: nn.Module, path: str) -> nn.Module:
@@ -53,7 +55,7 @@ def _get(root: nn.Module, path: str) -> nn.Module:
 def _wrap(layer: nn.Module, path: str, alpha: float) -> None:
     module = _get(layer, path)
     cls = type(module)
-    module.__class__ = type(cls.__name__, (_Scaled, cls), {"alpha": alpha})
+    module.__class__ = type(cls.__name__, (_Scaled, cls), {"_reference_branch_scale": alpha})
 
 
 def scaled_copy(model: nn.Module, alpha: float) -> nn.Module:
