@@ -67,4 +67,12 @@ def check(
     if all(identity.holds(64 * eps) for identity in found):
         out.print("all identities hold: probe's ablations are exact on this model")
     else:
-        fail("an identity fails: probe refuses this model rather than give wrong numbers")
+        failing = next(i for i in found if not i.holds(64 * eps))
+        field = f"; the entry's field at fault: {failing.field}" if failing.field else ""
+        why = (
+            f": {in_cli_words(failing.error)}" if failing.error else " (the table says by how much)"
+        )
+        fail(
+            f"{failing.name} fails{field}{why}; probe refuses this model rather than give "
+            "wrong numbers"
+        )

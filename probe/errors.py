@@ -29,6 +29,10 @@ class ProbeWarning(UserWarning):
 
 
 def one_line(err: BaseException) -> str:
-    """``err``'s message on one line of at most 300 characters, to quote inside a ProbeError."""
+    """``err``'s message on one line of at most 300 characters, to quote inside a ProbeError;
+    a longer one is cut at the last whole word that fits (never mid-word)."""
     text = " ".join(str(err).split())
-    return text[:300] + ("..." if len(text) > 300 else "")
+    if len(text) <= 300:
+        return text
+    cut = text[:301].rsplit(" ", 1)[0] if " " in text[:301] else text[:300]
+    return cut.rstrip(",;:") + " ..."

@@ -148,6 +148,28 @@ def check_revision(name: str, location, revision: str | None) -> None:
         raise ProbeError(f"{name} is {what}, not a hub id: it has no revisions; drop `revision`")
 
 
+def _unknown_type(name: str, location) -> str:
+    """The refusal of a local config whose ``model_type`` transformers does not know ("" for
+    any other config): probe walks the families transformers ships."""
+    from transformers import CONFIG_MAPPING
+
+    if not isinstance(location, Path):
+        return ""
+    try:
+        model_type = json.loads((location / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return ""
+    if not isinstance(model_type, str) or model_type in CONFIG_MAPPING:
+        return ""
+    from transformers import __version__
+
+    return (
+        f"{name}: model_type {model_type!r} is not a family transformers {__version__} knows; "
+        "probe runs the families transformers ships (`probe models` lists probe's): check "
+        "the config's model_type, or install the transformers release that adds it"
+    )
+
+
 def config_at(name: str, location, prefer_bundled: bool, revision: str | None = None):
     """The config at ``location`` (from :func:`locate`), refused if it asks to run its own code.
 
@@ -169,7 +191,9 @@ def config_at(name: str, location, prefer_bundled: bool, revision: str | None = 
                 location, trust_remote_code=False, **hub_kwargs(location), **at(revision)
             )
     except ValueError as err:  # an unknown model_type, say
-        raise ProbeError(f"cannot read the config of {name}: {one_line(err)}") from None
+        raise ProbeError(
+            _unknown_type(name, location) or f"cannot read the config of {name}: {one_line(err)}"
+        ) from None
     except OSError as err:
         if isinstance(location, Path):
             raise ProbeError(f"cannot read {location / 'config.json'}: {one_line(err)}") from None

@@ -38,8 +38,9 @@ def adapter_for(model_type: str) -> Adapter:
         raise ProbeError(f"model family {model_type!r} is refused: {REFUSED[model_type]}")
     raise ProbeError(
         f"unsupported model family {model_type!r}; supported: {', '.join(FAMILIES)} "
-        "(`probe models` lists them; a new family is one entry in probe/models/families.py, "
-        "and `probe check MODEL` tests it)"
+        "(`probe models` lists them); adding one is an entry in probe/models/families.py, a "
+        "tiny config and a reference entry in tests/reference/ (docs/adding-a-family.md), and "
+        "`probe check MODEL` tests it"
     )
 
 
