@@ -24,6 +24,7 @@ from probe.names import METRICS
 from probe.surgery import masks, removals
 from probe.surgery.ablate import PRESETS
 
+from . import path_checks
 from .collapse_measure import DEFAULT_METRICS, Plan
 
 #: Why a run with scaled residual branches has no theory panel.
@@ -95,7 +96,13 @@ def panel_variables(plan: Plan, measured: list[dict[str, np.ndarray]] | None) ->
         missing = [SCALED_PANEL.format(alpha=plan.settings.get("branch_scale"))]
         layers = np.arange(plan.models[0].n_layers + 1)
         return bounds.variables([{"init": m.init, "missing": missing} for m in plan.models], layers)
-    return theory.panels(plan.models, plan.inputs, plan.batch_size, measured=measured)
+    return theory.panels(
+        plan.models,
+        plan.inputs,
+        plan.batch_size,
+        measured=measured,
+        unread=lambda probed: path_checks.problem(probed, "heads"),
+    )
 
 
 def surgery_note(surgery: str, adapter) -> str:

@@ -10,6 +10,13 @@ checked here without the entry's own reads:
   last layer (the entry's ``final_norm``, ``output``, ``lm_head`` and ``logits``) equals the
   loss of the family's own ``*ForCausalLM`` built around the very same base model (its
   tensors shared, nothing copied), as transformers computes it, to float32 logits' rounding.
+
+They decide, in this one place, what an analysis may read of a model: ``probe check`` prints
+them, and :func:`require` holds every analysis that reads the heads (the path decomposition,
+the theory panel) or the LM head (the decomposition's loss) to the same identity on the
+same short seeded input, refusing in one line naming the entry's field.  A pass is
+remembered like the self-test's (the identities depend on the code and the architecture,
+not on the weights).
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from probe.loading import ProbedModel, onloaded
 from probe.measures import frozen
 from probe.surgery.self_test import Identity, one_line
 
-from .path_decompose import (
+from .path_frozen import (
     frozen_run,
     layer_stats,
     lm_loss,
@@ -43,6 +50,75 @@ def decomposition_identities(probed: ProbedModel, ids, mask) -> list[Identity]:
     if head is not None:
         found.append(_loss(probed, ids, mask, head))
     return found
+
+
+#: What an analysis may read, each held to one identity of this module.
+PARTS = ("heads", "lm_head")
+
+
+def problem(probed: ProbedModel, part: str) -> str:
+    """Why an analysis may not read ``part`` (one of :data:`PARTS`) of ``probed``: the failing
+    identity in one line naming the entry's field; "" where it holds, where the model has no
+    such part (no LM head), or where the decomposition does not apply (the Fastformer, a
+    model of images: the theory panel says what it leaves out)."""
+    if part not in PARTS:
+        raise ValueError(f"part {part!r} is not one of {PARTS}")
+    if probed.adapter.not_decomposable or probed.adapter.inputs != "ids":
+        return ""
+    marker = _marker(probed, part)
+    if marker is not None and marker.exists():
+        return ""
+    from probe.surgery.self_test import remember, short_input
+
+    ids, mask = short_input(probed)
+    ids, mask = ids.cpu(), mask.cpu()
+    if part == "lm_head":
+        with onloaded(probed.model):
+            head = probed.adapter.lm_head(probed.model)
+        if head is None:
+            return ""
+        identity = _loss(probed, ids, mask, head)
+    else:
+        identity = _reconstruction(probed, ids, mask)
+    eps = torch.finfo(probed.dtype).eps if probed.dtype.is_floating_point else 0.0
+    if identity.holds(64 * eps):
+        remember(marker)
+        return ""
+    what = identity.error or f"off by {identity.max_diff:.3g} (bound {identity.bound:.3g})"
+    return (
+        f"{probed.name}: the {probed.family} entry's {identity.field} does not describe this "
+        f"model: {identity.name} fails ({what}); `probe check` shows every identity"
+    )
+
+
+def require(probed: ProbedModel, *parts: str) -> None:
+    """Refuse, in one line, a model whose ``parts`` an analysis may not read (:func:`problem`)."""
+    from probe.errors import ProbeError
+
+    for part in parts:
+        if why := problem(probed, part):
+            raise ProbeError(why)
+
+
+def _marker(probed: ProbedModel, part: str):
+    """The file whose presence says ``part`` passed on this architecture, or None: the
+    self-test's key and the sources of these identities (this module, the frozen run)."""
+    import hashlib
+    import sys
+    from pathlib import Path
+
+    from probe.files.cache import root
+    from probe.surgery.self_test import verified_key
+
+    from . import path_frozen
+
+    try:
+        digest = hashlib.sha256(verified_key(probed).encode())
+        for module in (sys.modules[__name__], path_frozen, frozen):
+            digest.update(Path(module.__file__).read_bytes())
+        return root() / "verified" / f"{part}-{digest.hexdigest()}"
+    except (OSError, RuntimeError, TypeError):
+        return None
 
 
 def _reconstruction(probed: ProbedModel, ids, mask) -> Identity:

@@ -74,6 +74,7 @@ from probe.measures import frozen
 from probe.measures.overflow import DEGENERATE
 from probe.requests.request import Inputs, Model
 
+from . import path_checks
 from .path_common import model_attrs, my_batches
 from .path_frozen import (
     NORMS,
@@ -83,6 +84,7 @@ from .path_frozen import (
     logit_map,
     output_terms,
     pooled_cosine,
+    reconstruction_tolerance,
 )
 from .preamble import begin
 
@@ -182,6 +184,8 @@ def _checked_run(model, inputs, flat, warn) -> tuple[list[ProbedModel], Inputs, 
     batch_size = begun.given.batch_size
     with onloaded(first.model):  # weights a device_map offloaded are read in for the block
         has_lm = first.adapter.lm_head(first.model) is not None
+    for probed in models:  # what probe check holds the heads and the LM head to
+        path_checks.require(probed, "heads", *(("lm_head",) if has_lm else ()))
     return models, inputs, has_lm, batch_size
 
 
@@ -247,22 +251,6 @@ def _decompose_batch(probed, weights, head, has_lm, ids, mask, i, rows, per_laye
         real = run["xs"][-1] if run["output"] is None else run["output"]
         loss = lm_loss(real[None], head, ids, to_logits)[0]
         output["loss_full"][i, rows] = loss.cpu().numpy()
-
-
-def reconstruction_tolerance(dtype: torch.dtype, layers: int) -> float:
-    """How far the frozen network may be from the real SAN+skip run (relative, Frobenius).
-
-    The frozen network repeats the real run's operations in float64 on the real run's own
-    reads, so what separates them is the real run's rounding: a few units of its dtype's
-    machine epsilon per layer, and never less than float32's, since HF's RMS norms compute
-    in float32 even in a float64 model (measured ~1e-7 at 3 layers, see the module
-    docstring).  64 units per layer leaves room for depth; a mistake in a family's entry
-    (a wrong Heads layout: 0.64, a bias or a norm left out: 1e-2 and more) is far above it.
-    bfloat16's epsilon is 2^-7, so there the bound is capped at 0.25: only gross mistakes
-    are told from bfloat16's own rounding.
-    """
-    eps = max(torch.finfo(dtype).eps, torch.finfo(torch.float32).eps)
-    return min(64 * eps * (layers + 1), 0.25)
 
 
 def check_reconstruction(probed: ProbedModel, layer: int, error: np.ndarray) -> None:
@@ -353,7 +341,9 @@ def frozen_note(probed: ProbedModel) -> str:
         parts.append("; the final norm is part of the output and frozen from X_L")
     if getattr(adapter, "output_projection", lambda model: None)(probed.model) is not None:
         parts.append("; the output's bias-free projection (project_out) maps every path")
-    heads, kv = adapter.n_heads(config), getattr(config, "num_key_value_heads", None)
+    heads = adapter.n_heads(config)
+    spec = getattr(adapter, "spec", None)
+    kv = spec.kv_heads_of(config, heads) if spec is not None else heads
     if kv and kv != heads:
         parts.append(
             f"; grouped-query attention: each of the {heads} query heads uses the value "

@@ -170,3 +170,19 @@ def lm_loss(
                 logits = to_logits(logits)
             loss[k, b] = torch.nn.functional.cross_entropy(logits, targets[b]).double()
     return loss
+
+
+def reconstruction_tolerance(dtype: torch.dtype, layers: int) -> float:
+    """How far the frozen network may be from the real SAN+skip run (relative, Frobenius).
+
+    The frozen network repeats the real run's operations in float64 on the real run's own
+    reads, so what separates them is the real run's rounding: a few units of its dtype's
+    machine epsilon per layer, and never less than float32's, since HF's RMS norms compute
+    in float32 even in a float64 model (measured ~1e-7 at 3 layers, see the module
+    docstring).  64 units per layer leaves room for depth; a mistake in a family's entry
+    (a wrong Heads layout: 0.64, a bias or a norm left out: 1e-2 and more) is far above it.
+    bfloat16's epsilon is 2^-7, so there the bound is capped at 0.25: only gross mistakes
+    are told from bfloat16's own rounding.
+    """
+    eps = max(torch.finfo(dtype).eps, torch.finfo(torch.float32).eps)
+    return min(64 * eps * (layers + 1), 0.25)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -185,13 +186,21 @@ def test_the_attention_recorded_is_the_one_that_ran(tmp_path, monkeypatch):
 
 def test_a_wrong_layout_is_refused_by_the_decomposition(monkeypatch):
     """BLOOM's query_key_value read as blocks [q | k | v] instead of per head: the frozen
-    network is not the run, and the decomposition refuses in one line naming the error."""
+    network is not the run, and the decomposition refuses in one line naming the field, by
+    the identity probe check prints, before it decomposes anything; the theory panel of a
+    collapse run has no constants, for the same reason."""
     adapter = ADAPTERS["bloom"]
     wrong = dataclasses.replace(adapter.spec.heads, layout="fused")
     monkeypatch.setattr(adapter, "spec", dataclasses.replace(adapter.spec, heads=wrong))
     model = tiny_spec_model("bloom")
-    with pytest.raises(ProbeError, match="does not reconstruct its SAN\\+skip run: relative error"):
+    says = "entry's heads does not describe this model: path decomposition = the SAN\\+skip run"
+    with pytest.raises(ProbeError, match=says):
         decompose(model, init="pretrained", sequences=2, tokens=8, batch_size=2)
+    from probe.analyses import collapse
+
+    ds = collapse.run(probe.wrap(model), init="pretrained", sequences=2, tokens=8)
+    assert "entry's heads does not describe this model" in ds.attrs["theory_missing"]
+    assert np.isnan(ds["beta"]).all()
 
 
 def test_the_reconstruction_tolerance_is_the_runs_rounding():
@@ -209,3 +218,24 @@ def test_a_family_without_a_path_reference_fails_only_its_own_lookup():
 class _Toy(torch.nn.Module):
     class config:  # noqa: N801 - a stand-in for a transformers config
         model_type = "toy"
+
+
+def test_a_tied_lm_head_with_a_bias_is_refused_by_the_decomposition():
+    """Phi's LM head has a bias, outside the base model: tied to the embeddings, the loss the
+    decomposition would compute from the base model leaves the bias out.  probe check's loss
+    identity fails on it, and the decomposition, asking the same identity, refuses before it
+    decomposes anything, naming the LM head."""
+    import transformers
+
+    from tests.reference.tiny import _randomize_
+
+    config = tiny_spec_config("phi")
+    config.tie_word_embeddings = True
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        model = transformers.AutoModel.from_config(config, attn_implementation="eager")
+        _randomize_(model)
+    model = model.double().eval()
+    says = "entry's logits does not describe this model: .* the LM head has a bias"
+    with pytest.raises(ProbeError, match=says):
+        decompose(model, init="pretrained", sequences=2, tokens=8, batch_size=2)

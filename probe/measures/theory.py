@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Callable
 from functools import cache
 from typing import Any
 
@@ -181,7 +182,7 @@ def layer_constants(probed) -> dict[str, Any]:
     adapter, model, config = probed.adapter, probed.model, probed.config
     L = probed.n_layers
     out: dict[str, Any] = {"missing": []}
-    if not isinstance(adapter, SpecAdapter) or adapter.spec.heads is None:
+    if not isinstance(adapter, SpecAdapter) or adapter.spec.heads_of(probed.config) is None:
         out["missing"].append(
             f"beta: the {adapter.family} family's attention is not read by probe's weight "
             "walker (no query/key/value layout), so Theorem 2.2 has no constants here"
@@ -189,7 +190,7 @@ def layer_constants(probed) -> dict[str, Any]:
         return out
     spec = adapter.spec
     H = adapter.n_heads(config)
-    kv = getattr(config, "num_key_value_heads", None) or H
+    kv = spec.kv_heads_of(config, H)
     layers = resolve_module(model, spec.layers)
     mlp = spec.mlp_of(config)  # the family's entry says where its MLP is, or that it is gated
     mlp = None if mlp.gated else mlp
@@ -232,7 +233,9 @@ def _per_layer_norms(probed, L: int, layers, spec, heads: tuple[int, int], mlp, 
     for index in range(L):
         check_interrupt()  # a large model's constants take seconds per layer
         try:  # views of the weights, no arithmetic: read here
-            query_keys = query_key(layers[index], spec.heads, probed.config, H, kv)
+            query_keys = query_key(
+                layers[index], spec.heads_of(probed.config), probed.config, H, kv
+            )
         except ProbeError as error:
             return None, None, error
         values, d = _layer_norms(
@@ -299,7 +302,7 @@ def _layer_norms(layer, query_keys, spec, config, heads: tuple[int, int], mlp, p
     H, kv = heads
     w_q, w_k = query_keys
     with torch.no_grad():
-        w_v, _, w_o, _ = value_output(layer, spec.heads, config, H, kv)
+        w_v, _, w_o, _ = value_output(layer, spec.heads_of(config), config, H, kv)
         d = w_q.shape[-1]
         size = _BLOCK_ENTRIES + w_q.shape[1]
         w_q, w_k, w_v, w_o = (w.double() for w in (w_q, w_k, w_v, w_o))
@@ -448,6 +451,7 @@ def panels(
     batch_size: int,
     sequences: int = PANEL_SEQUENCES,
     measured: list[dict[str, np.ndarray]] | None = None,
+    unread: Callable[[Any], str] | None = None,
 ) -> xr.Dataset:
     """The theory panel of every init of a collapse run, as result variables.
 
@@ -463,6 +467,10 @@ def panels(
         The panel measures the first this many sequences of the first batch.
     measured
         Per model, what [`panel`][probe.measures.theory.panel] may take instead of tracing.
+    unread
+        Why the panel may not read a model's heads ("" where it may): the identity `probe
+        check` holds the entry's `heads` to (`probe.analyses.path_checks.problem`); a model
+        refused so has no constants, and the reason as its missing line.
 
     Returns
     -------
@@ -474,6 +482,9 @@ def panels(
     _, ids, mask = next(iter(inputs.batches(min(batch_size, sequences))))
     found = []
     for index, probed in enumerate(models):
+        if unread is not None and (why := unread(probed)):
+            found.append({"init": probed.init, "missing": [f"beta: {why}"]})
+            continue
         try:
             found.append(panel(probed, ids, mask, measured[index] if measured else None))
         except ProbeError as error:

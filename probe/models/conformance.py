@@ -31,7 +31,7 @@ import re
 import torch
 
 from ..errors import ProbeError
-from .family import Family, validate_config
+from .family import Family, Mlp, validate_config
 from .weights import is_norm, norm_params, resolve_module, within
 
 #: Config values that change what the model computes around its layers: attribute -> the
@@ -113,8 +113,8 @@ def _named_sites(spec: Family, config) -> dict[str, str]:
         sites[norm] = "norm"
     if spec.branch_norm:
         sites[spec.branch_norm] = "branch_norm"
-    if spec.heads is not None:
-        sites[spec.heads.value] = sites[spec.heads.output] = "heads"
+    if (heads := spec.heads_of(config)) is not None:
+        sites[heads.value] = sites[heads.output] = "heads"
     mlp = spec.mlp_of(config)
     if not mlp.gated:
         sites[mlp.first] = sites[mlp.second] = "mlp"
@@ -153,32 +153,50 @@ def _rows(module) -> int | None:
 
 
 def _heads(spec: Family, config, layer, fail) -> None:
-    heads = spec.heads
-    if heads is None or heads.layout in ("conv1d", "falcon"):
-        return  # GPT-2's Conv1D is fixed by its class; Falcon's rows by three config options
+    heads = spec.heads_of(config)
+    if heads is None:
+        return
     value, output = _module(layer, heads.value), _module(layer, heads.output)
     rows, out_rows = _rows(value), _rows(output)
     if rows is None or out_rows is None:
         fail("heads", f"{heads.value} and {heads.output} must be linear maps with a weight")
     # HF's attribute_map gives every family num_attention_heads (as Adapter.n_heads reads it).
     h = config.num_attention_heads
-    kv = getattr(config, "num_key_value_heads", None) or h
-    inner = output.weight.shape[1]
+    kv = spec.kv_heads_of(config, h)
+    conv = heads.layout == "conv1d"  # Conv1D stores (in, out): y = x W + b
+    inner = output.weight.shape[0 if conv else 1]
     if inner % h:
         fail("heads", f"{heads.output} takes {inner} inputs, not a multiple of {h} heads")
     d = inner // h
-    want = {"linear": kv * d, "fused": (h + 2 * kv) * d, "neox": 3 * h * d}[heads.layout]
-    if rows != want:
-        what = {
-            "linear": f"a value projection of {kv} key/value heads of {d}",
-            "fused": f"fused q|k|v rows [q ({h} x {d}) | k ({kv} x {d}) | v ({kv} x {d})]",
-            "neox": f"fused rows [q_h | k_h | v_h] for {h} heads of {d}",
-        }[heads.layout]
+    got = value.weight.shape[1] if conv else rows
+    want, what = _value_rows(heads.layout, config, h, kv, d)
+    if got != want or (conv and value.weight.shape[0] != output.weight.shape[1]):
         fail(
             "heads",
-            f"layout {heads.layout!r} reads {heads.value} as {what}, {want} rows, but it has "
-            f"{rows}",
+            f"layout {heads.layout!r} reads {heads.value} as {what}, {want} "
+            f"{'columns' if conv else 'rows'}, but it has {got}",
         )
+
+
+def _value_rows(layout: str, config, h: int, kv: int, d: int) -> tuple[int, str]:
+    """The rows (GPT-2's Conv1D: columns) a value projection of ``layout`` has, and what
+    they are, for ``h`` query heads and ``kv`` key/value heads of ``d``."""
+    if layout == "falcon":  # FalconAttention._split_heads, by three config options
+        if getattr(config, "new_decoder_architecture", False):
+            kv = getattr(config, "num_kv_heads", kv)
+            return (h + 2 * kv) * d, f"Falcon's rows, [q x {h // kv} | k | v] per group of {kv}"
+        if getattr(config, "multi_query", False):
+            return (h + 2) * d, f"Falcon's multi-query rows [q ({h} x {d}) | k ({d}) | v ({d})]"
+        return 3 * h * d, f"Falcon's rows [q_h | k_h | v_h] for {h} heads of {d}"
+    return {
+        "linear": (kv * d, f"a value projection of {kv} key/value heads of {d}"),
+        "fused": (
+            (h + 2 * kv) * d,
+            f"fused q|k|v rows [q ({h} x {d}) | k ({kv} x {d}) | v ({kv} x {d})]",
+        ),
+        "neox": (3 * h * d, f"fused rows [q_h | k_h | v_h] for {h} heads of {d}"),
+        "conv1d": (3 * h * d, f"GPT-2's Conv1D columns [q | k | v] of {h} heads of {d}"),
+    }[layout]
 
 
 def _mlp_shapes(spec: Family, config, layer, fail) -> None:
@@ -197,6 +215,14 @@ def _mlp_shapes(spec: Family, config, layer, fail) -> None:
             "mlp",
             f"{mlp.first} ({a_in} -> {a_out}) and {mlp.second} ({b_in} -> {b_out}) are not the "
             f"two projections of one MLP in layout {mlp.layout!r}",
+        )
+    hidden = getattr(config, "hidden_size", None)
+    if isinstance(hidden, int) and a_in != hidden and a_out == hidden:
+        fail(
+            "mlp",
+            f"layout {mlp.layout!r} reads {mlp.first} as a map from {a_in} to {a_out}, but the "
+            f"model's width is {hidden}: its weight is stored the other way round "
+            "(nn.Linear: layout 'linear', GPT-2's Conv1D: 'conv1d')",
         )
 
 
@@ -241,36 +267,87 @@ def _one_norm(spec: Family, module, where: str, fail) -> None:
         )
 
 
+#: How far an MLP's output may be from second(s(first(x))) computed from its own modules,
+#: relative to its size: the same operations in the same dtype, so a few units of the dtype
+#: (an activation's other implementation).  A wrong activation (gelu for gelu_new: 1e-4 of
+#: the output) or a gated MLP is off by far more, in any precision the run can resolve.
+MLP_TOLERANCE = {torch.float64: 1e-12, torch.float32: 1e-5, torch.float16: 5e-3}
+MLP_TOLERANCE_DEFAULT = 3e-2  # bfloat16
+
+
 def _mlp_function(spec: Family, config, layer, fail) -> None:
     """A token-wise MLP whose two projections share a parent module computes
-    second(s(first(x))) there; where they do not (BERT's intermediate and output, OPT's fc1
-    and fc2 on the layer itself) only their shapes are checked."""
+    second(s(first(x))) there, to the dtype's rounding; where they do not (BERT's
+    intermediate and output, OPT's fc1 and fc2 on the layer itself) only their shapes are
+    checked.  An MLP declared gated whose module is two chained projections that compute
+    exactly that is a plain MLP, and refused as gated."""
     mlp = spec.mlp_of(config)
     if mlp.gated:
+        _not_plain(spec, config, layer, fail)
         return
     parent_a, _, _ = mlp.first.rpartition(".")
     parent_b, _, _ = mlp.second.rpartition(".")
     if not parent_a or parent_a != parent_b:
         return
-    module = _module(layer, parent_a)
-    first, second = _module(layer, mlp.first), _module(layer, mlp.second)
-    weight = first.weight
-    hidden = weight.shape[1] if mlp.layout == "linear" else weight.shape[0]
+    if not _computes(layer, parent_a, mlp.first, mlp.second, mlp.layout, mlp.activation_of(config)):
+        fail(
+            "mlp",
+            f"{parent_a} does not compute {mlp.second}(s({mlp.first}(x))) with s = "
+            f"{mlp.activation_of(config)!r} to the rounding of its dtype, the token-wise MLP "
+            "the entry says: a gated MLP (s(x A) * (x B)) C is GATED_MLP, and a plain one "
+            "needs its activation (Mlp's activation, where the config does not name it)",
+        )
+
+
+def _computes(layer, parent: str, first: str, second: str, layout: str, activation: str):
+    """Does the module at ``parent`` compute second(s(first(x))) (True where it cannot be
+    called on the hidden states alone: its shapes are all there is to check)?"""
+    from transformers.activations import ACT2FN
+
+    module = _module(layer, parent)
+    a, b = _module(layer, first), _module(layer, second)
+    weight = a.weight
+    hidden = weight.shape[1] if layout == "linear" else weight.shape[0]
     generator = torch.Generator().manual_seed(0)
     x = torch.randn(1, 3, hidden, generator=generator).to(weight.dtype).to(weight.device)
     try:
         got = module(x)
     except Exception:  # a module that is not called on the hidden states alone: shapes only
-        return
+        return True
     got = got[0] if isinstance(got, tuple) else got
-    from transformers.activations import ACT2FN
-
-    want = second(ACT2FN[mlp.activation_of(config)](first(x)))
+    if activation not in ACT2FN:
+        return False
+    want = b(ACT2FN[activation](a(x)))
     scale = float(want.abs().max()) or 1.0
-    if got.shape != want.shape or float((got - want).abs().max()) > 1e-3 * scale:
-        fail(
-            "mlp",
-            f"{parent_a} does not compute {mlp.second}(s({mlp.first}(x))), the token-wise MLP "
-            "the entry says: a gated MLP (s(x A) * (x B)) C is GATED_MLP, and a plain one needs "
-            "its activation",
-        )
+    tolerance = MLP_TOLERANCE.get(weight.dtype, MLP_TOLERANCE_DEFAULT)
+    return got.shape == want.shape and float((got - want).abs().max()) <= tolerance * scale
+
+
+def _not_plain(spec: Family, config, layer, fail) -> None:
+    """The module a ``zeros`` skip stands for under "no MLP" (the MLP), where it holds exactly
+    two linear maps that chain (hidden -> k -> hidden) and computes second(s(first(x))) with
+    the config's activation, is a plain MLP: GATED_MLP would give the theory panel no
+    Lipschitz constant for an MLP that has one."""
+    sites = [s.module for s in spec.steps_of(config) if s.act == "skip" and s.value == "zeros"]
+    for site in sites:
+        module = _module(layer, site)
+        if not isinstance(module, torch.nn.Module):
+            continue
+        maps = [
+            (path, m)
+            for path, m in module.named_modules()
+            if path and isinstance(getattr(m, "weight", None), torch.Tensor) and m.weight.dim() == 2
+        ]
+        if len(maps) != 2 or not isinstance(maps[0][1], torch.nn.Linear):
+            continue
+        (first, a), (second, b) = maps
+        if a.weight.shape[0] != b.weight.shape[1] or a.weight.shape[1] != b.weight.shape[0]:
+            continue
+        activation = Mlp().activation_of(config)
+        if _computes(layer, site, f"{site}.{first}", f"{site}.{second}", "linear", activation):
+            fail(
+                "mlp",
+                f"{site} computes {second}(s({first}(x))), a token-wise MLP, not a gated one: "
+                f'declare mlp=Mlp("{site}.{first}", "{site}.{second}") (GATED_MLP is for '
+                "(s(x A) * (x B)) C)",
+            )

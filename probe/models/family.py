@@ -161,12 +161,16 @@ class Heads:
     ``neox`` (fused, interleaved per head: rows [q_h | k_h | v_h] for each head h),
     ``conv1d`` (GPT-2's Conv1D, y = x W + b, columns [q | k | v]).  Grouped-query
     attention repeats each key/value head for the query heads of its group, as
-    transformers' ``repeat_kv`` does.
+    transformers' ``repeat_kv`` does.  ``kv_heads``: the number of key/value heads where the
+    config does not give it as ``num_key_value_heads`` (GPT-BigCode's multi-query: 1); 0
+    reads the config.  A layout that the config chooses is a function of the config in the
+    entry's ``heads`` (:meth:`Family.heads_of`).
     """
 
     value: str
     output: str
     layout: str = "linear"
+    kv_heads: int = 0
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,8 @@ class Family:
     #: ``input_layernorm``): it must name the module whose input the steps read as "norm".
     norm: str | Callable[[Any], str]
     norm_kind: str
-    heads: Heads | None
+    #: The value and output projections (a function of the config where it chooses them).
+    heads: Heads | Callable[[Any], Heads] | None
     skip_means: str
     mlp_means: str
     final_norm: str = ""
@@ -323,6 +328,16 @@ class Family:
     def mlp_of(self, config) -> Mlp:
         return self.mlp(config) if callable(self.mlp) else self.mlp
 
+    def heads_of(self, config) -> Heads | None:
+        return self.heads(config) if callable(self.heads) else self.heads
+
+    def kv_heads_of(self, config, n_heads: int) -> int:
+        """The key/value heads of the attention: the entry's where it says, else the
+        config's ``num_key_value_heads``, else one per query head."""
+        heads = self.heads_of(config)
+        given = heads.kv_heads if heads is not None else 0
+        return given or getattr(config, "num_key_value_heads", None) or n_heads
+
     def norm_of(self, config) -> str:
         return self.norm(config) if callable(self.norm) else self.norm
 
@@ -351,18 +366,15 @@ def validate(family: Family) -> None:
     if family.norm_kind not in NORM_KINDS:
         fail(f"norm_kind {family.norm_kind!r} is not one of {', '.join(NORM_KINDS)}")
     heads = family.heads
-    if heads is not None:
-        if heads.layout not in LAYOUTS:
-            fail(f"Heads layout {heads.layout!r} is not one of {', '.join(LAYOUTS)}")
-        if not heads.value or not heads.output:
-            fail("Heads needs the value and the output projection's paths")
+    if heads is not None and not callable(heads):
+        _validate_heads(heads, fail)
     if family.output and family.final_norm and family.final_norm not in family.output:
         fail(f"final_norm {family.final_norm!r} is not among the output modules {family.output}")
     if not family.mlp_branch:
         fail("mlp_branch is not given: the site whose output the MLP adds to the residual")
     if family.inputs not in ("ids", "pixels"):
         fail(f"inputs {family.inputs!r} is not ids or pixels")
-    _validate_mlp(family, fail)
+    _validate_mlp(family.mlp, fail)
     if not callable(family.style) and family.style == "post" and not callable(family.norm):
         if not family.norm:
             fail("a post-LN family needs its norm: the sublayer's norm after the residual sum")
@@ -383,10 +395,24 @@ def validate_config(family: Family, config) -> None:
     if callable(family.style) and family.style_of(config) not in STYLES:
         fail(f"style {family.style_of(config)!r} is not one of {', '.join(STYLES)}")
     _validate_steps(family, family.steps_of(config), family.norm_of(config), fail)
+    if callable(family.heads):
+        _validate_heads(family.heads_of(config), fail)
+    if callable(family.mlp):
+        _validate_mlp(family.mlp_of(config), fail)
 
 
-def _validate_mlp(family: Family, fail) -> None:
-    mlp = family.mlp
+def _validate_heads(heads, fail) -> None:
+    if not isinstance(heads, Heads):
+        fail(f"heads must be a Heads, not {type(heads).__name__}")
+    if heads.layout not in LAYOUTS:
+        fail(f"Heads layout {heads.layout!r} is not one of {', '.join(LAYOUTS)}")
+    if not heads.value or not heads.output:
+        fail("Heads needs the value and the output projection's paths")
+    if not isinstance(heads.kv_heads, int) or heads.kv_heads < 0:
+        fail(f"Heads kv_heads {heads.kv_heads!r} is not a whole number (0: the config's)")
+
+
+def _validate_mlp(mlp, fail) -> None:
     if mlp is None:
         fail("mlp is not given: Mlp(first, second) for a token-wise MLP, GATED_MLP for a gated one")
     if callable(mlp):

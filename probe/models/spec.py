@@ -256,12 +256,12 @@ class SpecAdapter(Adapter):
     # --- weights (outside any trace) ----------------------------------------------
     def layer_weights(self, model, index: int) -> LayerWeights:
         spec, config = self.spec, model.config
-        if spec.heads is None:
+        if spec.heads_of(config) is None:
             raise ProbeError(f"the {spec.name} family has no path decomposition in probe")
         layer = resolve_module(model, spec.layers)[index]
         heads = self.n_heads(config)
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        w_v, b_v, w_o, b_o = value_output(layer, spec.heads, config, heads, kv_heads)
+        kv_heads = spec.kv_heads_of(config, heads)
+        w_v, b_v, w_o, b_o = value_output(layer, spec.heads_of(config), config, heads, kv_heads)
         m = spec.branch_multiplier(config)
         if m != 1:  # Granite adds m times the attention's output: every head and its bias
             w_o, b_o = w_o * m, b_o * m

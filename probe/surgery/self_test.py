@@ -118,7 +118,7 @@ def verify(probed) -> None:
                 "this layer's forward, or transformers renamed an operation it names; "
                 f"`probe check {probed.name}` shows every identity"
             )
-    _remember(marker)
+    remember(marker)
 
 
 def verified_key(probed) -> str:
@@ -147,7 +147,9 @@ def verified_key(probed) -> str:
         "model": f"{type(probed.model).__module__}.{type(probed.model).__qualname__}",
         "config": probed.config.to_json_string(use_diff=False),
         # A function's repr holds its address, which differs in every process: its name stays.
-        "spec": re.sub(r" at 0x[0-9a-f]+>", ">", repr(probed.adapter.spec)),
+        "spec": re.sub(
+            r" at 0x[0-9a-f]+>", ">", repr(getattr(probed.adapter, "spec", probed.adapter.family))
+        ),
         "dtype": str(probed.dtype),
         # The attention asked for (what ran is known only after a run: see attention.ran).
         "attention": str(getattr(probed.config, "_attn_implementation", "eager")),
@@ -168,7 +170,8 @@ def _marker(probed):
         return None
 
 
-def _remember(marker) -> None:
+def remember(marker) -> None:
+    """Keep the file that says a check passed (nothing where it cannot be written)."""
     if marker is None:
         return
     try:
@@ -176,6 +179,12 @@ def _remember(marker) -> None:
         marker.touch()
     except OSError:  # a read-only home: the check simply runs again next time
         pass
+
+
+def short_input(probed) -> tuple[torch.Tensor, torch.Tensor]:
+    """The self-test's own input: one seeded sequence of 8 tokens (or one noise image) and
+    its mask, on the model's device."""
+    return _inputs(probed, None, None)
 
 
 def _inputs(probed, data, mask):
