@@ -181,24 +181,49 @@ def test_probe_check_shows_the_refusal_in_its_table(monkeypatch, tmp_path):
     result = runner.invoke(app, ["check", str(folder)])
     assert result.exit_code == 2 and "NO" in result.stdout
     assert "logit_scale" in " ".join(result.stdout.split())
+    # The last line names the identity, the field at fault and why, not only the table.
+    last = result.output.strip().splitlines()[-1]
+    assert "entry = the model's modules fails" in last and "logits: the config's" in last
+
+
+def test_a_hybrid_of_attention_and_other_mixers_is_refused_with_the_reason():
+    from probe.models import adapter_for
+
+    for model_type in ("jamba", "falcon_h1", "zamba2", "bamba"):
+        with pytest.raises(ProbeError, match="is refused: a hybrid whose layers are partly"):
+            adapter_for(model_type)
+    with pytest.raises(ProbeError, match="tiny config and a reference entry in tests/reference"):
+        adapter_for("not-a-family")
+
+
+def test_a_long_message_is_cut_at_a_whole_word():
+    from probe.errors import one_line
+
+    text = one_line(ValueError("word " * 100 + "tail"))
+    assert text.endswith("word ...") and len(text) <= 304
+    assert one_line(ValueError("a\n  b")) == "a b"
 
 
 # --- the families whose entries say what they compute beyond the layer -------------
 
 
+#: The families whose entries say what they compute beyond the layer, and the families added
+#: with the check against the model's own attention (each config branch).
+BEYOND = ("stablelm", "stablelm-parallel", "cohere", "cohere-qk-norm", "granite", "gemma3",
+          "phi", "phi-qk-layernorm", "gpt-bigcode", "gpt-bigcode-multi-head")  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def folders(tmp_path_factory) -> dict[str, str]:
     found = {}
-    for name in ("stablelm", "stablelm-parallel", "cohere", "cohere-qk-norm", "granite"):
+    for name in BEYOND:
         folder = tmp_path_factory.mktemp("beyond") / f"tiny-{name}"
         tiny_spec_model(name, seed=1, dtype=torch.float32).save_pretrained(folder)
         found[name] = str(folder)
     return found
 
 
-@pytest.mark.parametrize(
-    "name", ["stablelm", "stablelm-parallel", "cohere", "cohere-qk-norm", "granite"]
-)
+@pytest.mark.parametrize("name", BEYOND)
 def test_check_collapse_attention_and_decompose_run_offline(name, folders, tmp_path):
     folder = folders[name]
     checked = runner.invoke(app, ["check", folder])
@@ -229,4 +254,5 @@ def test_check_collapse_attention_and_decompose_run_offline(name, folders, tmp_p
     assert paths.exit_code == 0, paths.output
     [nc] = (tmp_path / "p").glob("paths-decompose-*.nc")
     ds = open_result(nc)
-    assert "loss_full" in ds  # a tied head: the loss is the family's own (tested against HF)
+    # A tied head: the loss is the family's own (tested against HF); Phi's is not tied.
+    assert ("loss_full" in ds) == (not name.startswith("phi"))

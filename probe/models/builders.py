@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..errors import ProbeError
-from .family import GATED_MLP, Family, Heads, Step, put, read, skip, zero
+from .family import GATED_MLP, Family, Heads, Logits, Step, put, read, skip, zero
 
 
 def pre_ln(
@@ -87,3 +87,31 @@ def decoder(name: str, model_types: tuple[str, ...], **extra) -> Family:
         "mlp_branch": "mlp",  # `hidden_states = residual + mlp(...)`
     }
     return Family(name=name, model_types=model_types, **{**fields, **extra})
+
+
+GEMMA_NOTE = "Gemma{}DecoderLayer.forward: `residual = hidden_states` (residual_0)"
+
+
+def gemma_sandwich(name: str, model_types: tuple[str, ...], **extra) -> Family:
+    """Gemma 2's layer: h = x + P(attn(N(x))), y = h + P'(mlp(N'(h))), four (1 + w) RMS norms,
+    the LM's logits soft-capped; ``extra`` as :func:`decoder` takes it."""
+    fields = {
+        "norm_kind": "rms+1",
+        "logits": Logits(softcap="final_logit_softcapping"),
+        "style": "sandwich",
+        "branch_norm": "post_attention_layernorm",
+        "skip_means": "h = post_attention_layernorm(attn(norm(x))): the `residual` is zero",
+        "mlp_means": "y = h: pre_feedforward_layernorm, mlp, post_feedforward_layernorm skipped",
+        "mlp_branch": "post_feedforward_layernorm",  # `residual + post_feedforward_layernorm(...)`
+        "steps": (
+            zero(":residual_0"),  # `residual = hidden_states`
+            read("norm", "input_layernorm", "input"),
+            read("probs", "self_attn", index=1),
+            read("branch_norm", "post_attention_layernorm", "input"),
+            read("branch", "post_attention_layernorm"),
+            skip("pre_feedforward_layernorm", "input"),
+            skip("mlp", "zeros"),
+            skip("post_feedforward_layernorm", "input"),
+        ),
+    }
+    return decoder(name, model_types, **{**fields, **extra})

@@ -9,7 +9,7 @@ Each function takes the model's config; the comments name the transformers lines
 from __future__ import annotations
 
 from .builders import pre_ln
-from .family import GATED_MLP, Mlp, Step, put, read, skip, zero
+from .family import GATED_MLP, Heads, Mlp, Step, put, read, skip, zero
 
 
 def opt_style(config) -> str:
@@ -126,3 +126,12 @@ def t5_mlp(config) -> Mlp:
     if getattr(config, "is_gated_act", False):  # T5 v1.1, Flan-T5: gated-gelu
         return GATED_MLP
     return Mlp("layer.1.DenseReluDense.wi", "layer.1.DenseReluDense.wo")
+
+
+def bigcode_heads(config) -> Heads:
+    # GPTBigCodeAttention.forward: multi-query splits c_attn's rows (embed_dim, kv_dim,
+    # kv_dim) with one key/value head; multi-head views them as (heads, 3 head_dim) first,
+    # [q_h | k_h | v_h] per head.
+    if config.multi_query:
+        return Heads("attn.c_attn", "attn.c_proj", layout="fused", kv_heads=1)
+    return Heads("attn.c_attn", "attn.c_proj", layout="neox")

@@ -14,8 +14,9 @@ config in ``tests/reference/tiny.py`` and its reference entry in ``tests/referen
 
 from __future__ import annotations
 
-from .builders import DECODER_KWARGS, bert_like, decoder, pre_ln
+from .builders import DECODER_KWARGS, GEMMA_NOTE, bert_like, decoder, gemma_sandwich, pre_ln
 from .by_config import (
+    bigcode_heads,
     bloom_refuse,
     deberta_refuse,
     falcon_norm,
@@ -117,6 +118,28 @@ FAMILIES: tuple[Family, ...] = (
         mlp=Mlp("mlp.c_fc", "mlp.c_proj", layout="conv1d"),
         mlp_branch="mlp",  # `hidden_states = residual + feed_forward_hidden_states`
     ),
+    # GPT-BigCode: GPT-2's block with nn.Linear projections; multi-query or multi-head by
+    # config, so the fused c_attn's layout is a function of it.
+    Family(
+        name="gpt-bigcode",
+        model_types=("gpt_bigcode",),
+        layers="h",
+        style="pre",
+        steps=pre_ln("attn", "ln_1", ("ln_2", "mlp")),
+        norm="ln_1",
+        norm_kind="layernorm",
+        heads=bigcode_heads,
+        skip_means="h = attn(ln_1(x)): the block's `residual` before the attention sum is zero",
+        mlp_means="y = h: ln_2 and mlp skipped, the MLP branch adds zeros",
+        final_norm="ln_f",
+        lm_head="wte",
+        forward_kwargs=DECODER_KWARGS,
+        float32_softmax=True,
+        causal=True,
+        source_note="GPTBigCodeBlock.forward: `residual = hidden_states` (residual_0)",
+        mlp=Mlp("mlp.c_fc", "mlp.c_proj"),
+        mlp_branch="mlp",  # `hidden_states = residual + feed_forward_hidden_states`
+    ),
     decoder("llama", ("llama",)),
     decoder("mistral", ("mistral",)),
     decoder("qwen2", ("qwen2",)),
@@ -154,27 +177,30 @@ FAMILIES: tuple[Family, ...] = (
             skip("post_feedforward_layernorm", "input"),  # `residual + ...`: adds zeros
         ),
     ),
+    gemma_sandwich("gemma2", ("gemma2",), source_note=GEMMA_NOTE.format(2)),
+    # Gemma 3: Gemma 2's layer with query/key norms; sliding and global layers differ only in
+    # their mask and rotary base, which the model's own attention call carries.
+    gemma_sandwich(
+        "gemma3",
+        ("gemma3_text",),
+        qk_norms=("self_attn.q_norm", "self_attn.k_norm"),
+        source_note=GEMMA_NOTE.format(3),
+    ),
+    # Phi: one LayerNorm feeds the attention and the MLP in parallel, rotary on part of each
+    # head, query/key LayerNorms by config; its LM head (outside the base model) has a bias.
     decoder(
-        "gemma2",
-        ("gemma2",),
-        norm_kind="rms+1",
-        logits=Logits(softcap="final_logit_softcapping"),
-        style="sandwich",
-        branch_norm="post_attention_layernorm",
-        skip_means="h = post_attention_layernorm(attn(norm(x))): the `residual` is zero",
-        mlp_means="y = h: pre_feedforward_layernorm, mlp, post_feedforward_layernorm skipped",
-        source_note="Gemma2DecoderLayer.forward: `residual = hidden_states` (residual_0)",
-        mlp_branch="post_feedforward_layernorm",  # `residual + post_feedforward_layernorm(...)`
-        steps=(
-            zero(":residual_0"),  # `residual = hidden_states`
-            read("norm", "input_layernorm", "input"),
-            read("probs", "self_attn", index=1),
-            read("branch_norm", "post_attention_layernorm", "input"),
-            read("branch", "post_attention_layernorm"),
-            skip("pre_feedforward_layernorm", "input"),
-            skip("mlp", "zeros"),
-            skip("post_feedforward_layernorm", "input"),
-        ),
+        "phi",
+        ("phi",),
+        style="parallel",
+        steps=pre_ln("self_attn", "input_layernorm", ("mlp",)),
+        norm_kind="layernorm",
+        heads=Heads("self_attn.v_proj", "self_attn.dense"),
+        qk_norms=("self_attn.q_layernorm", "self_attn.k_layernorm"),
+        mlp=Mlp("mlp.fc1", "mlp.fc2"),
+        final_norm="final_layernorm",
+        skip_means="y = attn(ln(x)) + mlp(ln(x)): the layer's `residual` is zero",
+        mlp_means="y = x + attn(ln(x)): mlp skipped, adding zeros",
+        source_note="PhiDecoderLayer.forward: `attn_outputs + feed_forward_hidden_states + residual`",
     ),
     decoder(
         "phi3",
@@ -425,5 +451,24 @@ REFUSED: dict[str, str] = {
         kind: "not an attention model (a state-space or recurrent layer mixes the tokens); "
         "rank collapse under attention does not apply"
         for kind in ("mamba", "mamba2", "rwkv", "recurrent_gemma")
+    },
+    # Hybrids: some layers mix the tokens with a state-space, linear-attention or
+    # convolution mixer instead of softmax attention.
+    **{
+        kind: "a hybrid whose layers are partly state-space, linear-attention or convolution "
+        "mixers: they mix the tokens outside softmax attention, so SAN, the paths through "
+        "heads and the collapse bound do not describe the model; probe walks attention "
+        "networks only"
+        for kind in (
+            "jamba",
+            "falcon_h1",
+            "zamba",
+            "zamba2",
+            "bamba",
+            "granitemoehybrid",
+            "nemotron_h",
+            "lfm2",
+            "qwen3_next",
+        )
     },
 }

@@ -122,6 +122,40 @@ ENTRIES: dict[str, ReferenceEntry] = {
         layers._gemma2,
         _SANDWICH_BRANCHES,
     ),
+    "gemma3_text": ReferenceEntry(
+        Reference(
+            "layers",
+            "self_attn",
+            1,
+            "input_layernorm",
+            paths._llama,
+            paths._llama_final,
+            branch="post_attention_layernorm",
+            decoder=True,
+        ),
+        layers._gemma2,  # Gemma3DecoderLayer's forward is Gemma2's
+        _SANDWICH_BRANCHES,
+    ),
+    "phi": ReferenceEntry(
+        Reference(
+            "layers",
+            "self_attn",
+            1,
+            "input_layernorm",
+            paths._phi,
+            lambda m: layer_norm(m.final_layernorm),
+            decoder=True,
+        ),
+        layers._phi,
+        ("self_attn", "mlp"),
+    ),
+    "gpt_bigcode": ReferenceEntry(
+        Reference(
+            "h", "attn", 1, "ln_1", paths._gpt_bigcode, lambda m: layer_norm(m.ln_f), decoder=True
+        ),
+        layers._gpt_bigcode,
+        ("attn", "mlp"),
+    ),
     "olmo2": ReferenceEntry(
         Reference(
             "layers",

@@ -28,9 +28,11 @@ pre-LN      h = x + a(N(x)); y = h + mlp(N'(h))             Llama, Mistral, Qwen
                                                             BLOOM, StableLM
 scaled      h = x + a(N(x)) m; y = h + mlp(N'(h)) m         Granite (m its
                                                             residual_multiplier)
-sandwich    h = x + P(a(N(x))); y = h + Q(mlp(N'(h)))       Gemma2 (OLMo2: no N, N')
+sandwich    h = x + P(a(N(x))); y = h + Q(mlp(N'(h)))       Gemma2, Gemma3 (OLMo2:
+                                                            no N, N')
 parallel    y = (a(N(x)) + mlp(N(x))) + x                   GPT-J, Falcon, GPT-NeoX
             y = (x + a(N(x))) + mlp(N(x))                   StableLM (parallel), Cohere
+            y = (a(N(x)) + mlp(N(x))) + x                   Phi
 post-LN     h = N(drop(dense(a(x))) + x); y = ...           RoBERTa, ELECTRA,
                                                             DeBERTa-v2, DistilBERT,
                                                             OPT-350m
@@ -183,6 +185,24 @@ def _cohere(layer, hidden_states, *, skip, mlp, **kwargs):
     a = layer.self_attn(hidden_states=x, **kwargs)[0]
     y = hidden_states + a if skip else a
     return y + layer.mlp(x) if mlp else y
+
+
+def _phi(layer, hidden_states, *, skip, mlp, **kwargs):
+    # PhiDecoderLayer: `attn_outputs + feed_forward_hidden_states + residual`, one LayerNorm
+    # feeding both branches, each through the same resid_dropout.
+    x = layer.input_layernorm(hidden_states)
+    y = layer.resid_dropout(layer.self_attn(hidden_states=x, **kwargs)[0])
+    if mlp:
+        y = y + layer.resid_dropout(layer.mlp(x))
+    return y + hidden_states if skip else y
+
+
+def _gpt_bigcode(layer, hidden_states, encoder_hidden_states=None, *, skip, mlp, **kwargs):
+    # GPTBigCodeBlock: `attn_output + residual`, then `residual + mlp(ln_2(h))`.
+    kwargs.pop("encoder_attention_mask", None)
+    a = layer.attn(layer.ln_1(hidden_states), **kwargs)[0]
+    h = a + hidden_states if skip else a
+    return h + layer.mlp(layer.ln_2(h)) if mlp else h
 
 
 def _granite(layer, hidden_states, *, skip, mlp, **kwargs):

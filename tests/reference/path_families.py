@@ -215,21 +215,46 @@ def _llama(model, index: int) -> Layer:
         )
     else:
         heads, b_o = linear_layer(attn.v_proj, attn.o_proj, n, d, kv)
-    gemma = kind in ("gemma", "gemma2")
+    gemma = kind in ("gemma", "gemma2", "gemma3_text")
     if isinstance(block.input_layernorm, torch.nn.LayerNorm):  # Starcoder2
         norm = layer_norm(block.input_layernorm)
     else:
         norm = rms(block.input_layernorm, plus_one=gemma)
-    branch = rms(block.post_attention_layernorm, plus_one=True) if kind == "gemma2" else None
+    sandwich = kind in ("gemma2", "gemma3_text")
+    branch = rms(block.post_attention_layernorm, plus_one=True) if sandwich else None
     return Layer(heads, b_o, norm, "pre", branch)
 
 
 def _llama_final(model) -> Norm:
-    if model.config.model_type in ("gemma", "gemma2"):
+    if model.config.model_type in ("gemma", "gemma2", "gemma3_text"):
         return rms(model.norm, plus_one=True)
     if isinstance(model.norm, torch.nn.LayerNorm):  # Starcoder2
         return layer_norm(model.norm)
     return rms(model.norm)
+
+
+def _phi(model, index: int) -> Layer:
+    # PhiAttention: q_proj, k_proj, v_proj and the output projection `dense`, all with biases.
+    block = model.layers[index]
+    n, d, kv = decoder_dims(model.config)
+    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.dense, n, d, kv)
+    return Layer(heads, b_o, layer_norm(block.input_layernorm), "pre")
+
+
+def _gpt_bigcode(model, index: int) -> Layer:
+    # GPTBigCodeAttention: an nn.Linear c_attn; multi-query splits its rows (hidden, d, d),
+    # multi-head views them per head as [q_h | k_h | v_h].
+    block, config = model.h[index], model.config
+    n = config.num_attention_heads
+    d = config.hidden_size // n
+    if config.multi_query:
+        value = span(config.hidden_size + d, d)
+        return Layer(*per_head(lambda h: (block.attn.c_attn, value), block.attn.c_proj, n, d),
+                     layer_norm(block.ln_1), "pre")  # fmt: skip
+    heads, b_o = per_head(
+        lambda h: (block.attn.c_attn, span(h * 3 * d + 2 * d, d)), block.attn.c_proj, n, d
+    )
+    return Layer(heads, b_o, layer_norm(block.ln_1), "pre")
 
 
 def _olmo2(model, index: int) -> Layer:

@@ -180,6 +180,49 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
         },
     ),
     "phi3": ("Phi3Config", _DECODER),
+    # Gemma 3: sliding and global layers (a window shorter than the tests' sequences), the
+    # scores' scale, both soft caps away from their neutral values, q/k (1 + w) RMS norms.
+    "gemma3": (
+        "Gemma3TextConfig",
+        {
+            **_DECODER,
+            "head_dim": 8,
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "attn_logit_softcapping": 5.0,
+            "final_logit_softcapping": 30.0,
+            "query_pre_attn_scalar": 6,
+        },
+    ),
+    # Phi: parallel attention and MLP, rotary on a quarter of each head, every projection
+    # with a bias; the LM head (with a bias of its own) is not tied, as in Phi-1/1.5/2.
+    "phi": (
+        "PhiConfig",
+        {
+            **_DECODER,
+            "rope_parameters": {
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+            },
+            "qk_layernorm": False,
+        },
+    ),
+    # GPT-BigCode, multi-query (one key/value head in the fused c_attn).
+    "gpt-bigcode": (
+        "GPTBigCodeConfig",
+        dict(
+            vocab_size=VOCAB_SIZE,
+            n_positions=MAX_POSITIONS,
+            n_embd=HIDDEN,
+            n_layer=2,
+            n_head=HEADS,
+            n_inner=48,
+            multi_query=True,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+    ),
     "starcoder2": ("Starcoder2Config", {**_DECODER, "use_bias": True}),
     "mixtral": ("MixtralConfig", {**_DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}),
     "olmo2": ("Olmo2Config", _DECODER),
@@ -328,6 +371,10 @@ TINY_VARIANTS: dict[str, tuple[str, dict]] = {
     "stablelm-parallel": ("stablelm", {"use_parallel_residual": True, "qk_layernorm": False}),
     # q/k CohereLayerNorms with a weight per head, normalising over each head's dimension.
     "cohere-qk-norm": ("cohere", {"use_qk_norm": True}),
+    # Phi's per-model query/key LayerNorms.
+    "phi-qk-layernorm": ("phi", {"qk_layernorm": True}),
+    # GPT-BigCode's multi-head layout: c_attn's rows [q_h | k_h | v_h] per head.
+    "gpt-bigcode-multi-head": ("gpt-bigcode", {"multi_query": False}),
 }
 #: Families whose base model is not AutoModel's choice for their config.
 _SPEC_CLASSES = {"t5": "T5EncoderModel"}
