@@ -50,6 +50,7 @@ from probe.measures.attention_stats import (
     sink_rate,
 )
 from probe.measures.overflow import DEGENERATE, check_finite, check_nonzero
+from probe.models.attention import learned_sinks
 from probe.requests.inputs import Encoded, image_tokens
 from probe.requests.request import Inputs, Model, dtype_name, provenance, record
 from probe.surgery import masks
@@ -98,11 +99,21 @@ LONG_NAMES = {
     "massive_token": "token position of the largest |entry| of the layer output",
     "massive_dim": "hidden dimension of the largest |entry| of the layer output",
     "anisotropy": "mean cosine between tokens of different sequences (Ethayarajh 2019)",
+    "learned_sink_share": "share of each row the learned sink logit takes (1 - sum_k A_ik), "
+    "mean over query rows and sequences",
     "input_ids": "token ids that ran (-1: padding; pixel inputs: the patch index)",
     "token_text": "the tokenizer's string of each token ('' for padding or without a tokenizer)",
 }
 
 
+#: What the statistics mean where the softmax has learned sink logits (GPT-OSS), in the
+#: result's ``learned_sink_note``.
+LEARNED_SINKS = (
+    "the attention has learned sink logits: each row's probabilities over the keys sum to "
+    "1 - learned_sink_share; sink_score, top_key, the received attention and the spectrum "
+    "read them as the model uses them (not renormalised), and attention_entropy counts the "
+    "learned sink as one more outcome of each row"
+)
 #: Why a run of one sequence has no anisotropy, in its variable's ``note``.
 ONE_SEQUENCE = "NaN: one sequence has no pair of tokens from different sequences; run two or more"
 
@@ -269,6 +280,7 @@ def measure_batch(
     real = mask.bool()
     adapter, root = probed.adapter, probed.envoy
     wanted = has_attention(probed)
+    outside = learned_sinks(probed.model)  # rows that sum to less than one (GPT-OSS)
     keep = real[:, None, :, None] & real[:, None, None, :]  # the real (query, key) pairs
     where, scaled = f"{probed.name} ({probed.init})", ablation.branch_scale != 1
     with (
@@ -286,7 +298,7 @@ def measure_batch(
                 check_finite(probs, keep, layer, where, "attention probabilities", scaled)
                 given = values.get("mask", masks.UNREAD)
                 seen = masks.seen(run_mask, real, given, adapter.causal)
-                sums.add_heads(layer, head_sums(probs, real, seen, spectrum, epsilon))
+                sums.add_heads(layer, head_sums(probs, real, seen, spectrum, epsilon, outside))
             check_finite(values["x"], real, layer, where, scaled=scaled)
             check_nonzero(values["x"], real, layer, where, why=ZERO_LAYER)
             sums.add_hidden(layer, values["x"], real, start)
@@ -339,7 +351,9 @@ def _dataset(
     first = models[0]
     L, H = first.n_layers, first.adapter.n_heads(first.config)
     shape = (len(models), L + 1, H)
-    data = {name: np.full(shape, np.nan) for name in HEAD_VARIABLES}
+    learned = learned_sinks(first.model)
+    names = HEAD_VARIABLES + (("learned_sink_share",) if learned else ())
+    data = {name: np.full(shape, np.nan) for name in names}
     data["top_key"] = np.full(shape, -1, dtype=np.int64)
     layer_data = {name: np.full(shape[:2], np.nan) for name in LAYER_VARIABLES}
     rate, share = np.full(len(models), np.nan), np.full(len(models), np.nan)
@@ -373,7 +387,8 @@ def _dataset(
     for name in ("massive_sequence", "massive_token", "massive_dim"):
         ds[name] = ds[name].astype(np.int64)
     for name, long_name in LONG_NAMES.items():
-        ds[name].attrs["long_name"] = long_name
+        if name in ds:
+            ds[name].attrs["long_name"] = long_name
     if encoded.sequences == 1:
         ds["anisotropy"].attrs["note"] = ONE_SEQUENCE
     ds["layer"].attrs["long_name"] = "layer (0 = embeddings' output)"
@@ -388,6 +403,7 @@ def _dataset(
         "epsilon": epsilon,
         **masks.attrs(first, mask, encoded.tokens),
         "attention_note": attention_note(first),
+        **({"learned_sink_note": LEARNED_SINKS} if learned else {}),
         "settings": json.dumps(
             {"epsilon": epsilon}
             | ({} if scaled[0].is_one else {"branch_scale": scaled[0].text})

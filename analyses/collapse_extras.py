@@ -20,6 +20,7 @@ import xarray as xr
 
 from probe.errors import ProbeError
 from probe.measures import bounds, metrics, theory
+from probe.models.attention import learned_sinks
 from probe.names import METRICS
 from probe.surgery import masks, removals
 from probe.surgery.ablate import PRESETS
@@ -78,7 +79,8 @@ def removal_attrs(plan: Plan) -> dict:
         found = removals.Found(ablation.sinks, ablation.massive)
         entries = ablation.sinks if ablation.remove == "sinks" else ablation.massive
         removed.setdefault(name, {})[init] = [list(e) for e in entries]
-        lines.append(removals.note(name, found, init))
+        learned = learned_sinks(plan.models[j].model)
+        lines.append(removals.note(name, found, init, learned))
     return {
         # no-sink: [layer, head, key]; no-massive: [layer, token, dim, corpus mean]
         "removed": json.dumps(removed),

@@ -57,7 +57,8 @@ def test_statistics_equal_those_of_hf_output_attentions(name, text):
         attn = use_mask(effective.kind, effective.width, inputs.get("attention_mask"))
         allowed = own_masks.allowed(config, L, T, effective.kind, effective.width)
     hf = _hf_attentions(model, inputs, attn).numpy()  # (layer, sequence, head, query, key)
-    want = statistics(hf, mask.numpy(), allowed, epsilon=0.3)
+    learned = model.config.model_type == "gpt_oss"  # its attention's learned sink logits
+    want = statistics(hf, mask.numpy(), allowed, epsilon=0.3, learned_sinks=learned)
     sums = Totals(probed.n_layers)
     with masks.applied([probed], run_mask):
         measure_batch(probed, data, mask, sums, 0, epsilon=0.3, run_mask=effective)
@@ -73,6 +74,14 @@ def test_statistics_equal_those_of_hf_output_attentions(name, text):
     np.testing.assert_allclose(
         got["attention_entropy"], want["attention_entropy"], rtol=0, atol=4e-15
     )
+    # The mass outside the keys, 1 - sum_k A_ik, where the softmax has learned sink logits
+    # (GPT-OSS), and nothing where it has none: the same sums, a few ulps of values <= 1.
+    assert ("learned_sink_share" in got) == learned
+    if learned:
+        np.testing.assert_allclose(
+            got["learned_sink_share"], want["learned_sink_share"], rtol=0, atol=2e-15
+        )
+        assert (want["learned_sink_share"] > 0.01).all()  # the sinks do take a share
     # Two backward-stable SVDs (LAPACK's through torch, numpy's) of the same float64 matrices
     # of <= 7 x 7: each singular value within a few T eps sigma_1, sigma_1 <= sqrt(7).
     for key in ("attention_gap", "attention_stable_rank"):
@@ -208,3 +217,22 @@ def test_the_pretrained_minilms_sink_rate_is_gu_et_als():
     assert got == pytest.approx(want["sink_rate"], abs=1e-15)
     share = float((want["sink_score"] > 0.3).mean())
     assert float(ds["sink_head_share"].sel(init="pretrained")) == pytest.approx(share, abs=1e-15)
+
+
+def test_a_result_of_learned_sinks_says_their_share_and_what_each_statistic_reads():
+    """GPT-OSS's rows sum to less than one: the result holds the learned sink's share of each
+    row beside the first token's, equal to 1 minus the rows' sums of HF's own probabilities,
+    and says what the statistics read there; a family without learned sinks has neither."""
+    model = path_model("gpt-oss")
+    ids = torch.randint(
+        3, model.config.vocab_size, (2, 6), generator=torch.Generator().manual_seed(4)
+    )
+    ds = probe.attention(model, probe.Inputs(ids=ids, batch_size=2))
+    hf = _hf_attentions(model, {"input_ids": ids}, reference_attention()).numpy()
+    want = (1 - hf.sum(-1)).mean(-1).mean(1)  # (layer, head): mean over rows, then sequences
+    got = ds["learned_sink_share"].values[0, 1:]
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-15)  # the same sums, a few ulps
+    assert "learned sink logits" in ds.attrs["learned_sink_note"]
+    assert "learned sink" in ds["learned_sink_share"].attrs["long_name"]
+    plain = probe.attention(path_model("llama"), probe.Inputs(ids=ids, batch_size=2))
+    assert "learned_sink_share" not in plain and "learned_sink_note" not in plain.attrs

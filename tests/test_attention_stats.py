@@ -14,15 +14,13 @@ from probe.errors import ProbeError
 from probe.measures.attention_stats import (
     EPSILON,
     Totals,
-    anisotropy_sums,
     check_epsilon,
     head_sums,
-    lower_median,
-    massive_sums,
     sink_head_share,
     sink_rate,
     top_two,
 )
+from probe.measures.hidden_stats import anisotropy_sums, lower_median, massive_sums
 
 F64 = torch.float64
 

@@ -3,8 +3,8 @@
 model's attention computes is caught, on the families that have the feature, and the model
 is refused in one line naming its family.  Each feature is removed from probe's core here
 in turn (the soft-cap, T5's relative position bias, the model's own scaling, the mask, the
-key/value heads' grouping); with every feature in place the identity holds on every tiny
-family (tests/test_families.py)."""
+key/value heads' grouping, GPT-OSS's learned sink logits); with every feature in place the
+identity holds on every tiny family (tests/test_families.py)."""
 
 from __future__ import annotations
 
@@ -33,6 +33,8 @@ def _without(feature: str):
             scaling = None
         elif feature == "mask":
             attention_mask = None
+        elif feature == "sinks":
+            kwargs.pop("s_aux", None)
         elif feature == "grouping":
             heads = key.shape[1]
             query = query[:, :heads]  # the query heads of the first group only
@@ -50,6 +52,7 @@ CASES = [
     ("mask", "llama"),
     ("mask", "bert"),  # its padding
     ("grouping", "mistral"),
+    ("sinks", "gpt-oss"),  # learned per-head sink logits (s_aux)
 ]
 
 
@@ -79,35 +82,33 @@ def test_a_model_whose_attention_the_core_cannot_compute_is_refused_at_load(monk
 
 
 def test_a_keyword_the_core_does_not_read_is_named(monkeypatch):
-    """A family whose attention function takes what probe's core never reads (learned sink
-    logits, passed as a keyword) is refused naming the keyword."""
+    """A family whose attention function takes what probe's core never reads (here a bias
+    on the keys' scores, passed as a keyword) is refused naming the keyword."""
     model = _model("llama", dtype=torch.float32)
     probed = probe.wrap(model)  # verified with the real core
     data, mask = self_test._inputs(probed, None, None)
     own = __import__(type(probed.model.layers[0].self_attn).__module__, fromlist=["x"])
-    sinks = torch.full((probed.config.num_attention_heads,), 3.0)
+    bias = torch.linspace(-3.0, 3.0, data.shape[1])
 
-    def with_sinks(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
-                   s_aux=None, **kwargs):  # fmt: skip
-        # The sink logit as one more key of value 0 in every row (GPT-OSS's form).
-        scores = torch.matmul(query, key.repeat_interleave(
-            query.shape[1] // key.shape[1], 1).transpose(2, 3)) * scaling  # fmt: skip
+    def with_bias(module, query, key, value, attention_mask, scaling=None, dropout=0.0,
+                  key_bias=None, **kwargs):  # fmt: skip
+        group = query.shape[1] // key.shape[1]
+        scores = torch.matmul(query, key.repeat_interleave(group, 1).transpose(2, 3)) * scaling
         if attention_mask is not None:
             scores = scores + attention_mask[..., : key.shape[-2]]
-        if s_aux is None:  # the forward that records the calls: no sink yet
-            s_aux = torch.full((scores.shape[1],), -torch.inf, dtype=scores.dtype)
-        logits = torch.cat([scores, s_aux.view(1, -1, 1, 1).expand(*scores.shape[:-1], 1)], -1)
-        probs = torch.softmax(logits, -1)[..., :-1]
-        values = value.repeat_interleave(query.shape[1] // value.shape[1], 1)
+        if key_bias is not None:
+            scores = scores + key_bias.view(1, 1, 1, -1)
+        probs = torch.softmax(scores, -1)
+        values = value.repeat_interleave(group, 1)
         return torch.matmul(probs, values).transpose(1, 2).contiguous(), probs
 
-    monkeypatch.setattr(own, "eager_attention_forward", with_sinks)
+    monkeypatch.setattr(own, "eager_attention_forward", with_bias)
     original = core_check._calls
 
-    def calls_with_sinks(probed, data, mask):
-        return [(m, {**a, "s_aux": sinks.to(a["query"].dtype)}, o)
+    def calls_with_bias(probed, data, mask):
+        return [(m, {**a, "key_bias": bias.to(a["query"].dtype)}, o)
                 for m, a, o in original(probed, data, mask)]  # fmt: skip
 
-    monkeypatch.setattr(core_check, "_calls", calls_with_sinks)
+    monkeypatch.setattr(core_check, "_calls", calls_with_bias)
     found = core_check.identity(probed, data, mask)
-    assert not found.holds() and "also takes s_aux" in found.error, found
+    assert not found.holds() and "also takes key_bias" in found.error, found

@@ -210,7 +210,8 @@ def test_a_long_message_is_cut_at_a_whole_word():
 #: The families whose entries say what they compute beyond the layer, and the families added
 #: with the check against the model's own attention (each config branch).
 BEYOND = ("stablelm", "stablelm-parallel", "cohere", "cohere-qk-norm", "granite", "gemma3",
-          "phi", "phi-qk-layernorm", "gpt-bigcode", "gpt-bigcode-multi-head")  # fmt: skip
+          "phi", "phi-qk-layernorm", "gpt-bigcode", "gpt-bigcode-multi-head",
+          "gpt-oss")  # fmt: skip
 
 
 @pytest.fixture(scope="module")

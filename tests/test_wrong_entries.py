@@ -1,14 +1,15 @@
-"""Wrong entries of the families Gemma 3, Phi and GPT-BigCode, each refused in one line that
-names the entry's field at fault.
+"""Wrong entries of the families GPT-OSS, Gemma 3, Phi and GPT-BigCode, each refused in one
+line that names the entry's field at fault.
 
 Each row is a plausible mistake of someone adding the family by docs/adding-a-family.md: a
 field changed from the registry's entry, tried on the family's tiny model (or the config
 branch the mistake concerns).  Where the mistake cannot mean anything, it is refused when
 the entry is made (``probe.models.family.validate``); where it contradicts the model's own
 modules, by the check against them (``probe.models.conformance``); where only a run shows
-it (a layout whose shapes fit but whose rows are not the heads'), by the identity `probe
-check` holds the heads to (``probe.analyses.path_checks``), which every analysis that reads
-them asks.  None of them runs.
+it, by the self-test's identities when the model is loaded (a skip that returns what the
+layer cannot take, a branch scaled where it is a tuple), or by the identity `probe check`
+holds the heads to (``probe.analyses.path_checks``: a layout whose shapes fit but whose
+rows are not the heads'), which every analysis that reads them asks.  None of them runs.
 """
 
 from __future__ import annotations
@@ -37,6 +38,18 @@ _BIGCODE = ("attn.c_attn", "attn.c_proj")
 
 #: (tiny model, field at fault, the entry's changes): a wrong entry, refused naming field.
 ROWS = [
+    # GPT-OSS
+    (
+        "gpt-oss",
+        "steps",
+        {"steps": pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp"))},
+    ),
+    ("gpt-oss", "mlp_branch", {"mlp_branch": "mlp"}),
+    ("gpt-oss", "norm_kind", {"norm_kind": "layernorm"}),
+    ("gpt-oss", "heads", {"heads": _heads(layout="fused")}),
+    ("gpt-oss", "heads", {"heads": _heads(kv=4)}),
+    ("gpt-oss", "mlp", {"mlp": Mlp("mlp.router", "mlp.experts")}),
+    ("gpt-oss", "layers", {"layers": "h"}),
     # Phi
     ("phi", "norm_kind", {"norm_kind": "rms"}),
     ("phi", "heads", {"heads": dataclasses.replace(_PHI_HEADS, layout="fused")}),
@@ -82,7 +95,7 @@ ROWS = [
     ("gpt-bigcode", "norm", {"norm": "ln_2"}),
     ("gpt-bigcode", "layers", {"layers": "layers"}),
 ]
-FAMILY = {"phi": "phi", "gemma3": "gemma3", "gpt-bigcode": "gpt-bigcode"}
+FAMILY = ("phi", "gemma3", "gpt-bigcode", "gpt-oss")
 
 
 @cache
@@ -109,7 +122,11 @@ def _refusal(name: str, changes: dict, monkeypatch) -> str:
     import probe
 
     monkeypatch.setattr(adapter, "spec", wrong)
-    return path_checks.problem(probe.wrap(model), "heads")
+    try:
+        probed = probe.wrap(model)  # the self-test's identities
+    except ProbeError as err:
+        return str(err)
+    return path_checks.problem(probed, "heads")
 
 
 def test_the_table_is_large_and_covers_each_family():
@@ -118,7 +135,10 @@ def test_the_table_is_large_and_covers_each_family():
 
 
 @pytest.mark.parametrize(("name", "field", "changes"), ROWS, ids=lambda v: str(v)[:40])
-def test_a_wrong_entry_is_refused_in_one_line_naming_its_field(name, field, changes, monkeypatch):
+def test_a_wrong_entry_is_refused_in_one_line_naming_its_field(
+    name, field, changes, monkeypatch, tmp_path
+):
+    monkeypatch.setenv("PROBE_CACHE_DIR", str(tmp_path))  # no pass remembered
     said = _refusal(name, changes, monkeypatch)
     assert said, f"{name} ran with {changes}"
     assert "\n" not in said
@@ -129,6 +149,7 @@ def test_a_wrong_entry_is_refused_in_one_line_naming_its_field(name, field, chan
 
 
 @pytest.mark.parametrize("name", ["phi", "phi-qk-layernorm", "gemma3", "gpt-bigcode",
-                                  "gpt-bigcode-multi-head"])  # fmt: skip
-def test_the_right_entry_passes_every_check_of_the_table(name, monkeypatch):
+                                  "gpt-bigcode-multi-head", "gpt-oss"])  # fmt: skip
+def test_the_right_entry_passes_every_check_of_the_table(name, monkeypatch, tmp_path):
+    monkeypatch.setenv("PROBE_CACHE_DIR", str(tmp_path))
     assert _refusal(name, {}, monkeypatch) == ""

@@ -42,6 +42,14 @@ over sequences:
   same probabilities (one rounding of the log and one of the product per term, at most
   n_s - 1 of the sum in any order), the order of what float32's own rounding of them (2^-24
   each) moves it; at a third of the float64 path's cost (a double's log is dear).
+* Where the softmax has learned sink logits (GPT-OSS: one more logit per head in each row,
+  standing for no key, so a row sums to s_i = sum_k A_ik < 1): ``learned_sink_share``, the
+  mean over real rows of 1 - s_i (formed in float64 from the row sums above), the share of
+  each row that goes to the learned sink, beside ``sink_score``, the first token's; and the
+  entropy counts the learned sink as one more outcome of the row, -sum_k A_ik log A_ik -
+  (1 - s_i) log(1 - s_i).  The received attention, the sink score and the top key are the
+  keys' probabilities as the model uses them (not renormalised), and the spectrum is that of
+  the same matrix.  A family without learned sinks has neither term (its rows sum to one).
 * ``attention_gap`` sigma_1 - sigma_2 and ``attention_stable_rank`` sum_i sigma_i^2 /
   sigma_1^2 of each sequence's n_s x n_s matrix A_sh (Nait Saada et al. 2025), mean over
   sequences.  Only three numbers of each matrix are needed (``top_two``): sum_i sigma_i^2 =
@@ -104,31 +112,19 @@ over sequences:
   the start block's Krylov space; a fixed random start makes that a measure-zero event.
   Cost: docs/attention.md, Cost.
 
-Hidden-state statistics of one layer's output X (sequence, token, hidden):
-
-* ``massive_ratio`` (Sun et al. 2024): the mean over sequences of the largest |entry| of the
-  sequence's real tokens, over the mean over sequences of the median |entry| (torch's median:
-  the lower one of an even count), as Sun et al. average the top and median magnitudes over
-  their sequences.  ``massive_token`` / ``massive_dim`` (and the sequence) locate the largest
-  |entry| of the whole run.  Top and median are selections, exact in the output's own dtype;
-  the sequences of one real length go at once, and their sums are added in sequence order.
-* ``anisotropy`` (Ethayarajh 2019): the mean cosine between the representations of two real
-  tokens of *different* sequences, over every such pair, computed exactly from the unit
-  vectors u: (||sum u||^2 - sum_s ||sum_{t in s} u_t||^2) / (N^2 - sum_s n_s^2).  This is
-  the expectation of Ethayarajh's estimate (pairs of tokens drawn uniformly from different
-  contexts), with no sampling noise and no seed; a zero vector counts as cosine 0.
+Hidden-state statistics of one layer's output: :mod:`probe.measures.hidden_stats`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from probe.errors import ProbeError
 from probe.linalg.lapack import lapack
+from probe.measures.hidden_stats import anisotropy_sums, massive_sums
 from probe.requests.checks import plain
 
 #: Gu et al.'s threshold for Sink_eps.
@@ -158,6 +154,7 @@ def head_sums(
     seen: Tensor | None = None,
     spectrum: bool = True,
     epsilon: float = EPSILON,
+    outside: bool = False,
 ) -> dict[str, Tensor]:
     """One layer's attention statistics of one batch, summed over its sequences.
 
@@ -166,7 +163,8 @@ def head_sums(
     whose rows each key's received attention is the mean.  Returns ``received`` (head, key),
     ``sinks`` (head,: the sequences whose first-key score exceeds ``epsilon``), ``entropy``,
     ``gap``, ``stable_rank`` (head,) and ``count`` (sequences); each a sum over sequences of
-    a per-sequence value (see the module docstring).
+    a per-sequence value (see the module docstring).  ``outside``: the rows' mass outside the
+    keys is a learned sink's (GPT-OSS): counted in the entropy, and summed as ``outside``.
     """
     real = real.bool()
     A = _real_only(probs, real)  # (B, H, T, T), the input's dtype
@@ -183,9 +181,13 @@ def head_sums(
     received = per_sequence.sum(0)  # (H, T)
     sinks = (per_sequence[:, :, 0] > epsilon).sum(0, dtype=torch.float64)  # (H,)
     terms = torch.special.xlogy(work, work).sum(-1).to(torch.float64)  # (B, H, T)
+    out = {"sinks": sinks, "count": torch.tensor(float(A.shape[0]))}
+    if outside:  # the learned sink's share of each real row, one more outcome of the row
+        rest = (1 - work.sum(-1).to(torch.float64)).clamp_min(0) * real[:, None, :]
+        terms = terms + torch.special.xlogy(rest, rest)
+        out["outside"] = (rest.sum(-1) / rows[:, None]).sum(0)  # (H,)
     entropy = (-terms.sum(-1) / rows[:, None]).sum(0)  # (H,)
-    count = torch.tensor(float(A.shape[0]))
-    out = {"received": received, "sinks": sinks, "entropy": entropy, "count": count}
+    out |= {"received": received, "entropy": entropy}
     if spectrum:
         sigma_1, sigma_2, frobenius = top_two(work)  # each (B, H)
         out |= {"gap": (sigma_1 - sigma_2).sum(0), "stable_rank": (frobenius / sigma_1**2).sum(0)}
@@ -350,69 +352,6 @@ def _certify(basis: Tensor, B: Tensor, AtB: Tensor, sigma: Tensor, done: Tensor,
     return sigma, done | passed
 
 
-def massive_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
-    """One layer's output (batch, token, hidden): the sums of the per-sequence top and median
-    |entry|, and where the batch's largest |entry| is (``where``: sequence, token, dim)."""
-    real = real.bool()
-    B, _, D = x.shape
-    a = x.detach().abs()  # in x's dtype: the top and the median are selections, exact
-    tops = torch.empty(B, dtype=a.dtype, device=a.device)
-    medians, at = torch.empty_like(tops), torch.empty(B, dtype=torch.long, device=a.device)
-    lengths = real.sum(1)
-    # The sequences of one real length at once: their real tokens as one (group, n_s D) row
-    # each (a batch without padding is one group and needs no copy).
-    for n in lengths.unique().tolist():
-        group = (lengths == n).nonzero()[:, 0]
-        flat = a.flatten(1) if len(group) == B and n == a.shape[1] else a[group][real[group]]
-        flat = flat.reshape(len(group), n * D)
-        tops[group], at[group] = flat.max(1)  # the first of equal maxima, as flatten().max()
-        medians[group] = lower_median(flat)
-    # Sums in sequence order (cumsum is sequential), as the per-sequence loop added them.
-    top = tops.to(torch.float64).cumsum(0)[-1]
-    median = medians.to(torch.float64).cumsum(0)[-1]
-    s = int(tops.argmax())  # the first sequence holding the batch's largest |entry|
-    flat_at = int(at[s])
-    token = int(real[s].nonzero()[flat_at // D, 0])
-    largest = tops[s].to(torch.float64).cpu()
-    return {
-        "top": top,
-        "median": median,
-        "largest": largest,
-        "where": torch.tensor((s, token, flat_at % D)),
-    }
-
-
-def lower_median(rows: Tensor) -> Tensor:
-    """Each row's median as torch's ``median(1)`` gives it: the lower middle value of an
-    even count, the ((n - 1) // 2)-th smallest.  A selection, exact; on a CPU (float32,
-    float64) from numpy's introselect, a quarter of torch's time at 128 x 768 entries."""
-    if rows.device.type != "cpu" or rows.dtype not in (torch.float32, torch.float64):
-        return rows.median(1).values
-    k = (rows.shape[1] - 1) // 2
-    return torch.from_numpy(np.partition(rows.numpy(), k, axis=1)[:, k].copy())
-
-
-def anisotropy_sums(x: Tensor, real: Tensor) -> dict[str, Tensor]:
-    """One layer's output (batch, token, hidden): the sums the exact cross-sequence mean
-    cosine needs (module docstring): sum u (hidden,), sum_s ||S_s||^2, N and sum_s n_s^2."""
-    copied = x.dtype != torch.float64
-    x = x.to(torch.float64)
-    if not bool(real.all()):
-        x, copied = x * real[..., None].to(torch.float64), True
-    norms = x.norm(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float64).tiny)
-    # A zero vector stays 0.  In place where x is this function's own copy (one allocation
-    # the less, the same division), never on the caller's tensor.
-    u = x.div_(norms) if copied else x / norms
-    per_sequence = u.sum(1)  # (B, D)
-    n = real.sum(1).to(torch.float64)
-    return {
-        "total": per_sequence.sum(0),
-        "within": (per_sequence**2).sum(),
-        "tokens": n.sum(),
-        "pairs_within": (n**2).sum(),
-    }
-
-
 @dataclass
 class Totals:
     """One init's sums over every batch, per layer; the statistics once all are in."""
@@ -452,6 +391,8 @@ class Totals:
                 "top_key_score": score,
                 "attention_entropy": sums["entropy"] / sums["count"],
             }
+            if "outside" in sums:
+                values["learned_sink_share"] = sums["outside"] / sums["count"]
             if "gap" in sums:
                 values["attention_gap"] = sums["gap"] / sums["count"]
                 values["attention_stable_rank"] = sums["stable_rank"] / sums["count"]

@@ -8,6 +8,8 @@ collapsing there (Llama at 24 layers: 5.3e-7) instead of going on to 1e-16.
 
 ``probe_eager`` is that same eager computation, operation for operation
 (``q k^T * scaling``, the optional tanh soft-cap, T5's ``+ position_bias``, ``+ mask``,
+GPT-OSS's learned sink logit as one more column (``s_aux``: the row's maximum taken out, the
+softmax over keys and sink, the sink's column dropped, so a row sums to less than one),
 softmax, ``@ v``),
 with the softmax in the promoted type of the query and float32: float32, bfloat16
 and float16 models get exactly what HF's eager gives them (the tests assert bitwise
@@ -41,9 +43,11 @@ def probe_eager(
     scaling: float | None = None,
     dropout: float = 0.0,
     softcap: float | None = None,
+    s_aux: torch.Tensor | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """(attention output (batch, token, head, d), probabilities (batch, head, token, token))."""
+    """(attention output (batch, token, head, d), probabilities (batch, head, token, token));
+    ``s_aux``: learned sink logits (head,), whose share of each row goes to no key."""
     _CALLED.add(module)
     group = query.shape[1] // key.shape[1]
     if group > 1:  # grouped-query attention: key/value head j serves query heads j*g .. j*g+g-1
@@ -58,10 +62,26 @@ def probe_eager(
     if attention_mask is not None:
         scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     softmax_dtype = torch.promote_types(query.dtype, torch.float32)
-    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype)
+    if s_aux is not None:  # GPT-OSS: one more logit per head, a column no value stands for
+        sinks = s_aux.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
+        scores = torch.cat([scores, sinks.to(scores.dtype)], dim=-1)
+        scores = scores - scores.max(dim=-1, keepdim=True).values
+        probs = torch.nn.functional.softmax(scores, dim=-1, dtype=softmax_dtype)[..., :-1]
+        probs = probs.to(query.dtype)
+    else:
+        probs = torch.nn.functional.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype)
     probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
     out = torch.matmul(probs, value).transpose(1, 2).contiguous()
     return out, probs
+
+
+def learned_sinks(model: torch.nn.Module) -> bool:
+    """Whether the model's attention has learned sink logits: a per-head parameter
+    ``sinks`` that its attention passes its function as ``s_aux`` (GPT-OSS), so each row's
+    probabilities over the keys sum to less than one."""
+    return any(
+        isinstance(getattr(module, "sinks", None), torch.nn.Parameter) for module in model.modules()
+    )
 
 
 def _repeat(x: torch.Tensor, group: int) -> torch.Tensor:

@@ -152,6 +152,21 @@ FAMILIES: tuple[Family, ...] = (
         ("mixtral",),
         mlp_means="y = h: post_attention_layernorm and the mixture-of-experts block skipped",
     ),
+    # GPT-OSS: Llama's layer with learned per-head sink logits in each softmax (a share of
+    # every row goes to no key), alternating sliding and full layers and a mixture of
+    # experts that returns (hidden states, router scores): "no MLP" skips the experts
+    # inside it, whose zeros the block passes on.
+    decoder(
+        "gpt-oss",
+        ("gpt_oss",),
+        steps=pre_ln("self_attn", "input_layernorm", ("post_attention_layernorm", "mlp.experts")),
+        mlp_branch="mlp.experts",  # `hidden_states, _ = self.mlp(...)`: the experts' output
+        score_notes=(
+            "learned per-head sink logits take a share of each row outside the keys: W_QK "
+            "leaves them out",
+        ),
+        mlp_means="y = h: post_attention_layernorm and the experts skipped, the block adds zeros",
+    ),
     # The worked example of docs/adding-a-family.md: a Llama-shaped layer with LayerNorm.
     decoder(
         "starcoder2", ("starcoder2",), norm_kind="layernorm", mlp=Mlp("mlp.c_fc", "mlp.c_proj")

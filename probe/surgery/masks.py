@@ -275,7 +275,9 @@ def probe_masked(module, query, key, value, attention_mask, scaling=None, dropou
 
     mask = _ACTIVE.get()
     if mask is None:  # outside ``applied``: the model's own
-        return probe_eager(module, query, key, value, attention_mask, scaling, dropout, softcap)
+        return probe_eager(
+            module, query, key, value, attention_mask, scaling, dropout, softcap, **kwargs
+        )
     tokens = key.shape[-2]
     if query.shape[-2] != tokens:
         raise ProbeError("a mask of probe's needs as many queries as keys (no cache)")
@@ -323,8 +325,9 @@ def close_sinks(mask: torch.Tensor, remove: torch.Tensor) -> torch.Tensor:
 
 def remove_sinks(target, sinks) -> torch.Tensor:
     """no-sink at an attention function's call: its mask gets the dtype's minimum at each
-    (head, key) of ``sinks``, so exp underflows to exactly 0 there and the softmax
-    renormalises each row over the other keys (:func:`close_sinks`: a
+    (head, key) of ``sinks``, and learned sink logits (GPT-OSS's ``s_aux``) are left out, so
+    exp underflows to exactly 0 there and the softmax renormalises each row over the other
+    keys (:func:`close_sinks`: a
     row that sees no other key is left as it is; a mask of the run's own closes the same
     keys).  A key is visible where the mask is above half the dtype's minimum
     (transformers' eager mask: 0 or the minimum).  Returns the mask before the edit."""
@@ -346,6 +349,8 @@ def remove_sinks(target, sinks) -> torch.Tensor:
         if k < keys:
             remove[head, k] = True
     new = close_sinks(mask, remove[None, :, None, :])  # (1, head, 1, key)
+    if kwargs.get("s_aux") is not None:  # learned sink logits (GPT-OSS): removed as well
+        kwargs = {**kwargs, "s_aux": None}
     if len(args) > 4:
         args[4] = new
     else:

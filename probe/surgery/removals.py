@@ -155,15 +155,19 @@ def ablation(name: str, found: Found, surgery: str = "probe") -> Ablation:
     return preset
 
 
-def note(name: str, found: Found, init: str) -> str:
-    """One line: what ``name`` removed for ``init``, or that it equals the transformer."""
+def note(name: str, found: Found, init: str, learned: bool = False) -> str:
+    """One line: what ``name`` removed for ``init``, or that it equals the transformer
+    (``learned``: the attention has learned sink logits, which no-sink removes in every head)."""
     if name == "no-sink":
-        if not found.sinks:
+        also = "; the learned sink logits of every head removed" if learned else ""
+        if not found.sinks and not learned:
             return f"no-sink ({init}): the clean run finds no sink, the variant is the transformer"
+        if not found.sinks:
+            return f"no-sink ({init}): the clean run finds no key sink{also}"
         keys = sorted({k for _, _, k in found.sinks})
         return (
             f"no-sink ({init}): {len(found.sinks)} (layer, head) sinks removed, at key "
-            f"positions {', '.join(map(str, keys))}"
+            f"positions {', '.join(map(str, keys))}{also}"
         )
     if not found.massive:
         return (

@@ -34,6 +34,16 @@ def reference_eager(
     if attention_mask is not None:
         scores = scores + attention_mask[:, :, :, : key.shape[-2]]
     dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    sinks = kwargs.get("s_aux")
+    if sinks is not None:
+        # GPT-OSS's eager attention (modeling_gpt_oss.eager_attention_forward): the head's
+        # sink logit appended to every row as a last column, the row's maximum subtracted,
+        # the softmax taken, the sink's column dropped (the row then sums to less than one).
+        b, h, q, _ = scores.shape
+        logits = torch.cat([scores, sinks.view(1, h, 1, 1).expand(b, h, q, 1)], dim=-1)
+        logits = logits - logits.max(dim=-1, keepdim=True).values
+        probs = torch.softmax(logits, dim=-1, dtype=dtype)[..., :-1].to(query.dtype)
+        return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
     probs = torch.softmax(scores, dim=-1, dtype=dtype).to(query.dtype)
     return torch.matmul(probs, value).transpose(1, 2).contiguous(), probs
 

@@ -22,15 +22,17 @@ import numpy as np
 
 def statistics(
     attentions: np.ndarray, mask: np.ndarray, allowed: np.ndarray | None = None,
-    epsilon: float = 0.3,
+    epsilon: float = 0.3, learned_sinks: bool = False,
 ) -> dict[str, np.ndarray]:  # fmt: skip
     """``sink_score``, ``sink_frequency``, ``top_key``, ``top_key_score``,
     ``attention_entropy`` (nats), ``attention_gap`` and ``attention_stable_rank``, each
     (layer, head), the ``received`` attention (layer, head, key) and Gu et al.'s
-    ``sink_rate`` (a number)."""
+    ``sink_rate`` (a number).  ``learned_sinks``: the rows' mass outside the keys (1 minus
+    the row's sum) is one more outcome of the row's distribution, counted in its entropy,
+    and its mean over rows is ``learned_sink_share`` (layer, head)."""
     L, B, H, T, _ = attentions.shape
     received = np.zeros((L, H, T))
-    entropy, gap, stable, frequency = (np.zeros((L, H)) for _ in range(4))
+    entropy, gap, stable, frequency, outside = (np.zeros((L, H)) for _ in range(5))
     sinks = 0
     for layer in range(L):
         for h in range(H):
@@ -43,6 +45,10 @@ def statistics(
                                     for k in range(T)])  # fmt: skip
                     column += row
                     row_entropy += -sum(p * np.log(p) for p in row if p > 0)
+                    if learned_sinks:
+                        rest = 1.0 - sum(row)
+                        row_entropy += -rest * np.log(rest) if rest > 0 else 0.0
+                        outside[layer, h] += rest / len(real) / B
                 seen_by = np.array(
                     [
                         sum(1 for i in real if allowed is None or allowed[layer, i, k])
@@ -69,4 +75,4 @@ def statistics(
         "attention_stable_rank": stable,
         "received": received,
         "sink_rate": sinks / (L * H * B),
-    }
+    } | ({"learned_sink_share": outside} if learned_sinks else {})

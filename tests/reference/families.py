@@ -136,6 +136,7 @@ ENTRIES: dict[str, ReferenceEntry] = {
         layers._gemma2,  # Gemma3DecoderLayer's forward is Gemma2's
         _SANDWICH_BRANCHES,
     ),
+    "gpt_oss": ReferenceEntry(LLAMA.reference, layers._gpt_oss, _LLAMA_BRANCHES),
     "phi": ReferenceEntry(
         Reference(
             "layers",

@@ -187,6 +187,13 @@ def _cohere(layer, hidden_states, *, skip, mlp, **kwargs):
     return y + layer.mlp(x) if mlp else y
 
 
+def _gpt_oss(layer, hidden_states, *, skip, mlp, **kwargs):
+    # GptOssDecoderLayer: Llama's sums; its MLP returns (hidden states, router scores).
+    a = layer.self_attn(hidden_states=layer.input_layernorm(hidden_states), **kwargs)[0]
+    h = hidden_states + a if skip else a
+    return h + layer.mlp(layer.post_attention_layernorm(h))[0] if mlp else h
+
+
 def _phi(layer, hidden_states, *, skip, mlp, **kwargs):
     # PhiDecoderLayer: `attn_outputs + feed_forward_hidden_states + residual`, one LayerNorm
     # feeding both branches, each through the same resid_dropout.

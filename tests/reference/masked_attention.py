@@ -42,7 +42,8 @@ def reference_masked(module, query, key, value, attention_mask, scaling=None, dr
     additive = torch.zeros(allowed.shape, dtype=query.dtype)
     additive[~allowed] = torch.finfo(query.dtype).min
     return reference_eager(module, query, key, value, additive, scaling, dropout, softcap,
-                           position_bias=kwargs.get("position_bias"))  # fmt: skip
+                           position_bias=kwargs.get("position_bias"),
+                           s_aux=kwargs.get("s_aux"))  # fmt: skip
 
 
 def use(kind: str, width: int | None, padding: torch.Tensor | None) -> str:

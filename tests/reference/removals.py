@@ -10,7 +10,9 @@ is left as it was.
   P = softmax(q k^T * scale + mask) in float64 and then, for the layer it is in (counted in
   call order: one call per layer), sets P[:, h, i, k] = 0 for each sink (h, k) of that layer
   and divides each row by its new sum: removed and renormalised.  A row left with nothing
-  (its only keys were sinks) keeps its probabilities.  That is the definition; the walker
+  (its only keys were sinks) keeps its probabilities; a learned sink logit (GPT-OSS's
+  ``s_aux``) is not added to the softmax at all: no-sink removes it in every head.  That is
+  the definition; the walker
   gets there another way (the sink keys' mask entry at the dtype's minimum), so the two agree
   to rounding, not to the bit.
 * ``no_massive_hidden_states``: a forward hook on layer l returns its output with

@@ -224,6 +224,30 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
         ),
     ),
     "starcoder2": ("Starcoder2Config", {**_DECODER, "use_bias": True}),
+    # GPT-OSS: learned sink logits, sliding and full layers (a window shorter than the tests'
+    # sequences), biased projections, a mixture of four experts with two per token.
+    "gpt-oss": (
+        "GptOssConfig",
+        {
+            **_DECODER,
+            "head_dim": 8,
+            "num_local_experts": 4,
+            "num_experts_per_tok": 2,
+            "sliding_window": 3,
+            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            "tie_word_embeddings": True,
+            # YaRN's factor as the ratio of the context lengths, as transformers checks it.
+            "rope_parameters": {
+                "rope_type": "yarn",
+                "rope_theta": 150000.0,
+                "factor": 32.0,
+                "original_max_position_embeddings": 2,
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "truncate": False,
+            },
+        },
+    ),
     "mixtral": ("MixtralConfig", {**_DECODER, "num_local_experts": 4, "num_experts_per_tok": 2}),
     "olmo2": ("Olmo2Config", _DECODER),
     # Sequential StableLM: per-head q/k LayerNorms (StableLmLayerNormPerHead,
