@@ -115,3 +115,24 @@ def gemma_sandwich(name: str, model_types: tuple[str, ...], **extra) -> Family:
         ),
     }
     return decoder(name, model_types, **{**fields, **extra})
+
+
+def gpt2_like(name: str, model_types: tuple[str, ...], **extra) -> Family:
+    """GPT-2's block: h = x + attn(ln_1(x)), y = h + mlp(ln_2(h)), LayerNorms, the final
+    ``ln_f`` and a head tied to ``wte``; ``extra`` (the heads and the MLP at least) as
+    :func:`decoder` takes it."""
+    fields = {
+        "layers": "h",
+        "style": "pre",
+        "steps": pre_ln("attn", "ln_1", ("ln_2", "mlp")),
+        "norm": "ln_1",
+        "norm_kind": "layernorm",
+        "skip_means": "h = attn(ln_1(x)): the block's `residual` before the attention sum is zero",
+        "mlp_means": "y = h: ln_2 and mlp skipped, the MLP branch adds zeros",
+        "final_norm": "ln_f",
+        "lm_head": "wte",
+        "forward_kwargs": DECODER_KWARGS,
+        "causal": True,
+        "mlp_branch": "mlp",  # `hidden_states = residual + feed_forward_hidden_states`
+    }
+    return Family(name=name, model_types=model_types, **{**fields, **extra})

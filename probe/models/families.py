@@ -14,7 +14,15 @@ config in ``tests/reference/tiny.py`` and its reference entry in ``tests/referen
 
 from __future__ import annotations
 
-from .builders import DECODER_KWARGS, GEMMA_NOTE, bert_like, decoder, gemma_sandwich, pre_ln
+from .builders import (
+    DECODER_KWARGS,
+    GEMMA_NOTE,
+    bert_like,
+    decoder,
+    gemma_sandwich,
+    gpt2_like,
+    pre_ln,
+)
 from .by_config import (
     bigcode_heads,
     bloom_refuse,
@@ -99,46 +107,22 @@ FAMILIES: tuple[Family, ...] = (
         mlp=Mlp("ffn.lin1", "ffn.lin2"),
         mlp_branch="ffn",  # `output_layer_norm(ffn_output + sa_output)`
     ),
-    Family(
-        name="gpt2",
-        model_types=("gpt2",),
-        layers="h",
-        style="pre",
-        steps=pre_ln("attn", "ln_1", ("ln_2", "mlp")),
-        norm="ln_1",
-        norm_kind="layernorm",
+    gpt2_like(
+        "gpt2",
+        ("gpt2",),
         heads=Heads("attn.c_attn", "attn.c_proj", layout="conv1d"),
-        skip_means="h = attn(ln_1(x)): the block's `residual` before the attention sum is zero",
-        mlp_means="y = h: ln_2 and mlp skipped, the MLP branch adds zeros",
-        final_norm="ln_f",
-        lm_head="wte",
-        forward_kwargs=DECODER_KWARGS,
-        causal=True,
         source_note="GPT2Block.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("mlp.c_fc", "mlp.c_proj", layout="conv1d"),
-        mlp_branch="mlp",  # `hidden_states = residual + feed_forward_hidden_states`
     ),
     # GPT-BigCode: GPT-2's block with nn.Linear projections; multi-query or multi-head by
     # config, so the fused c_attn's layout is a function of it.
-    Family(
-        name="gpt-bigcode",
-        model_types=("gpt_bigcode",),
-        layers="h",
-        style="pre",
-        steps=pre_ln("attn", "ln_1", ("ln_2", "mlp")),
-        norm="ln_1",
-        norm_kind="layernorm",
+    gpt2_like(
+        "gpt-bigcode",
+        ("gpt_bigcode",),
         heads=bigcode_heads,
-        skip_means="h = attn(ln_1(x)): the block's `residual` before the attention sum is zero",
-        mlp_means="y = h: ln_2 and mlp skipped, the MLP branch adds zeros",
-        final_norm="ln_f",
-        lm_head="wte",
-        forward_kwargs=DECODER_KWARGS,
         float32_softmax=True,
-        causal=True,
         source_note="GPTBigCodeBlock.forward: `residual = hidden_states` (residual_0)",
         mlp=Mlp("mlp.c_fc", "mlp.c_proj"),
-        mlp_branch="mlp",  # `hidden_states = residual + feed_forward_hidden_states`
     ),
     decoder("llama", ("llama",)),
     decoder("mistral", ("mistral",)),

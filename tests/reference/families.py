@@ -76,6 +76,22 @@ LLAMA = ReferenceEntry(
     _LLAMA_BRANCHES,
 )
 
+#: Gemma 2's sandwich layer, Gemma 3's too.
+_GEMMA2 = ReferenceEntry(
+    Reference(
+        "layers",
+        "self_attn",
+        1,
+        "input_layernorm",
+        paths._llama,
+        paths._llama_final,
+        branch="post_attention_layernorm",
+        decoder=True,
+    ),
+    layers._gemma2,
+    _SANDWICH_BRANCHES,
+)
+
 #: model_type -> its family's reference entry.
 ENTRIES: dict[str, ReferenceEntry] = {
     "bert": _bert_like(None),  # its layer: reference/surgery.py
@@ -108,35 +124,8 @@ ENTRIES: dict[str, ReferenceEntry] = {
         ("attn", "mlp"),
     ),
     "llama": LLAMA,
-    "gemma2": ReferenceEntry(
-        Reference(
-            "layers",
-            "self_attn",
-            1,
-            "input_layernorm",
-            paths._llama,
-            paths._llama_final,
-            branch="post_attention_layernorm",
-            decoder=True,
-        ),
-        layers._gemma2,
-        _SANDWICH_BRANCHES,
-    ),
-    "gemma3_text": ReferenceEntry(
-        Reference(
-            "layers",
-            "self_attn",
-            1,
-            "input_layernorm",
-            paths._llama,
-            paths._llama_final,
-            branch="post_attention_layernorm",
-            decoder=True,
-        ),
-        layers._gemma2,  # Gemma3DecoderLayer's forward is Gemma2's
-        _SANDWICH_BRANCHES,
-    ),
-    "gpt_oss": ReferenceEntry(LLAMA.reference, layers._gpt_oss, _LLAMA_BRANCHES),
+    "gemma2": _GEMMA2,
+    "gemma3_text": _GEMMA2,  # Gemma3DecoderLayer's forward and reads are Gemma2's
     "phi": ReferenceEntry(
         Reference(
             "layers",

@@ -233,12 +233,19 @@ def _llama_final(model) -> Norm:
     return rms(model.norm)
 
 
-def _phi(model, index: int) -> Layer:
-    # PhiAttention: q_proj, k_proj, v_proj and the output projection `dense`, all with biases.
+def _separate(model, index: int, output: str = "o_proj", norm=layer_norm) -> Layer:
+    """A layer whose attention has its own v_proj and an output projection ``output``, read
+    after the ``norm`` of its ``input_layernorm``."""
     block = model.layers[index]
     n, d, kv = decoder_dims(model.config)
-    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.dense, n, d, kv)
-    return Layer(heads, b_o, layer_norm(block.input_layernorm), "pre")
+    attn = block.self_attn
+    heads, b_o = linear_layer(attn.v_proj, getattr(attn, output), n, d, kv)
+    return Layer(heads, b_o, norm(block.input_layernorm), "pre")
+
+
+def _phi(model, index: int) -> Layer:
+    # PhiAttention: q_proj, k_proj, v_proj and the output projection `dense`, all with biases.
+    return _separate(model, index, "dense")
 
 
 def _gpt_bigcode(model, index: int) -> Layer:
@@ -268,18 +275,12 @@ def _olmo2(model, index: int) -> Layer:
 def _stablelm(model, index: int) -> Layer:
     # StableLmAttention: separate v_proj (biased with use_qkv_bias), o_proj without bias.  The
     # per-head q/k LayerNorms touch queries and keys only, which the probabilities hold.
-    block = model.layers[index]
-    n, d, kv = decoder_dims(model.config)
-    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.o_proj, n, d, kv)
-    return Layer(heads, b_o, layer_norm(block.input_layernorm), "pre")
+    return _separate(model, index)
 
 
 def _cohere(model, index: int) -> Layer:
     # CohereDecoderLayer: a parallel layer (its MLP removed here) with one CohereLayerNorm.
-    block = model.layers[index]
-    n, d, kv = decoder_dims(model.config)
-    heads, b_o = linear_layer(block.self_attn.v_proj, block.self_attn.o_proj, n, d, kv)
-    return Layer(heads, b_o, cohere_norm(block.input_layernorm), "pre")
+    return _separate(model, index, norm=cohere_norm)
 
 
 def _granite(model, index: int) -> Layer:

@@ -110,6 +110,23 @@ _DECODER = dict(
     eos_token_id=2,
     pad_token_id=0,
 )
+#: GPT-2's block (GPT-BigCode's too).
+_GPT2 = dict(
+    vocab_size=VOCAB_SIZE,
+    n_positions=MAX_POSITIONS,
+    n_embd=HIDDEN,
+    n_layer=2,
+    n_head=HEADS,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+#: A decoder with sliding and full layers, the window shorter than the tests' sequences.
+_SLIDING = {
+    **_DECODER,
+    "head_dim": 8,
+    "sliding_window": 3,
+    "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+}
 _ENCODER = dict(
     vocab_size=VOCAB_SIZE,
     hidden_size=HIDDEN,
@@ -151,18 +168,7 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
             pad_token_id=0,
         ),
     ),
-    "gpt2": (
-        "GPT2Config",
-        dict(
-            vocab_size=VOCAB_SIZE,
-            n_positions=MAX_POSITIONS,
-            n_embd=HIDDEN,
-            n_layer=2,
-            n_head=HEADS,
-            bos_token_id=1,
-            eos_token_id=2,
-        ),
-    ),
+    "gpt2": ("GPT2Config", _GPT2),
     "llama": ("LlamaConfig", _DECODER),
     "mistral": ("MistralConfig", {**_DECODER, "sliding_window": 5}),
     "qwen2": ("Qwen2Config", _DECODER),
@@ -185,10 +191,7 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "gemma3": (
         "Gemma3TextConfig",
         {
-            **_DECODER,
-            "head_dim": 8,
-            "sliding_window": 3,
-            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+            **_SLIDING,
             "attn_logit_softcapping": 5.0,
             "final_logit_softcapping": 30.0,
             "query_pre_attn_scalar": 6,
@@ -211,17 +214,7 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     # GPT-BigCode, multi-query (one key/value head in the fused c_attn).
     "gpt-bigcode": (
         "GPTBigCodeConfig",
-        dict(
-            vocab_size=VOCAB_SIZE,
-            n_positions=MAX_POSITIONS,
-            n_embd=HIDDEN,
-            n_layer=2,
-            n_head=HEADS,
-            n_inner=48,
-            multi_query=True,
-            bos_token_id=1,
-            eos_token_id=2,
-        ),
+        {**_GPT2, "n_inner": 48, "multi_query": True},
     ),
     "starcoder2": ("Starcoder2Config", {**_DECODER, "use_bias": True}),
     # GPT-OSS: learned sink logits, sliding and full layers (a window shorter than the tests'
@@ -229,12 +222,9 @@ TINY_CONFIGS: dict[str, tuple[str, dict]] = {
     "gpt-oss": (
         "GptOssConfig",
         {
-            **_DECODER,
-            "head_dim": 8,
+            **_SLIDING,
             "num_local_experts": 4,
             "num_experts_per_tok": 2,
-            "sliding_window": 3,
-            "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
             "tie_word_embeddings": True,
             # YaRN's factor as the ratio of the context lengths, as transformers checks it.
             "rope_parameters": {
