@@ -183,3 +183,23 @@ def test_a_scale_invalid_at_the_models_depth_is_refused():
     assert scale.value(3) == 0.5
     with pytest.raises(ProbeError, match="at depth L=1"):
         scale.value(1)
+
+
+def test_the_references_factor_leaves_a_modules_own_alpha_alone():
+    """The reference scales a branch module through a class of its own; a module with an
+    attribute ``alpha`` of its own (GPT-OSS's experts: their SwiGLU's) keeps it, and the
+    output is scaled by the factor, not by that attribute."""
+    from tests.reference.branch_scale import _wrap
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.branch = torch.nn.Linear(2, 2, bias=False)
+            self.branch.alpha = 7.0  # the module's own number, as an experts block has
+
+    block = Block()
+    x = torch.ones(1, 2)
+    before = block.branch(x)
+    _wrap(block, "branch", 0.5)
+    torch.testing.assert_close(block.branch(x), 0.5 * before, rtol=0, atol=0)
+    assert block.branch.alpha == 7.0

@@ -289,7 +289,10 @@ def _mlp_function(spec: Family, config, layer, fail) -> None:
     parent_b, _, _ = mlp.second.rpartition(".")
     if not parent_a or parent_a != parent_b:
         return
-    if not _computes(layer, parent_a, mlp.first, mlp.second, mlp.layout, mlp.activation_of(config)):
+    if (
+        _computes(layer, parent_a, mlp.first, mlp.second, mlp.layout, mlp.activation_of(config))
+        is False
+    ):
         fail(
             "mlp",
             f"{parent_a} does not compute {mlp.second}(s({mlp.first}(x))) with s = "
@@ -300,8 +303,9 @@ def _mlp_function(spec: Family, config, layer, fail) -> None:
 
 
 def _computes(layer, parent: str, first: str, second: str, layout: str, activation: str):
-    """Does the module at ``parent`` compute second(s(first(x))) (True where it cannot be
-    called on the hidden states alone: its shapes are all there is to check)?"""
+    """Does the module at ``parent`` compute second(s(first(x)))?  None where that cannot be
+    told: a module not called on the hidden states alone (its shapes are all there is to
+    check), or an output that overflows in the model's dtype (the self-test says so)."""
     from transformers.activations import ACT2FN
 
     module = _module(layer, parent)
@@ -313,11 +317,13 @@ def _computes(layer, parent: str, first: str, second: str, layout: str, activati
     try:
         got = module(x)
     except Exception:  # a module that is not called on the hidden states alone: shapes only
-        return True
+        return None
     got = got[0] if isinstance(got, tuple) else got
     if activation not in ACT2FN:
         return False
     want = b(ACT2FN[activation](a(x)))
+    if not (torch.isfinite(want).all() and torch.isfinite(got).all()):
+        return None
     scale = float(want.abs().max()) or 1.0
     tolerance = MLP_TOLERANCE.get(weight.dtype, MLP_TOLERANCE_DEFAULT)
     return got.shape == want.shape and float((got - want).abs().max()) <= tolerance * scale
@@ -344,7 +350,10 @@ def _not_plain(spec: Family, config, layer, fail) -> None:
         if a.weight.shape[0] != b.weight.shape[1] or a.weight.shape[1] != b.weight.shape[0]:
             continue
         activation = Mlp().activation_of(config)
-        if _computes(layer, site, f"{site}.{first}", f"{site}.{second}", "linear", activation):
+        if (
+            _computes(layer, site, f"{site}.{first}", f"{site}.{second}", "linear", activation)
+            is True
+        ):
             fail(
                 "mlp",
                 f"{site} computes {second}(s({first}(x))), a token-wise MLP, not a gated one: "
