@@ -98,8 +98,12 @@ def write_attention_result(ds: xr.Dataset, out_dir: Path) -> tuple[Path, Path]:
 
 
 def print_attention(ds: xr.Dataset) -> None:
-    """Per layer and init: the mean sink score, entropy, massive ratio and anisotropy."""
+    """Per layer and init: the mean sink score (and, with learned sink logits, the learned
+    sink's share of the rows beside it), entropy, massive ratio and anisotropy."""
     import numpy as np
+
+    learned = "learned_sink_share" in ds
+    columns = ("sink", "learned sink", "entropy") if learned else ("sink", "entropy")
 
     table = Table(
         title=f"{ds.attrs['model']} · attention per layer (mean over heads)", title_justify="left"
@@ -107,17 +111,16 @@ def print_attention(ds: xr.Dataset) -> None:
     table.add_column("layer", justify="right")
     inits = list(ds.init.values)
     for init in inits:
-        for what in ("sink", "entropy", "massive", "aniso."):
+        for what in (*columns, "massive", "aniso."):
             table.add_column(f"{init} {what}", justify="right")
     for layer in ds.layer.values:
         cells = []
         for init in inits:
             one = ds.sel(init=init, layer=layer)
-            sink = one["sink_score"].values
-            entropy = one["attention_entropy"].values
+            heads = ("sink_score", "learned_sink_share", "attention_entropy")
+            for values in (one[name].values for name in heads if name in one):
+                cells.append(f"{float(np.mean(values)):.3g}" if np.isfinite(values).all() else "-")
             cells += [
-                f"{float(np.mean(sink)):.3g}" if np.isfinite(sink).all() else "-",
-                f"{float(np.mean(entropy)):.3g}" if np.isfinite(entropy).all() else "-",
                 f"{float(one['massive_ratio']):.4g}",
                 f"{float(one['anisotropy']):.3g}",
             ]
@@ -133,3 +136,5 @@ def print_attention(ds: xr.Dataset) -> None:
             shown += f" (heads whose mean sink score passes {eps:g}: {share:.3g})"
         out.print(f"{init}: sink rate Sink_{eps:g} = {shown}")
     out.print(str(ds.attrs["attention_note"]))
+    if learned:
+        out.print(str(ds.attrs["learned_sink_note"]))

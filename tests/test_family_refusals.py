@@ -239,6 +239,10 @@ def test_check_collapse_attention_and_decompose_run_offline(name, folders, tmp_p
         assert np.isfinite(open_result(nc).relative_residual.values).all()
     attention = runner.invoke(app, ["attention", folder, *small, "--out", str(tmp_path / "a")])
     assert attention.exit_code == 0, attention.output
+    # GPT-OSS's learned sinks: their share beside the first token's, and what it means.
+    learned = name == "gpt-oss"
+    assert ("learned sink" in attention.stdout) == learned
+    assert ("the attention has learned sink logits" in attention.stdout) == learned
     paths = runner.invoke(
         app,
         [
