@@ -126,6 +126,7 @@ ENTRIES: dict[str, ReferenceEntry] = {
     "llama": LLAMA,
     "gemma2": _GEMMA2,
     "gemma3_text": _GEMMA2,  # Gemma3DecoderLayer's forward and reads are Gemma2's
+    "gpt_oss": ReferenceEntry(LLAMA.reference, layers._gpt_oss, _LLAMA_BRANCHES),
     "phi": ReferenceEntry(
         Reference(
             "layers",
