@@ -118,22 +118,14 @@ def require(probed: ProbedModel, *parts: str) -> None:
 def _marker(probed: ProbedModel, part: str):
     """The file whose presence says ``part`` passed on this architecture, or None: the
     self-test's key and the sources of these identities (this module, the frozen run)."""
-    import hashlib
     import sys
-    from pathlib import Path
 
-    from probe.files.cache import root
-    from probe.surgery.self_test import verified_key
+    from probe.surgery.self_test import marker
 
     from . import path_frozen
 
-    try:
-        digest = hashlib.sha256(verified_key(probed).encode())
-        for module in (sys.modules[__name__], path_frozen, frozen):
-            digest.update(Path(module.__file__).read_bytes())
-        return root() / "verified" / f"{part}-{digest.hexdigest()}"
-    except (OSError, RuntimeError, TypeError):
-        return None
+    sources = tuple(m.__file__ for m in (sys.modules[__name__], path_frozen, frozen))
+    return marker(probed, part, sources)
 
 
 def _reconstruction(probed: ProbedModel, ids, mask) -> Identity:

@@ -66,10 +66,10 @@ def probe_eager(
         sinks = s_aux.reshape(1, -1, 1, 1).expand(query.shape[0], -1, query.shape[-2], -1)
         scores = torch.cat([scores, sinks.to(scores.dtype)], dim=-1)
         scores = scores - scores.max(dim=-1, keepdim=True).values
-        probs = torch.nn.functional.softmax(scores, dim=-1, dtype=softmax_dtype)[..., :-1]
-        probs = probs.to(query.dtype)
-    else:
-        probs = torch.nn.functional.softmax(scores, dim=-1, dtype=softmax_dtype).to(query.dtype)
+    probs = torch.nn.functional.softmax(scores, dim=-1, dtype=softmax_dtype)
+    if s_aux is not None:
+        probs = probs[..., :-1]  # the sink's column: its share of the row goes to no key
+    probs = probs.to(query.dtype)
     probs = torch.nn.functional.dropout(probs, p=dropout, training=module.training)
     out = torch.matmul(probs, value).transpose(1, 2).contiguous()
     return out, probs

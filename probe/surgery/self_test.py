@@ -93,8 +93,8 @@ def verify(probed) -> None:
     not on the weights, so the same architecture, spec, dtype, attention and library
     versions need not be checked again (``PROBE_CACHE_DIR``, default ``~/.cache/probe``;
     an unwritable folder only means the check runs every time)."""
-    marker = _marker(probed)
-    if marker is not None and marker.exists():
+    kept = marker(probed)
+    if kept is not None and kept.exists():
         return
     eps = torch.finfo(probed.dtype).eps if probed.dtype.is_floating_point else 0.0
     for identity in identities(probed):
@@ -118,7 +118,7 @@ def verify(probed) -> None:
                 "this layer's forward, or transformers renamed an operation it names; "
                 f"`probe check {probed.name}` shows every identity"
             )
-    remember(marker)
+    remember(kept)
 
 
 def verified_key(probed) -> str:
@@ -160,12 +160,22 @@ def verified_key(probed) -> str:
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
-def _marker(probed):
-    """The file whose presence says this key passed, or None where none can be kept."""
+def marker(probed, check: str = "", sources: tuple[str, ...] = ()):
+    """The file whose presence says this key passed, or None where none can be kept; another
+    ``check`` remembered so adds the bytes of the sources it runs to the self-test's key."""
+    import hashlib
+    from pathlib import Path
+
     from probe.files.cache import root
 
     try:
-        return root() / "verified" / verified_key(probed)
+        key = verified_key(probed)
+        if check:
+            digest = hashlib.sha256(key.encode())
+            for source in sources:
+                digest.update(Path(source).read_bytes())
+            key = f"{check}-{digest.hexdigest()}"
+        return root() / "verified" / key
     except (OSError, RuntimeError, TypeError):  # no home, no source file: check every time
         return None
 
